@@ -1,0 +1,70 @@
+"""hframe: frame packs — many small media files in one file, read by offset through a Parquet index.
+
+The library is the product; the ``hframe`` command is a thin layer over it::
+
+    import hframe_cli as h
+    h.pack(["photos/"], "photos.hframe")
+    with h.open_pack("photos.hframe") as p:
+        first = p[0]                      # exact bytes of frame 0
+        batch = p.read_many([3, 1, 4])    # parallel, coalesced range reads
+
+Importing this package loads neither typer, rich, tqdm nor torch.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import (
+    ChecksumMismatch,
+    FormatError,
+    FrameOutOfRange,
+    HframeError,
+    IncompletePack,
+    IndexMismatch,
+    InputError,
+    IntegrityError,
+    MagicMismatch,
+    NotAPack,
+    NotFound,
+    PackLocked,
+    StorageError,
+    UnsupportedVersion,
+)
+from .format import FORMAT_VERSION
+from .index import get_index_path
+from .inputs import collect_sources
+from .packing import PackResult, pack, pack_sources
+from .reader import PackReader, open_pack
+from .scan import rebuild_index
+from .verify import self_check
+from .writer import PackWriter
+
+__all__ = [
+    "FORMAT_VERSION",
+    "ChecksumMismatch",
+    "FormatError",
+    "FrameOutOfRange",
+    "HframeError",
+    "IncompletePack",
+    "IndexMismatch",
+    "InputError",
+    "IntegrityError",
+    "MagicMismatch",
+    "NotAPack",
+    "NotFound",
+    "PackLocked",
+    "PackReader",
+    "PackResult",
+    "PackWriter",
+    "StorageError",
+    "UnsupportedVersion",
+    "__version__",
+    "collect_sources",
+    "get_index_path",
+    "open_pack",
+    "pack",
+    "pack_sources",
+    "rebuild_index",
+    "self_check",
+]

@@ -1,0 +1,213 @@
+"""The ``hframe`` command: typer options → one core call → render. Errors → exit codes in ``main``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import __version__, render
+from .errors import (
+    EXIT_DATA,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    HframeError,
+    InputError,
+)
+
+app = typer.Typer(
+    name="hframe",
+    help="Build and inspect frame packs: many small media files in one file, with a Parquet index.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary; errors only.")]
+
+
+class RowFormat(str, Enum):
+    table = "table"
+    tsv = "tsv"
+    csv = "csv"
+    jsonl = "jsonl"
+    json = "json"
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"hframe {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Build and inspect frame packs: many small media files in one file, with a Parquet index."""
+
+
+def _frame_key(frame: str, by_name: bool) -> int | str:
+    return int(frame) if frame.isdigit() and not by_name else frame
+
+
+@app.command()
+def pack(
+    sources: Annotated[list[str], typer.Argument(help="Files, folders (recursive), or - for a list on stdin.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The pack to write (.hframe).")],
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing pack.")] = False,
+    align: Annotated[int, typer.Option("--align", help="Start every payload on a multiple of N bytes (4096 for O_DIRECT).")] = 1,
+    created: Annotated[Optional[str], typer.Option("--created", help="Fixed creation time (epoch seconds or ISO 8601); makes the output reproducible. Default: SOURCE_DATE_EPOCH, else now.")] = None,
+    include: Annotated[Optional[list[str]], typer.Option("--include", help="Only names matching this glob (repeatable).")] = None,
+    exclude: Annotated[Optional[list[str]], typer.Option("--exclude", help="Leave out names matching this glob (repeatable).")] = None,
+    base: Annotated[Optional[str], typer.Option("--base", help="Name files relative to this folder.")] = None,
+    null: Annotated[bool, typer.Option("--null", "-0", help="The stdin list is NUL-separated (find -print0).")] = False,
+    skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Leave out unreadable, vanished, changed, empty, oversized or duplicate inputs instead of failing.")] = False,
+    allow_empty: Annotated[bool, typer.Option("--allow-empty", help="Pack zero-byte files as empty frames.")] = False,
+    max_frame_bytes: Annotated[str, typer.Option("--max-frame-bytes", help="Refuse inputs larger than this (e.g. 256MiB).")] = "1GiB",
+    self_check: Annotated[int, typer.Option("--self-check", help="Frames read back from disk and checked before publishing.")] = 20,
+    workers: Annotated[Optional[int], typer.Option("--workers", help="Threads reading and hashing sources.", min=1)] = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Pack files into OUTPUT and its index OUTPUT.index.parquet, self-check, then publish."""
+    from .inputs import collect_sources
+    from .packing import pack_sources, parse_created
+    from .units import parse_size
+
+    created_us = parse_created(created)
+    srcs = collect_sources(
+        sources, stdin=sys.stdin.buffer, null_separated=null, include=include or (),
+        exclude=exclude or (), base=base, output=os.fspath(output), skip_bad=skip_bad,
+        max_frame_bytes=parse_size(max_frame_bytes, "--max-frame-bytes"), allow_empty=allow_empty,
+    )
+    with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
+        result = pack_sources(
+            srcs, output, alignment=align, created_us=created_us, force=force, skip_bad=skip_bad,
+            self_check_frames=self_check, workers=workers, on_progress=on_progress,
+        )
+    render.pack_summary(result, json_out, quiet)
+
+
+@app.command("dump-header")
+def dump_header(
+    pack: Annotated[Path, typer.Argument(help="The pack file.")],
+    frame: Annotated[Optional[str], typer.Option("--frame", help="Hex-dump this frame (id, or name) instead.")] = None,
+    nbytes: Annotated[int, typer.Option("--bytes", help="How many leading bytes of --frame to show.", min=0)] = 16,
+    by_name: Annotated[bool, typer.Option("--name", help="Treat --frame as a name even if it is all digits.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show the header, trailer and index metadata of PACK (exit 1 if incomplete or mismatched)."""
+    from .describe import describe_pack, frame_head
+    from .reader import open_pack
+
+    if frame is not None:
+        with open_pack(pack) as reader:
+            render.frame_head(frame_head(reader, _frame_key(frame, by_name), nbytes), json_out)
+        return
+    doc = describe_pack(pack)
+    render.dump_header(doc, json_out)
+    if not doc["ok"]:
+        raise typer.Exit(EXIT_DATA)
+
+
+@app.command()
+def index(
+    pack: Annotated[Path, typer.Argument(help="The pack file.")],
+    fmt: Annotated[Optional[RowFormat], typer.Option("--format", "-f", help="Row format (default: table on a terminal, tsv on a pipe).")] = None,
+    columns: Annotated[Optional[str], typer.Option("--columns", "-c", help="Comma-separated columns to print.")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Only frames whose name matches this glob.")] = None,
+    no_header: Annotated[bool, typer.Option("--no-header", help="No header row in tsv/csv.")] = False,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="Recreate PACK.index.parquet from the pack alone.")] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Print the index rows of PACK, or rebuild its index from the pack alone."""
+    from .index import get_index_path, select_rows
+    from .reader import open_pack
+    from .scan import rebuild_index
+
+    if rebuild:
+        meta = rebuild_index(pack, get_index_path(pack))
+        if not quiet:
+            render.note(f"rebuilt {get_index_path(pack)}: {meta.frame_count} frames")
+        return
+    cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
+    with open_pack(pack) as reader:
+        table = select_rows(reader.table, cols, name)
+    render.index_rows(table, fmt.value if fmt else None, header=not no_header)
+
+
+@app.command()
+def get(
+    pack: Annotated[Path, typer.Argument(help="The pack file.")],
+    frame: Annotated[str, typer.Argument(help="Frame id, or name as stored in the index.")],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
+    by_name: Annotated[bool, typer.Option("--name", help="Treat FRAME as a name even if it is all digits.")] = False,
+) -> None:
+    """Write the exact bytes of one frame to stdout or -o FILE (never to a terminal)."""
+    from .reader import open_pack
+
+    if output is None and render.interactive(sys.stdout):
+        raise InputError("refusing to write binary frame data to a terminal; redirect stdout or use -o FILE")
+    with open_pack(pack) as reader:
+        data = reader.read(_frame_key(frame, by_name))
+    if output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        tmp = output.with_name(output.name + ".partial")
+        tmp.write_bytes(data)
+        os.replace(tmp, output)
+
+
+_INTERRUPTED = "interrupted; nothing was published (a partial pack, if any, keeps its .partial name)"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app and turn every error into one stderr line and an exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args or os.environ.get("HFRAME_DEBUG") == "1"
+    code = EXIT_OK
+    try:
+        rv = app(args=args, prog_name="hframe", standalone_mode=False)
+        code = rv if isinstance(rv, int) else EXIT_OK
+        if code == EXIT_INTERRUPTED:  # typer turns KeyboardInterrupt into Exit(130)
+            render.error(_INTERRUPTED)
+    except HframeError as e:
+        if debug:
+            raise
+        render.error(str(e))
+        code = e.exit_code
+    except typer.Exit as e:
+        code = e.exit_code
+    except typer.TyperException as e:  # usage errors: bad flags, missing arguments
+        show = getattr(e, "show", None)
+        if callable(show):
+            show()
+        else:
+            render.error(e.format_message())
+        code = EXIT_USAGE
+    except (KeyboardInterrupt, typer.Abort):
+        render.error(_INTERRUPTED)
+        code = EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader went away (`| head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = EXIT_OK
+    except Exception as e:  # noqa: BLE001 - the last line of defence
+        if debug:
+            raise
+        render.error(f"internal error: {type(e).__name__}: {e} (rerun with --debug for a traceback)")
+        code = EXIT_INTERNAL
+    sys.exit(code)

@@ -1,0 +1,96 @@
+"""What ``dump-header`` shows: header, trailer and index metadata of a pack, and frame heads.
+
+Unlike ``PackReader`` this is tolerant: an incomplete pack or a missing index is described
+(with the reason) rather than refused, because that is when people look.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .errors import FormatError, HframeError, IncompletePack
+from .format import HEADER_SIZE, MAGIC, TRAILER_SIZE, Header, Trailer, sniff_media_type
+from .index import format_time_us, get_index_path, read_index_meta
+from .reader import FrameKey, PackReader
+from .storage import open_storage
+
+__all__ = ["describe_pack", "frame_head"]
+
+
+def describe_pack(path: str | os.PathLike[str], index_path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Header, trailer (or why there is none) and index metadata (or why it is unusable).
+
+    Raises:
+        NotAPack / UnsupportedVersion / FormatError: the header itself is unreadable.
+    """
+    storage = open_storage(path)
+    try:
+        size = storage.size()
+        header = Header.decode(storage.read_at(0, HEADER_SIZE), storage.location)
+        out: dict[str, Any] = {
+            "ok": True,
+            "pack": storage.location,
+            "pack_bytes": size,
+            "header": {
+                "magic": MAGIC.hex(" "),
+                "format_version": f"{header.version[0]}.{header.version[1]}",
+                "uuid": str(header.uuid),
+                "created": format_time_us(header.created_us),
+                "created_us": header.created_us,
+                "alignment": header.alignment,
+                "flags": header.flags,
+                "header_bytes": HEADER_SIZE,
+            },
+        }
+        tail = storage.read_at(size - TRAILER_SIZE, TRAILER_SIZE) if size >= TRAILER_SIZE else b""
+        try:
+            trailer = Trailer.decode(tail, size, header, storage.location)
+            out["complete"] = True
+            out["trailer"] = {
+                "frame_count": trailer.frame_count,
+                "payload_bytes": trailer.payload_bytes,
+                "data_end": trailer.data_end,
+                "trailer_bytes": TRAILER_SIZE,
+            }
+        except IncompletePack as e:
+            out["ok"] = False
+            out["complete"] = False
+            out["trailer"] = None
+            out["problem"] = str(e)
+            trailer = None
+        ipath = os.fspath(index_path) if index_path is not None else os.fspath(get_index_path(storage.location))
+        try:
+            meta = read_index_meta(ipath)
+            out["index"] = {"path": ipath, **meta.__dict__}
+            if trailer is not None:
+                try:
+                    meta.check_pack(str(header.uuid), size, trailer.frame_count, ipath)
+                except FormatError as e:
+                    out["ok"] = False
+                    out["index_problem"] = str(e)
+        except HframeError as e:
+            out["index"] = None
+            out["index_problem"] = str(e)
+        return out
+    finally:
+        storage.close()
+
+
+def frame_head(reader: PackReader, key: FrameKey, nbytes: int) -> dict[str, Any]:
+    """The first ``nbytes`` bytes of a frame, hex-dumped, with where they lie and their type."""
+    i = reader.frame_id(key)
+    offset, length = reader.range_of(i)
+    data = reader.head(i, nbytes)
+    row = reader.row(i)
+    return {
+        "frame_id": i,
+        "name": row["name"],
+        "offset": offset,
+        "length": length,
+        "md5": row["md5"],
+        "media_type": row["media_type"],
+        "sniffed_type": sniff_media_type(data),
+        "bytes": len(data),
+        "hex": data.hex(" "),
+    }

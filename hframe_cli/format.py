@@ -1,0 +1,267 @@
+"""The pack byte layout (format v1): header, record headers, trailer, magic sniffing.
+
+This module is the only place that knows byte positions. ``man/hframe.5`` documents
+the same layout for people; keep the two in step. All integers are little-endian.
+
+::
+
+    offset 0      header     128 bytes  (HEADER below)
+                  record 0   record header (RECORD_FIXED + name + extra + zero padding)
+                             payload: the source bytes verbatim, ``length`` bytes
+                  record 1   ...
+    size - 64     trailer    64 bytes   (TRAILER below); written last, marks the pack complete
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+import zlib
+from dataclasses import dataclass
+
+from .errors import FormatError, IncompletePack, NotAPack, UnsupportedVersion
+
+__all__ = [
+    "FORMAT_VERSION",
+    "HEADER_SIZE",
+    "MAGIC",
+    "MEDIA_TYPES",
+    "RECORD_MAGIC",
+    "SUPPORTED_MAJOR",
+    "TRAILER_MAGIC",
+    "TRAILER_SIZE",
+    "Header",
+    "RecordHeader",
+    "Trailer",
+    "align_up",
+    "record_header_size",
+    "sniff_media_type",
+]
+
+#: (major, minor). Readers accept any minor of a supported major; a new major is refused.
+FORMAT_VERSION = (1, 0)
+SUPPORTED_MAJOR = (1,)
+
+MAGIC = b"\x89HFRAME\n"  # 8 bytes; the high bit and \n catch 7-bit and newline-mangling transfers
+TRAILER_MAGIC = b"\x89HFEND\r\n"  # 8 bytes
+RECORD_MAGIC = b"HFR1"  # 4 bytes
+
+# header: magic, major, minor, header_size, flags, alignment, created_us, uuid, reserved, crc32
+_HEADER = struct.Struct("<8sHHIIIq16s76xI")
+HEADER_SIZE = _HEADER.size  # 128
+
+# record: magic, header_size, frame_id, length, raw_length, md5, mtime_ns, codec, kind,
+#         name_len, extra_len, flags, crc32; followed by name, extra, zero padding
+_RECORD = struct.Struct("<4sIQQQ16sqHHIIII")
+RECORD_FIXED = _RECORD.size  # 76
+
+# trailer: magic, major, minor, trailer_size, frame_count, payload_bytes, data_end, uuid,
+#          flags, crc32
+_TRAILER = struct.Struct("<8sHHIQQQ16sII")
+TRAILER_SIZE = _TRAILER.size  # 64
+
+FLAG_ALIGNED = 1  # header flag: payloads start on multiples of ``alignment``
+
+#: Codec ids stored in record headers (the registry of names lives in the index schema).
+CODEC_IDS = {"none": 0, "zstd": 1}
+#: Frame kinds stored in record headers.
+KIND_IDS = {"image": 0, "video_frame": 1, "blob": 2}
+KIND_NAMES = {v: k for k, v in KIND_IDS.items()}
+CODEC_NAMES = {v: k for k, v in CODEC_IDS.items()}
+
+MAX_NAME_BYTES = 65535
+MAX_EXTRA_BYTES = 1 << 20
+
+
+def _crc(data: bytes) -> int:
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def align_up(value: int, alignment: int) -> int:
+    """Round ``value`` up to a multiple of ``alignment`` (a power of two, or 1)."""
+    return (value + alignment - 1) & ~(alignment - 1)
+
+
+@dataclass(frozen=True)
+class Header:
+    """The fixed header at offset 0."""
+
+    uuid: uuid.UUID
+    created_us: int
+    alignment: int = 1
+    version: tuple[int, int] = FORMAT_VERSION
+    flags: int = 0
+
+    def encode(self) -> bytes:
+        flags = self.flags | (FLAG_ALIGNED if self.alignment > 1 else 0)
+        body = _HEADER.pack(
+            MAGIC, self.version[0], self.version[1], HEADER_SIZE, flags,
+            self.alignment, self.created_us, self.uuid.bytes, 0,
+        )
+        return body[:-4] + struct.pack("<I", _crc(body[:-4]))
+
+    @classmethod
+    def decode(cls, data: bytes, where: str = "pack") -> Header:
+        """Parse and validate a header; ``where`` names the file in error messages."""
+        if len(data) < len(MAGIC) or data[: len(MAGIC)] != MAGIC:
+            found = data[:8].hex(" ") if data else "an empty file"
+            raise NotAPack(f"{where}: not a frame pack (expected magic {MAGIC.hex(' ')}, found {found})")
+        if len(data) < HEADER_SIZE:
+            raise IncompletePack(f"{where}: header truncated ({len(data)} of {HEADER_SIZE} bytes)")
+        magic, major, minor, size, flags, alignment, created_us, raw_uuid, crc = _HEADER.unpack(
+            data[:HEADER_SIZE]
+        )
+        if major not in SUPPORTED_MAJOR:
+            raise UnsupportedVersion(
+                f"{where}: format version {major}.{minor} is not supported "
+                f"(this hframe reads major version {', '.join(map(str, SUPPORTED_MAJOR))})"
+            )
+        if crc != _crc(data[: HEADER_SIZE - 4]):
+            raise FormatError(f"{where}: header checksum mismatch (header bytes are corrupt)")
+        if size != HEADER_SIZE or alignment < 1 or alignment & (alignment - 1):
+            raise FormatError(f"{where}: header fields invalid (size {size}, alignment {alignment})")
+        return cls(uuid.UUID(bytes=raw_uuid), created_us, alignment, (major, minor), flags & ~FLAG_ALIGNED)
+
+
+def record_header_size(record_offset: int, name_len: int, extra_len: int, alignment: int) -> int:
+    """Size of a record header starting at ``record_offset``, padding included."""
+    end = record_offset + RECORD_FIXED + name_len + extra_len
+    return align_up(end, alignment) - record_offset
+
+
+@dataclass(frozen=True)
+class RecordHeader:
+    """The header written before each payload; enough to rebuild the index from the pack."""
+
+    frame_id: int
+    length: int
+    raw_length: int
+    md5: bytes
+    mtime_ns: int
+    name: bytes
+    extra: bytes = b""
+    codec: int = 0
+    kind: int = 0
+    flags: int = 0
+
+    def encode(self, record_offset: int, alignment: int) -> bytes:
+        size = record_header_size(record_offset, len(self.name), len(self.extra), alignment)
+        fixed = _RECORD.pack(
+            RECORD_MAGIC, size, self.frame_id, self.length, self.raw_length, self.md5,
+            self.mtime_ns, self.codec, self.kind, len(self.name), len(self.extra), self.flags, 0,
+        )
+        crc = _crc(fixed[:-4] + self.name + self.extra)
+        pad = size - RECORD_FIXED - len(self.name) - len(self.extra)
+        return fixed[:-4] + struct.pack("<I", crc) + self.name + self.extra + b"\0" * pad
+
+    @staticmethod
+    def fixed_size() -> int:
+        return RECORD_FIXED
+
+    @classmethod
+    def decode(cls, fixed: bytes, read_rest: bytes | None, where: str) -> tuple[RecordHeader, int]:
+        """Parse a record header.
+
+        Args:
+            fixed: the first ``RECORD_FIXED`` bytes of the record.
+            read_rest: the name and extra bytes that follow (``name_len + extra_len`` bytes),
+                or ``None`` to only parse ``fixed`` and return lengths via the header.
+            where: a location for error messages, such as ``"x.hframe: offset 128"``.
+
+        Returns:
+            The header and its total size (padding included).
+        """
+        if len(fixed) < RECORD_FIXED or fixed[:4] != RECORD_MAGIC:
+            raise FormatError(f"{where}: no record header (found {fixed[:4].hex(' ') or 'end of file'})")
+        (_, size, frame_id, length, raw_length, md5, mtime_ns, codec, kind, name_len, extra_len,
+         flags, crc) = _RECORD.unpack(fixed[:RECORD_FIXED])
+        rest = read_rest if read_rest is not None else b""
+        if read_rest is not None:
+            if len(rest) != name_len + extra_len or crc != _crc(fixed[: RECORD_FIXED - 4] + rest):
+                raise FormatError(f"{where}: record header checksum mismatch (record header is corrupt)")
+        if size < RECORD_FIXED + name_len + extra_len:
+            raise FormatError(f"{where}: record header size {size} is too small")
+        header = cls(frame_id, length, raw_length, md5, mtime_ns, rest[:name_len],
+                     rest[name_len:], codec, kind, flags)
+        return header, size
+
+    @staticmethod
+    def name_extra_lengths(fixed: bytes) -> tuple[int, int]:
+        """The (name_len, extra_len) stored in a record's fixed part."""
+        fields = _RECORD.unpack(fixed[:RECORD_FIXED])
+        return fields[9], fields[10]
+
+
+@dataclass(frozen=True)
+class Trailer:
+    """The fixed trailer at the end of a complete pack."""
+
+    frame_count: int
+    payload_bytes: int
+    data_end: int
+    uuid: uuid.UUID
+    version: tuple[int, int] = FORMAT_VERSION
+    flags: int = 0
+
+    def encode(self) -> bytes:
+        body = _TRAILER.pack(
+            TRAILER_MAGIC, self.version[0], self.version[1], TRAILER_SIZE, self.frame_count,
+            self.payload_bytes, self.data_end, self.uuid.bytes, self.flags, 0,
+        )
+        return body[:-4] + struct.pack("<I", _crc(body[:-4]))
+
+    @classmethod
+    def decode(cls, data: bytes, file_size: int, header: Header, where: str = "pack") -> Trailer:
+        """Parse the last ``TRAILER_SIZE`` bytes of a pack and check them against its header."""
+        if file_size < HEADER_SIZE + TRAILER_SIZE or len(data) != TRAILER_SIZE or data[:8] != TRAILER_MAGIC:
+            raise IncompletePack(
+                f"{where}: incomplete pack: no trailer (truncated, or still being written; "
+                f"{file_size} bytes)"
+            )
+        magic, major, minor, size, count, payload, data_end, raw_uuid, flags, crc = _TRAILER.unpack(data)
+        if crc != _crc(data[:-4]):
+            raise IncompletePack(f"{where}: incomplete pack: trailer checksum mismatch")
+        if data_end != file_size - TRAILER_SIZE:
+            raise IncompletePack(
+                f"{where}: incomplete pack: trailer says data ends at {data_end}, "
+                f"file has {file_size - TRAILER_SIZE} bytes before the trailer"
+            )
+        if raw_uuid != header.uuid.bytes:
+            raise FormatError(f"{where}: trailer UUID {uuid.UUID(bytes=raw_uuid)} differs from header {header.uuid}")
+        if (major, minor) != header.version or size != TRAILER_SIZE:
+            raise FormatError(f"{where}: trailer version {major}.{minor} differs from header")
+        return cls(count, payload, data_end, uuid.UUID(bytes=raw_uuid), (major, minor), flags)
+
+
+#: Media types sniffed from magic bytes, in the order they are tried.
+MEDIA_TYPES = ("jpeg", "png", "gif", "webp", "bmp", "tiff", "unknown")
+
+_SIGNATURES: tuple[tuple[str, bytes], ...] = (
+    ("jpeg", b"\xff\xd8\xff"),
+    ("png", b"\x89PNG\r\n\x1a\n"),
+    ("gif", b"GIF87a"),
+    ("gif", b"GIF89a"),
+    ("bmp", b"BM"),
+    ("tiff", b"II*\x00"),
+    ("tiff", b"MM\x00*"),
+)
+
+SNIFF_BYTES = 12
+
+
+def sniff_media_type(head: bytes) -> str:
+    """Name the media type of a frame from its first bytes (``SNIFF_BYTES`` suffice)."""
+    for name, sig in _SIGNATURES:
+        if head.startswith(sig):
+            return name
+    if len(head) >= 12 and head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    return "unknown"
+
+
+def expected_magic(media_type: str) -> bytes | None:
+    """The leading bytes every frame of ``media_type`` starts with (None when unknown)."""
+    for name, sig in _SIGNATURES:
+        if name == media_type:
+            return sig[:3] if name == "gif" else sig
+    return b"RIFF" if media_type == "webp" else None

@@ -1,0 +1,369 @@
+"""The Parquet index: its schema, metadata keys, file naming, building, reading and writing.
+
+This module is the one place that knows the index columns (``man/hframe.5`` documents them).
+Rows are accumulated in compact typed arrays (``IndexBuilder``), never as one Python
+object per frame, so memory grows by tens of bytes per frame, not kilobytes.
+"""
+
+from __future__ import annotations
+
+import binascii
+import os
+import re
+from array import array
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .errors import FormatError, IndexMismatch, InputError, UnsupportedVersion
+from .format import CODEC_NAMES, FORMAT_VERSION, KIND_NAMES, MEDIA_TYPES
+
+__all__ = [
+    "INDEX_SCHEMA",
+    "INDEX_SCHEMA_VERSION",
+    "INDEX_SUFFIX",
+    "SCHEMA",
+    "IndexBuilder",
+    "IndexMeta",
+    "get_index_path",
+    "read_index",
+    "read_index_meta",
+    "write_index",
+]
+
+INDEX_SUFFIX = ".index.parquet"
+#: (major, minor) of the index schema; readers refuse a newer major.
+INDEX_SCHEMA_VERSION = (1, 0)
+INDEX_SCHEMA = f"{INDEX_SCHEMA_VERSION[0]}.{INDEX_SCHEMA_VERSION[1]}"
+ROW_GROUP_SIZE = 1 << 20
+
+SCHEMA = pa.schema(
+    [
+        pa.field("frame_id", pa.int64(), nullable=False),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("name_raw", pa.binary()),  # exact bytes, only where name is not valid UTF-8
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("length", pa.int64(), nullable=False),
+        pa.field("md5", pa.string(), nullable=False),
+        pa.field("media_type", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("codec", pa.string(), nullable=False),
+        pa.field("raw_length", pa.int64(), nullable=False),
+        pa.field("source_size", pa.int64(), nullable=False),
+        pa.field("source_mtime", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("label", pa.string()),
+        pa.field("split", pa.string()),
+        pa.field("width", pa.int32()),
+        pa.field("height", pa.int32()),
+        pa.field("source", pa.string()),
+        pa.field("frame_index", pa.int64()),
+        pa.field("pts_s", pa.float64()),
+        pa.field("keyframe", pa.bool_()),
+        pa.field("record_offset", pa.int64(), nullable=False),
+    ]
+)
+COLUMNS = tuple(SCHEMA.names)
+
+_META_PREFIX = "hframe."
+
+
+def get_index_path(pack_path: str | os.PathLike[str]) -> Path:
+    """The index file that belongs to a pack: ``<pack>.index.parquet``."""
+    return Path(os.fspath(pack_path) + INDEX_SUFFIX)
+
+
+def format_time_us(created_us: int) -> str:
+    """ISO 8601 UTC with microseconds, as stored in ``hframe.pack_time``."""
+    dt = datetime.fromtimestamp(created_us / 1_000_000, tz=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class IndexMeta:
+    """The index-level metadata stored in the Parquet schema metadata."""
+
+    format_version: str
+    index_schema_version: str
+    pack_uuid: str
+    pack_time: str
+    frame_count: int
+    pack_bytes: int
+    payload_bytes: int
+    alignment: int
+    hframe_version: str
+
+    def to_metadata(self) -> dict[bytes, bytes]:
+        return {
+            (_META_PREFIX + k).encode(): str(v).encode() for k, v in self.__dict__.items()
+        }
+
+    @classmethod
+    def from_metadata(cls, md: dict[bytes, bytes] | None, where: str) -> IndexMeta:
+        md = md or {}
+        values: dict[str, Any] = {}
+        for key in cls.__dataclass_fields__:
+            raw = md.get((_META_PREFIX + key).encode())
+            if raw is None:
+                raise FormatError(f"{where}: not an hframe index (metadata key {_META_PREFIX}{key} missing)")
+            values[key] = raw.decode()
+        major = int(values["index_schema_version"].split(".")[0])
+        if major != INDEX_SCHEMA_VERSION[0]:
+            raise UnsupportedVersion(
+                f"{where}: index schema version {values['index_schema_version']} is not supported "
+                f"(this hframe reads {INDEX_SCHEMA_VERSION[0]}.x)"
+            )
+        for key in ("frame_count", "pack_bytes", "payload_bytes", "alignment"):
+            values[key] = int(values[key])
+        return cls(**values)
+
+    def check_pack(self, pack_uuid: str, pack_bytes: int, frame_count: int, where: str) -> None:
+        """Refuse an index that describes another pack, naming the field that differs."""
+        for field, mine, theirs in (
+            ("pack UUID", self.pack_uuid, pack_uuid),
+            ("pack size", self.pack_bytes, pack_bytes),
+            ("frame count", self.frame_count, frame_count),
+        ):
+            if mine != theirs:
+                raise IndexMismatch(
+                    f"{where}: index does not belong to this pack ({field}: index {mine}, pack {theirs}); "
+                    "rebuild it with 'hframe index PACK --rebuild'"
+                )
+
+
+def label_of(name: bytes) -> bytes | None:
+    """The ImageFolder-style label of a frame: the name of its parent folder, if any."""
+    cut = name.rfind(b"/")
+    if cut <= 0:
+        return None
+    return name[name.rfind(b"/", 0, cut) + 1 : cut]
+
+
+def display_name(name: bytes) -> str:
+    """The ``name`` column value: UTF-8 text; invalid bytes shown as ``\\xNN``."""
+    return name.decode("utf-8", "backslashreplace")
+
+
+class IndexBuilder:
+    """Accumulates index rows in typed arrays and turns them into an Arrow table."""
+
+    def __init__(self) -> None:
+        self._name_data = bytearray()
+        self._name_offsets = array("q", [0])
+        self._invalid_names: dict[int, bytes] = {}
+        self._ints = {k: array("q") for k in (
+            "offset", "length", "raw_length", "source_size", "mtime_us", "record_offset")}
+        self._md5 = bytearray()
+        self._codes = {k: array("b") for k in ("media_type", "kind", "codec")}
+        self._labels: dict[bytes, int] = {}
+        self._label_idx = array("i")
+
+    def __len__(self) -> int:
+        return len(self._label_idx)
+
+    def append(
+        self,
+        *,
+        name: bytes,
+        offset: int,
+        length: int,
+        md5: bytes,
+        media_type: str,
+        kind: int,
+        codec: int,
+        raw_length: int,
+        source_size: int,
+        mtime_ns: int,
+        record_offset: int,
+    ) -> None:
+        """Add the row for the next frame (its frame id is the current length)."""
+        row = len(self)
+        self._name_data += name
+        self._name_offsets.append(len(self._name_data))
+        try:
+            name.decode("utf-8")
+        except UnicodeDecodeError:
+            self._invalid_names[row] = name
+        ints = self._ints
+        ints["offset"].append(offset)
+        ints["length"].append(length)
+        ints["raw_length"].append(raw_length)
+        ints["source_size"].append(source_size)
+        ints["mtime_us"].append(mtime_ns // 1000)
+        ints["record_offset"].append(record_offset)
+        self._md5 += md5
+        self._codes["media_type"].append(MEDIA_TYPES.index(media_type))
+        self._codes["kind"].append(kind)
+        self._codes["codec"].append(codec)
+        label = label_of(name)
+        if label is None:
+            self._label_idx.append(-1)
+        else:
+            self._label_idx.append(self._labels.setdefault(label, len(self._labels)))
+
+    def truncate(self, rows: int) -> None:
+        """Drop rows past ``rows`` (used when a frame is abandoned mid-write)."""
+        while len(self) > rows:
+            self._label_idx.pop()
+            for a in self._ints.values():
+                a.pop()
+            for c in self._codes.values():
+                c.pop()
+            self._name_offsets.pop()
+            self._invalid_names.pop(len(self), None)
+        del self._name_data[self._name_offsets[-1] :]
+        del self._md5[rows * 16 :]
+
+    def md5_hex(self, row: int) -> str:
+        return bytes(self._md5[row * 16 : row * 16 + 16]).hex()
+
+    def to_table(self, meta: IndexMeta) -> pa.Table:
+        n = len(self)
+        names_bin = pa.Array.from_buffers(
+            pa.large_binary(), n,
+            [None, pa.py_buffer(self._name_offsets.tobytes()), pa.py_buffer(bytes(self._name_data))],
+        )
+        if self._invalid_names:
+            fixed = names_bin.to_pylist()
+            raw: list[bytes | None] = [None] * n
+            for row, value in self._invalid_names.items():
+                fixed[row] = display_name(value).encode()
+                raw[row] = value
+            name = pa.array(fixed, pa.large_binary()).cast(pa.string())
+            name_raw = pa.array(raw, pa.binary())
+        else:
+            name = names_bin.cast(pa.large_string()).cast(pa.string())
+            name_raw = pa.nulls(n, pa.binary())
+
+        def ints(key: str, typ: pa.DataType = pa.int64()) -> pa.Array:
+            return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self._ints[key].tobytes())]).cast(typ)
+
+        def coded(key: str, names: tuple[str, ...] | dict[int, str]) -> pa.Array:
+            values = list(names.values()) if isinstance(names, dict) else list(names)
+            keys = list(names.keys()) if isinstance(names, dict) else list(range(len(names)))
+            lookup = [""] * (max(keys) + 1)
+            for k, v in zip(keys, values):
+                lookup[k] = v
+            idx = pa.Array.from_buffers(pa.int8(), n, [None, pa.py_buffer(self._codes[key].tobytes())])
+            return pa.DictionaryArray.from_arrays(idx, pa.array(lookup)).cast(pa.string())
+
+        label_dict = pa.array([display_name(k) for k in self._labels], pa.string())
+        label_idx = pa.array(self._label_idx, pa.int32())
+        label_idx = pc.if_else(pc.less(label_idx, 0), pa.scalar(None, pa.int32()), label_idx)
+        label = pa.DictionaryArray.from_arrays(label_idx, label_dict).cast(pa.string())
+        md5_hex = binascii.hexlify(bytes(self._md5))
+        md5_col = pa.Array.from_buffers(
+            pa.string(), n, [None, pa.py_buffer(array("i", range(0, 32 * n + 1, 32)).tobytes()),
+                             pa.py_buffer(md5_hex)],
+        )
+        columns = {
+            "frame_id": pa.array(range(n), pa.int64()),
+            "name": name,
+            "name_raw": name_raw,
+            "offset": ints("offset"),
+            "length": ints("length"),
+            "md5": md5_col,
+            "media_type": coded("media_type", MEDIA_TYPES),
+            "kind": coded("kind", KIND_NAMES),
+            "codec": coded("codec", CODEC_NAMES),
+            "raw_length": ints("raw_length"),
+            "source_size": ints("source_size"),
+            "source_mtime": ints("mtime_us").view(pa.timestamp("us", tz="UTC")),
+            "label": label,
+            "split": pa.nulls(n, pa.string()),
+            "width": pa.nulls(n, pa.int32()),
+            "height": pa.nulls(n, pa.int32()),
+            "source": pa.nulls(n, pa.string()),
+            "frame_index": pa.nulls(n, pa.int64()),
+            "pts_s": pa.nulls(n, pa.float64()),
+            "keyframe": pa.nulls(n, pa.bool_()),
+            "record_offset": ints("record_offset"),
+        }
+        table = pa.table(columns, schema=SCHEMA)
+        return table.replace_schema_metadata(meta.to_metadata())
+
+
+def write_index(table: pa.Table, path: str | os.PathLike[str]) -> None:
+    """Write ``table`` as Parquet (zstd, large row groups) to ``path`` and fsync it."""
+    with open(path, "wb") as f:
+        pq.write_table(
+            table, f, compression="zstd", row_group_size=ROW_GROUP_SIZE,
+            use_dictionary=["name", "media_type", "kind", "codec", "label", "split", "source"],
+            write_statistics=["frame_id", "offset", "record_offset"],
+        )
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_index_meta(path: str | os.PathLike[str]) -> IndexMeta:
+    """Read only the metadata of an index file."""
+    where = os.fspath(path)
+    try:
+        schema = pq.read_schema(path)
+    except FileNotFoundError as e:
+        raise InputError(f"{where}: index not found (rebuild it with 'hframe index PACK --rebuild')") from e
+    except (pa.ArrowInvalid, OSError) as e:
+        raise FormatError(f"{where}: not a readable Parquet index ({e})") from e
+    return IndexMeta.from_metadata(schema.metadata, where)
+
+
+def read_index(path: str | os.PathLike[str], columns: list[str] | None = None) -> pa.Table:
+    """Read index rows (all columns, or only ``columns``)."""
+    where = os.fspath(path)
+    try:
+        return pq.read_table(path, columns=columns)
+    except FileNotFoundError as e:
+        raise InputError(f"{where}: index not found (rebuild it with 'hframe index PACK --rebuild')") from e
+    except (pa.ArrowInvalid, OSError) as e:
+        raise FormatError(f"{where}: not a readable Parquet index ({e})") from e
+
+
+def current_format_version() -> str:
+    return f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}"
+
+
+def glob_to_regex(glob: str) -> str:
+    """A shell glob (``*``, ``?``, ``[...]``) as an anchored RE2 regex; ``*`` crosses ``/``."""
+    out = ["^"]
+    i = 0
+    while i < len(glob):
+        c = glob[i]
+        if c == "*":
+            out.append(".*")
+        elif c == "?":
+            out.append(".")
+        elif c == "[":
+            j = glob.find("]", i + 2 if glob[i + 1 : i + 2] in ("!", "]") else i + 1)
+            if j < 0:
+                out.append(re.escape(c))
+            else:
+                body = glob[i + 1 : j]
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append("[" + body.replace("\\", "\\\\") + "]")
+                i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    out.append("$")
+    return "".join(out)
+
+
+def select_rows(table: pa.Table, columns: list[str] | None = None, name_glob: str | None = None) -> pa.Table:
+    """Index rows whose name matches ``name_glob``, with only ``columns`` (in that order).
+
+    Raises:
+        InputError: an unknown column name (the message lists the valid ones).
+    """
+    if columns:
+        unknown = [c for c in columns if c not in table.column_names]
+        if unknown:
+            raise InputError(f"unknown column {unknown[0]!r} (columns: {', '.join(table.column_names)})")
+    if name_glob:
+        mask = pc.match_substring_regex(table.column("name"), glob_to_regex(name_glob))
+        table = table.filter(mask)
+    return table.select(columns) if columns else table

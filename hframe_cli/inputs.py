@@ -1,0 +1,236 @@
+"""Turn command-line sources (files, folders, ``-`` lists) into a sorted, checked source list.
+
+Naming rules (``man/hframe.1``, PACK NAMES): files found under a folder argument are named
+relative to that folder; files given one by one (or on stdin) are named relative to their
+longest common parent folder; ``base`` overrides both. Names are POSIX paths kept as exact
+bytes, and the list is sorted by those bytes, so the same inputs always give the same order.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from .errors import InputError
+
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "Rejected", "Source", "SourceList", "collect_sources"]
+
+DEFAULT_MAX_FRAME_BYTES = 1 << 30  # 1 GiB: 4K wallpapers and raw arrays of tens of MB are normal
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One input file: where to read it and the name it gets in the pack."""
+
+    path: str
+    name: bytes
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """An input left out of the pack, and why."""
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+@dataclass
+class SourceList:
+    """The sorted sources and what was rejected on the way."""
+
+    sources: list[Source] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s.size for s in self.sources)
+
+
+def read_path_list(stream: BinaryIO, null_separated: bool) -> list[str]:
+    """Paths from a newline- (or NUL-) separated list, as ``os.fsdecode`` strings."""
+    data = stream.read()
+    parts = data.split(b"\0") if null_separated else data.splitlines()
+    return [os.fsdecode(p) for p in parts if p]
+
+
+def _is_under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+class _Collector:
+    def __init__(self, *, include: Sequence[str], exclude: Sequence[str], skip_bad: bool,
+                 max_frame_bytes: int, allow_empty: bool, forbidden: Sequence[str]) -> None:
+        self.include = list(include)
+        self.exclude = list(exclude)
+        self.skip_bad = skip_bad
+        self.max_frame_bytes = max_frame_bytes
+        self.allow_empty = allow_empty
+        self.forbidden = [os.path.realpath(p) for p in forbidden]
+        self.out = SourceList()
+
+    def reject(self, path: str, reason: str) -> None:
+        if not self.skip_bad:
+            raise InputError(f"{path}: {reason} (use --skip-bad to leave it out)")
+        self.out.rejected.append(Rejected(path, reason))
+
+    def wanted(self, name: str) -> bool:
+        if self.include and not any(fnmatch.fnmatchcase(name, g) for g in self.include):
+            return False
+        return not any(fnmatch.fnmatchcase(name, g) for g in self.exclude)
+
+    def add_file(self, path: str, name: str, st: os.stat_result | None = None) -> None:
+        if not self.wanted(name):
+            return
+        try:
+            st = st or os.stat(path)
+        except FileNotFoundError:
+            kind = "broken symlink" if os.path.islink(path) else "no such file"
+            self.reject(path, kind)
+            return
+        except OSError as e:
+            self.reject(path, f"cannot stat: {e.strerror}")
+            return
+        if not stat.S_ISREG(st.st_mode):
+            self.reject(path, "not a regular file")
+            return
+        if os.path.realpath(path) in self.forbidden:
+            raise InputError(f"{path}: is the output being written; put the output outside the input tree")
+        if st.st_size == 0 and not self.allow_empty:
+            self.reject(path, "zero-byte file (use --allow-empty to pack it)")
+            return
+        if st.st_size > self.max_frame_bytes:
+            self.reject(path, f"{st.st_size} bytes is larger than --max-frame-bytes {self.max_frame_bytes}")
+            return
+        self.out.sources.append(Source(path, os.fsencode(name).replace(os.sep.encode(), b"/"), st.st_size, st.st_mtime_ns))
+
+    def add_tree(self, root: str, base: str) -> None:
+        # Depth-first walk following symlinks, with the chain of real folders kept to spot loops.
+        stack: list[tuple[str, tuple[tuple[int, int], ...]]] = []
+        st = os.stat(root)
+        stack.append((root, ((st.st_dev, st.st_ino),)))
+        while stack:
+            folder, chain = stack.pop()
+            try:
+                entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            except OSError as e:
+                self.reject(folder, f"cannot list folder: {e.strerror}")
+                continue
+            for entry in entries:
+                path = entry.path
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=True)
+                except OSError:
+                    is_dir = False
+                if is_dir:
+                    try:
+                        est = os.stat(path)
+                    except OSError as e:
+                        self.reject(path, f"cannot stat: {e.strerror}")
+                        continue
+                    key = (est.st_dev, est.st_ino)
+                    if key in chain:
+                        self.reject(path, "symlink loop (links back to a folder above it)")
+                        continue
+                    stack.append((path, (*chain, key)))
+                    continue
+                if entry.is_symlink():
+                    try:
+                        est = os.stat(path)
+                    except OSError as e:
+                        reason = "symlink loop" if e.errno == 40 else "broken symlink"
+                        self.reject(path, reason)
+                        continue
+                    self.add_file(path, os.path.relpath(path, base), est)
+                else:
+                    try:
+                        self.add_file(path, os.path.relpath(path, base), entry.stat(follow_symlinks=False))
+                    except FileNotFoundError:
+                        self.reject(path, "vanished while listing")
+
+
+def collect_sources(
+    args: Iterable[str],
+    *,
+    stdin: BinaryIO | None = None,
+    null_separated: bool = False,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    base: str | None = None,
+    output: str | None = None,
+    skip_bad: bool = False,
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    allow_empty: bool = False,
+) -> SourceList:
+    """Expand sources into a sorted list of files to pack.
+
+    Args:
+        args: files, folders (walked recursively, following symlinks), or ``-`` for a list
+            on ``stdin``.
+        null_separated: the stdin list is NUL-separated (``find -print0``).
+        include, exclude: shell globs matched against the name in the pack.
+        base: name every file relative to this folder.
+        output: the pack being written; an output inside an input folder is refused.
+        skip_bad: leave bad inputs out (listed in ``rejected``) instead of raising.
+
+    Raises:
+        InputError: a bad input (without ``skip_bad``), a duplicate name, or no input at all.
+    """
+    forbidden = [output, output + ".partial"] if output else []
+    col = _Collector(include=include, exclude=exclude, skip_bad=skip_bad,
+                     max_frame_bytes=max_frame_bytes, allow_empty=allow_empty, forbidden=forbidden)
+    files: list[str] = []
+    folders: list[str] = []
+    for arg in args:
+        if arg == "-":
+            if stdin is None:
+                raise InputError("'-' given but no list on standard input")
+            files.extend(read_path_list(stdin, null_separated))
+        elif os.path.isdir(arg):
+            folders.append(arg)
+        else:
+            files.append(arg)
+    out_real = os.path.realpath(output) if output else None
+    for folder in folders:
+        if out_real and _is_under(out_real, os.path.realpath(folder)):
+            raise InputError(f"{output}: output is inside the input folder {folder}; write it elsewhere")
+        root_base = base if base is not None else folder
+        col.add_tree(folder, root_base)
+    if files:
+        common = base if base is not None else _common_parent(files)
+        for path in files:
+            rel = os.path.relpath(path, common)
+            if rel.startswith(".." + os.sep) or rel == "..":
+                raise InputError(f"{path}: not under --base {base}")
+            col.add_file(path, rel)
+    if base is not None:
+        for folder in folders:
+            if os.path.relpath(folder, base).startswith(".."):
+                raise InputError(f"{folder}: not under --base {base}")
+    srcs = col.out.sources
+    srcs.sort(key=lambda s: s.name)
+    kept: list[Source] = []
+    for s in srcs:
+        if kept and kept[-1].name == s.name:
+            col.reject(s.path, f"name {s.name.decode('utf-8', 'backslashreplace')!r} appears twice "
+                               f"(also {kept[-1].path}); use --base or separate packs")
+            continue
+        kept.append(s)
+    col.out.sources = kept
+    if not kept:
+        raise InputError("nothing to pack: no input files" + (" left after --skip-bad" if col.out.rejected else ""))
+    return col.out
+
+
+def _common_parent(files: Sequence[str]) -> str:
+    parents = [os.path.dirname(os.path.abspath(f)) for f in files]
+    common = os.path.commonpath(parents)
+    return common

@@ -1,0 +1,307 @@
+"""PackReader: frame ids and names in, exact frame bytes out, through byte-range reads.
+
+The reader validates header, trailer and index on open, keeps only the ``offset`` and
+``length`` columns in memory (16 bytes per frame), and loads other columns on demand.
+Every read is bounds-checked against the end of the pack's data before it is issued.
+``read_many`` sorts the wanted ranges, coalesces neighbours that lie within
+``coalesce_gap`` bytes, splits reads larger than ``max_read``, and runs them on a bounded
+thread pool (``os.pread`` has no shared file position, so threads never race).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from array import array
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .errors import FrameOutOfRange, IncompletePack, InputError, NotFound
+from .format import HEADER_SIZE, TRAILER_SIZE, Header, Trailer
+from .index import IndexMeta, format_time_us, get_index_path, read_index, read_index_meta
+from .storage import LocalFile, open_storage
+
+__all__ = ["DEFAULT_COALESCE_GAP", "DEFAULT_MAX_READ", "PackInfo", "PackReader", "default_workers", "open_pack"]
+
+DEFAULT_COALESCE_GAP = 8 * 1024
+DEFAULT_MAX_READ = 2 * 1024 * 1024
+
+FrameKey = int | str | bytes
+
+
+def default_workers(batch: int) -> int:
+    """Workers for a batch of ``batch`` frames: ``min(16, max(1, batch // 4))`` (BRIEF)."""
+    return min(16, max(1, batch // 4))
+
+
+@dataclass(frozen=True)
+class PackInfo:
+    """What the header and trailer of a complete pack say."""
+
+    path: str
+    header: Header
+    trailer: Trailer
+    size: int
+
+    @property
+    def uuid(self) -> str:
+        return str(self.header.uuid)
+
+    @property
+    def pack_time(self) -> str:
+        return format_time_us(self.header.created_us)
+
+
+def read_pack_info(storage: LocalFile) -> PackInfo:
+    """Read and validate the header and trailer of the pack behind ``storage``."""
+    where = storage.location
+    size = storage.size()
+    header = Header.decode(storage.read_at(0, HEADER_SIZE), where)
+    tail = storage.read_at(size - TRAILER_SIZE, TRAILER_SIZE) if size >= TRAILER_SIZE else b""
+    trailer = Trailer.decode(tail, size, header, where)
+    return PackInfo(where, header, trailer, size)
+
+
+class PackReader:
+    """Random access to the frames of one pack.
+
+    Args:
+        path: the pack file.
+        index_path: its index (default ``<path>.index.parquet``).
+        workers: the most threads ``read_many`` uses (default: per batch, see ``default_workers``).
+        coalesce_gap: neighbouring ranges at most this many bytes apart are read together
+            (0 disables coalescing).
+        max_read: the largest single read; bigger frames are read in several ranges.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        index_path: str | os.PathLike[str] | None = None,
+        *,
+        workers: int | None = None,
+        coalesce_gap: int = DEFAULT_COALESCE_GAP,
+        max_read: int = DEFAULT_MAX_READ,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.index_path = os.fspath(index_path) if index_path is not None else os.fspath(get_index_path(path))
+        if workers is not None and workers < 1:
+            raise InputError(f"workers must be at least 1 (got {workers})")
+        if coalesce_gap < 0 or max_read < 1:
+            raise InputError("coalesce_gap must be >= 0 and max_read >= 1")
+        self.workers = workers
+        self.coalesce_gap = coalesce_gap
+        self.max_read = max_read
+        self._storage = open_storage(self.path)
+        self.info = read_pack_info(self._storage)
+        self.meta: IndexMeta = read_index_meta(self.index_path)
+        self.meta.check_pack(self.info.uuid, self.info.size, self.info.trailer.frame_count, self.index_path)
+        table = read_index(self.index_path, ["offset", "length"])
+        self._offsets = _int64_column(table, "offset")
+        self._lengths = _int64_column(table, "length")
+        if len(self._offsets) != self.meta.frame_count:
+            raise IncompletePack(f"{self.index_path}: index has {len(self._offsets)} rows, metadata says {self.meta.frame_count}")
+        self._data_end = self.info.trailer.data_end
+        self._table: pa.Table | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = -1
+        self._pool_lock = threading.Lock()
+
+    # -- size and lookup ----------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def __enter__(self) -> PackReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getitem__(self, key: FrameKey) -> bytes:
+        return self.read(key)
+
+    def __iter__(self) -> Iterator[bytes]:
+        for i in range(len(self)):
+            yield self.read(i)
+
+    @property
+    def table(self) -> pa.Table:
+        """All index columns (loaded on first use)."""
+        if self._table is None:
+            self._table = read_index(self.index_path)
+        return self._table
+
+    def frame_id(self, key: FrameKey) -> int:
+        """The frame id for an id or a name (``str`` as typed, or the exact ``bytes``)."""
+        if isinstance(key, int) and not isinstance(key, bool):
+            if not 0 <= key < len(self):
+                raise NotFound(f"{self.path}: frame {key} does not exist (pack has {len(self)} frames, ids 0..{len(self) - 1})")
+            return key
+        if isinstance(key, str):
+            raw = os.fsencode(key)
+        elif isinstance(key, bytes):
+            raw = key
+        else:
+            raise InputError(f"frame key must be an int id or a name, not {type(key).__name__}")
+        try:
+            text: str | None = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None:
+            pos = pc.index(self.table.column("name"), pa.scalar(text)).as_py()
+            if pos >= 0 and self.table.column("name_raw")[pos].as_py() is None:
+                return int(self.table.column("frame_id")[pos].as_py())
+        raw_col = self.table.column("name_raw")
+        if raw_col.null_count < len(raw_col):
+            pos = pc.index(raw_col, pa.scalar(raw, pa.binary())).as_py()
+            if pos >= 0:
+                return int(self.table.column("frame_id")[pos].as_py())
+        raise NotFound(f"{self.path}: no frame named {raw.decode('utf-8', 'backslashreplace')!r}")
+
+    def range_of(self, frame_id: int) -> tuple[int, int]:
+        """(offset, length) of a frame's stored bytes."""
+        return self._offsets[frame_id], self._lengths[frame_id]
+
+    def row(self, key: FrameKey) -> dict[str, Any]:
+        """The full index row of one frame."""
+        return self.table.slice(self.frame_id(key), 1).to_pylist()[0]
+
+    # -- reads --------------------------------------------------------------------------
+
+    def _check_range(self, frame_id: int, offset: int, length: int) -> None:
+        if offset < HEADER_SIZE or offset + length > self._data_end:
+            raise FrameOutOfRange(
+                f"{self.path}: frame {frame_id} (offset {offset}, length {length}): index out of range "
+                f"(pack data is bytes {HEADER_SIZE}..{self._data_end})"
+            )
+
+    def read(self, key: FrameKey) -> bytes:
+        """The exact stored bytes of one frame."""
+        i = self.frame_id(key)
+        offset, length = self._offsets[i], self._lengths[i]
+        self._check_range(i, offset, length)
+        if length <= self.max_read:
+            data = self._storage.read_at(offset, length)
+        else:
+            data = b"".join(self._storage.read_at(o, n) for o, n in _split(offset, length, self.max_read))
+        if len(data) != length:
+            raise FrameOutOfRange(f"{self.path}: frame {i} (offset {offset}, length {length}): short read ({len(data)} bytes); pack truncated?")
+        return data
+
+    def head(self, key: FrameKey, nbytes: int) -> bytes:
+        """The first ``nbytes`` bytes of a frame (all of it when shorter)."""
+        i = self.frame_id(key)
+        offset, length = self._offsets[i], self._lengths[i]
+        self._check_range(i, offset, length)
+        return self._storage.read_at(offset, min(max(nbytes, 0), length))
+
+    def read_many(self, keys: Sequence[FrameKey], workers: int | None = None) -> list[bytes]:
+        """The stored bytes of several frames, in the order asked, read in parallel.
+
+        Args:
+            keys: frame ids or names (repeats allowed).
+            workers: threads for this call (default: the reader's, else ``default_workers``).
+        """
+        n = len(keys)
+        if n == 0:
+            return []
+        offsets, lengths = self._offsets, self._lengths
+        count = len(offsets)
+        ids = [k if type(k) is int and 0 <= k < count else self.frame_id(k) for k in keys]
+        order = sorted(range(n), key=lambda j: offsets[ids[j]])
+        # Plan reads: (read_offset, read_length, [(j, start_in_read, length), ...])
+        plans: list[tuple[int, int, list[tuple[int, int, int]]]] = []
+        gap, cap, end_of_data = self.coalesce_gap, self.max_read, self._data_end
+        cur_off = cur_end = -1
+        cur_parts: list[tuple[int, int, int]] = []
+        for j in order:
+            i = ids[j]
+            off = offsets[i]
+            ln = lengths[i]
+            if off < HEADER_SIZE or off + ln > end_of_data:
+                self._check_range(i, off, ln)
+            if cur_parts and off - cur_end <= gap and off + ln - cur_off <= cap:
+                cur_parts.append((j, off - cur_off, ln))
+                if off + ln > cur_end:
+                    cur_end = off + ln
+                continue
+            if cur_parts:
+                plans.append((cur_off, cur_end - cur_off, cur_parts))
+            cur_off, cur_end, cur_parts = off, off + ln, [(j, 0, ln)]
+        plans.append((cur_off, cur_end - cur_off, cur_parts))
+
+        w = workers or self.workers or default_workers(n)
+        read_at = self._storage.read_at
+        if w <= 1 or len(plans) == 1:
+            blobs = [self._read_plan(read_at, off, ln) for off, ln, _ in plans]
+        else:
+            pool = self._get_pool(w)
+            blobs = list(pool.map(lambda p: self._read_plan(read_at, p[0], p[1]), plans))
+        out: list[bytes] = [b""] * n
+        for (off, ln, parts), blob in zip(plans, blobs):
+            if len(blob) != ln:
+                raise FrameOutOfRange(f"{self.path}: short read at offset {off} ({len(blob)} of {ln} bytes); pack truncated?")
+            if len(parts) == 1 and parts[0][2] == ln:
+                out[parts[0][0]] = blob
+            else:
+                view = memoryview(blob)
+                for j, start, length in parts:
+                    out[j] = bytes(view[start : start + length])
+        return out
+
+    def _read_plan(self, read_at: Any, offset: int, length: int) -> bytes:
+        if length <= self.max_read:
+            return read_at(offset, length)  # type: ignore[no-any-return]
+        return b"".join(read_at(o, n) for o, n in _split(offset, length, self.max_read))
+
+    def _get_pool(self, workers: int) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            pid = os.getpid()
+            if self._pool is None or self._pool_pid != pid or self._pool._max_workers < workers:
+                if self._pool is not None and self._pool_pid == pid:
+                    self._pool.shutdown(wait=False)
+                self._pool = ThreadPoolExecutor(max_workers=min(workers, 64), thread_name_prefix="hframe-read")
+                self._pool_pid = pid
+            return self._pool
+
+    def close(self) -> None:
+        """Release the file descriptor and the thread pool (reopened on next use)."""
+        if self._pool is not None and self._pool_pid == os.getpid():
+            self._pool.shutdown(wait=True)
+        self._pool = None
+        self._storage.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "index_path": self.index_path, "workers": self.workers,
+                "coalesce_gap": self.coalesce_gap, "max_read": self.max_read}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state.pop("path"), state.pop("index_path"), **state)  # type: ignore[misc]
+
+
+def _split(offset: int, length: int, cap: int) -> Iterator[tuple[int, int]]:
+    end = offset + length
+    while offset < end:
+        step = min(cap, end - offset)
+        yield offset, step
+        offset += step
+
+
+def _int64_column(table: pa.Table, name: str) -> array[int]:
+    col = table.column(name).combine_chunks() if table.num_rows else pa.array([], pa.int64())
+    out = array("q")
+    if len(col):
+        buf = col.buffers()[1]
+        out.frombytes(memoryview(buf)[col.offset * 8 : (col.offset + len(col)) * 8])
+    return out
+
+
+def open_pack(path: str | os.PathLike[str], index_path: str | os.PathLike[str] | None = None, **options: Any) -> PackReader:
+    """Open a pack for reading; see ``PackReader`` for the options."""
+    return PackReader(path, index_path, **options)

@@ -1,0 +1,219 @@
+"""All presentation: rich tables on a terminal, plain text / TSV / CSV / JSON otherwise.
+
+Data goes to stdout, everything else (progress, summaries, errors) to stderr. Whether a
+stream is an interactive terminal is decided in one place, ``interactive()``, which the
+``HFRAME_TTY`` environment variable (``1``/``0``) overrides for tests and scripts.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import IO, Any
+
+import pyarrow as pa
+
+from .units import format_bytes
+
+__all__ = ["dump_header", "error", "index_rows", "interactive", "pack_summary", "progress"]
+
+ROW_FORMATS = ("table", "tsv", "csv", "jsonl", "json")
+
+
+def interactive(stream: IO[Any]) -> bool:
+    """True when ``stream`` is a terminal a person watches (``HFRAME_TTY=1/0`` overrides)."""
+    forced = os.environ.get("HFRAME_TTY")
+    if forced in ("0", "1"):
+        return forced == "1"
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(file=stream, force_terminal=interactive(stream), highlight=False, soft_wrap=False)
+
+
+def error(message: str) -> None:
+    """One line on stderr: ``hframe: error: <message>``."""
+    sys.stderr.write(f"hframe: error: {message}\n")
+    sys.stderr.flush()
+
+
+def note(message: str) -> None:
+    sys.stderr.write(f"hframe: {message}\n")
+
+
+def print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return str(value)
+
+
+@contextmanager
+def progress(total_frames: int, total_bytes: int, quiet: bool, label: str = "packing") -> Iterator[Any]:
+    """A progress callback ``(frames_done, bytes_done)``: a bar on a terminal, else nothing."""
+    if quiet or not interactive(sys.stderr):
+        yield None
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1000, desc=label,
+               file=sys.stderr, dynamic_ncols=True, leave=False, mininterval=0.2)
+    state = {"bytes": 0}
+
+    def update(frames: int, done: int) -> None:
+        bar.update(done - state["bytes"])
+        state["bytes"] = done
+        bar.set_postfix_str(f"{frames}/{total_frames} frames", refresh=False)
+
+    try:
+        yield update
+    finally:
+        bar.close()
+
+
+def pack_summary(result: Any, as_json: bool, quiet: bool, verb: str = "packed") -> None:
+    if as_json:
+        print_json(result.to_dict())
+        return
+    for r in result.skipped:
+        note(f"skipped {r.path}: {r.reason}")
+    if quiet:
+        return
+    rate = result.payload_bytes / result.elapsed_s if result.elapsed_s > 0 else 0.0
+    note(
+        f"{verb} {result.frame_count} frames ({format_bytes(result.payload_bytes)}) into {result.path} "
+        f"in {result.elapsed_s:.2f} s ({format_bytes(rate)}/s); self-check of {result.self_checked} "
+        f"frames ok" + (f"; skipped {len(result.skipped)}" if result.skipped else "")
+    )
+
+
+def _flatten(prefix: str, doc: Any, out: list[tuple[str, str]]) -> None:
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            _flatten(f"{prefix}.{k}" if prefix else k, v, out)
+    else:
+        out.append((prefix, "" if doc is None else str(doc)))
+
+
+def dump_header(doc: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(doc)
+        return
+    rows: list[tuple[str, str]] = []
+    _flatten("", doc, rows)
+    if interactive(sys.stdout):
+        from rich.table import Table
+
+        table = Table(show_header=True, header_style="bold")
+        table.add_column("field")
+        table.add_column("value", overflow="fold")
+        for k, v in rows:
+            table.add_row(k, v)
+        _console().print(table)
+    else:
+        for k, v in rows:
+            sys.stdout.write(f"{k}\t{_tsv(v)}\n")
+
+
+def frame_head(doc: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(doc)
+        return
+    sys.stdout.write(
+        f"frame {doc['frame_id']} {_tsv(doc['name'])}: offset {doc['offset']}, length {doc['length']}, "
+        f"index type {doc['media_type']}, sniffed {doc['sniffed_type']}\n"
+    )
+    raw = bytes.fromhex(doc["hex"].replace(" ", ""))
+    for start in range(0, len(raw), 16):
+        chunk = raw[start : start + 16]
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        sys.stdout.write(f"{doc['offset'] + start:012x}  {chunk.hex(' '):<47}  {text}\n")
+
+
+def _tsv(value: Any) -> str:
+    """A TSV field: tabs, newlines and backslashes escaped (``\\t``, ``\\n``, ``\\\\``)."""
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, datetime):
+        value = value.isoformat().replace("+00:00", "Z")
+    text = str(value)
+    if any(c in text for c in "\\\t\n\r"):
+        text = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return text
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return value
+
+
+def index_rows(table: pa.Table, fmt: str | None, header: bool = True) -> None:
+    """Print index rows in ``fmt`` (default: table on a terminal, TSV on a pipe)."""
+    if fmt is None:
+        fmt = "table" if interactive(sys.stdout) else "tsv"
+    out = sys.stdout
+    names = table.column_names
+    batches = table.to_batches(max_chunksize=8192)
+    if fmt == "table" and interactive(out):
+        from rich.table import Table
+
+        t = Table(show_header=True, header_style="bold")
+        for n in names:
+            t.add_column(n, overflow="fold")
+        for batch in batches:
+            for row in batch.to_pylist():
+                t.add_row(*[_tsv(row[n]) for n in names])
+        _console().print(t)
+        return
+    if fmt in ("tsv", "table"):
+        if header:
+            out.write("\t".join(names) + "\n")
+        for batch in batches:
+            buf = io.StringIO()
+            for row in batch.to_pylist():
+                buf.write("\t".join(_tsv(row[n]) for n in names) + "\n")
+            out.write(buf.getvalue())
+    elif fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        if header:
+            w.writerow(names)
+        for batch in batches:
+            for row in batch.to_pylist():
+                w.writerow(["" if row[n] is None else _plain(row[n]) for n in names])
+    elif fmt in ("jsonl", "json"):
+        if fmt == "json":
+            out.write("[")
+        first = True
+        for batch in batches:
+            for row in batch.to_pylist():
+                line = json.dumps({k: _plain(v) for k, v in row.items()}, ensure_ascii=False)
+                if fmt == "json":
+                    out.write(("\n  " if first else ",\n  ") + line)
+                else:
+                    out.write(line + "\n")
+                first = False
+        if fmt == "json":
+            out.write("\n]\n" if not first else "]\n")

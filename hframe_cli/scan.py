@@ -1,0 +1,112 @@
+"""Walk a pack's record headers from start to trailer, without an index.
+
+Used to rebuild a lost index (``hframe index --rebuild``); the pack alone is enough because
+every payload is preceded by a record header carrying its length, md5, mtime and name.
+Reads are sequential and bounded: one record header (plus the payload's first bytes, to
+sniff its media type) at a time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from .errors import FormatError
+from .format import HEADER_SIZE, RECORD_FIXED, SNIFF_BYTES, RecordHeader, sniff_media_type
+from .index import INDEX_SCHEMA, IndexBuilder, IndexMeta, write_index
+from .reader import PackInfo, read_pack_info
+from .storage import LocalFile, open_storage
+
+__all__ = ["ScannedRecord", "iter_records", "rebuild_index"]
+
+_PROBE = 4096
+
+
+@dataclass(frozen=True)
+class ScannedRecord:
+    """One record as found in the pack."""
+
+    record_offset: int
+    offset: int
+    header: RecordHeader
+    media_type: str
+
+
+def iter_records(storage: LocalFile, info: PackInfo) -> Iterator[ScannedRecord]:
+    """Yield every record between the header and the trailer, checking each header."""
+    where = storage.location
+    pos = HEADER_SIZE
+    end = info.trailer.data_end
+    expected_id = 0
+    while pos < end:
+        probe = storage.read_at(pos, min(_PROBE, end - pos))
+        at = f"{where}: record at offset {pos}"
+        if len(probe) < RECORD_FIXED:
+            raise FormatError(f"{at}: truncated record header ({len(probe)} bytes before the trailer)")
+        name_len, extra_len = RecordHeader.name_extra_lengths(probe)
+        need = RECORD_FIXED + name_len + extra_len
+        if need > len(probe):
+            if pos + need > end:
+                raise FormatError(f"{at}: record header runs past the end of data")
+            probe = storage.read_at(pos, need + SNIFF_BYTES)
+        header, size = RecordHeader.decode(probe[:RECORD_FIXED], probe[RECORD_FIXED:need], at)
+        if header.frame_id != expected_id:
+            raise FormatError(f"{at}: frame id {header.frame_id}, expected {expected_id}")
+        offset = pos + size
+        if offset + header.length > end:
+            raise FormatError(
+                f"{at}: frame {header.frame_id} (offset {offset}, length {header.length}) runs past "
+                f"the end of data ({end})"
+            )
+        head = probe[size : size + SNIFF_BYTES] if len(probe) >= size + SNIFF_BYTES else storage.read_at(
+            offset, min(SNIFF_BYTES, header.length))
+        yield ScannedRecord(pos, offset, header, sniff_media_type(head[: header.length]))
+        pos = offset + header.length
+        expected_id += 1
+    if expected_id != info.trailer.frame_count:
+        raise FormatError(f"{where}: found {expected_id} records, trailer says {info.trailer.frame_count}")
+
+
+def rebuild_index(
+    pack_path: str | os.PathLike[str],
+    index_path: str | os.PathLike[str],
+    on_progress: Callable[[int], None] | None = None,
+) -> IndexMeta:
+    """Recreate the Parquet index of a pack from its record headers alone.
+
+    The result has the same rows as the index written by ``pack`` (the pack UUID, time and
+    sizes come from the header and trailer; ``hframe_version`` is this release's).
+    """
+    from . import __version__
+
+    storage = open_storage(pack_path)
+    try:
+        info = read_pack_info(storage)
+        builder = IndexBuilder()
+        for rec in iter_records(storage, info):
+            h = rec.header
+            builder.append(
+                name=h.name, offset=rec.offset, length=h.length, md5=h.md5, media_type=rec.media_type,
+                kind=h.kind, codec=h.codec, raw_length=h.raw_length, source_size=h.raw_length,
+                mtime_ns=h.mtime_ns, record_offset=rec.record_offset,
+            )
+            if on_progress is not None:
+                on_progress(h.length)
+        meta = IndexMeta(
+            format_version="{}.{}".format(*info.header.version),
+            index_schema_version=INDEX_SCHEMA,
+            pack_uuid=info.uuid,
+            pack_time=info.pack_time,
+            frame_count=info.trailer.frame_count,
+            pack_bytes=info.size,
+            payload_bytes=info.trailer.payload_bytes,
+            alignment=info.header.alignment,
+            hframe_version=__version__,
+        )
+        tmp = os.fspath(index_path) + ".partial"
+        write_index(builder.to_table(meta), tmp)
+        os.replace(tmp, index_path)
+        return meta
+    finally:
+        storage.close()
