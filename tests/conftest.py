@@ -1,0 +1,99 @@
+"""Shared fixtures: real images made with Pillow, and a runner for the real ``hframe`` entry point."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageDraw
+from typer.testing import CliRunner
+
+from hframe_cli.cli import main
+
+
+def make_image(path: Path, size: tuple[int, int], mode: str, seed: int) -> None:
+    rng = random.Random(seed)
+    img = Image.new("RGB", size, tuple(rng.randrange(256) for _ in range(3)))
+    draw = ImageDraw.Draw(img)
+    for _ in range(6):
+        x0, y0 = rng.randrange(size[0]), rng.randrange(size[1])
+        draw.rectangle((x0, y0, x0 + rng.randrange(1, size[0]), y0 + rng.randrange(1, size[1])),
+                       fill=tuple(rng.randrange(256) for _ in range(3)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".png":
+        img.convert(mode).save(path)
+    else:
+        img.convert(mode if mode in ("RGB", "L") else "RGB").save(path, quality=80)
+
+
+def make_photos(root: Path, count: int = 30) -> Path:
+    """An ImageFolder-style tree: root/<class>/<nnn>.(jpg|png), several sizes and modes."""
+    sizes = ((16, 16), (48, 32), (120, 90), (200, 150))
+    modes = ("RGB", "L", "RGBA", "P")
+    for i in range(count):
+        label = ("cats", "dogs", "birds")[i % 3]
+        ext = ".png" if i % 4 == 0 else ".jpg"
+        make_image(root / label / f"{i:03d}{ext}", sizes[i % len(sizes)], modes[i % len(modes)], seed=i)
+    return root
+
+
+@pytest.fixture
+def photos(tmp_path: Path) -> Path:
+    return make_photos(tmp_path / "photos")
+
+
+@pytest.fixture
+def packed(photos: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "photos.hframe"
+    result = run_cli(["pack", str(photos), "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.stderr
+    return out
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout_bytes: bytes
+    stderr: str
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_bytes.decode("utf-8", "replace")
+
+
+def run_cli(args: list[str], input: bytes | str | None = None, env: dict[str, str] | None = None) -> CliResult:
+    """Run ``hframe ARGS`` in-process through ``cli.main`` (the same error handling as the binary)."""
+    runner = CliRunner()
+    base_env = {"HFRAME_TTY": "0"}
+    base_env.update(env or {})
+    with runner.isolation(input=input, env=base_env) as (out, err, _):
+        try:
+            main(args)
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return CliResult(code, out.getvalue(), err.getvalue().decode("utf-8", "replace"))
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+def hframe_bin() -> str:
+    """The installed console script (next to this Python)."""
+    exe = Path(sys.executable).with_name("hframe")
+    return str(exe) if exe.exists() else (shutil.which("hframe") or "hframe")
+
+
+def run_bin(args: list[str], **kw) -> subprocess.CompletedProcess[bytes]:
+    env = {**os.environ, "HFRAME_TTY": "0", **kw.pop("env", {})}
+    return subprocess.run([hframe_bin(), *args], capture_output=True, env=env, timeout=120, **kw)

@@ -1,0 +1,118 @@
+"""The Parquet index: independent readers, metadata, rebuild from the pack alone, odd names."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import hframe_cli as h
+from hframe_cli.index import COLUMNS, SCHEMA
+
+META_KEYS = {
+    "format_version", "index_schema_version", "pack_uuid", "pack_time", "frame_count", "pack_bytes",
+    "payload_bytes", "alignment", "hframe_version",
+}
+
+
+def test_duckdb_reads_the_index_as_is(packed):
+    idx = f"{packed}.index.parquet"
+    con = duckdb.connect()
+    rows = con.execute(f"select name, \"offset\", length, md5 from '{idx}' order by frame_id limit 3").fetchall()
+    with open(packed, "rb") as f:
+        for name, off, length, md5 in rows:
+            f.seek(off)
+            assert hashlib.md5(f.read(length)).hexdigest() == md5, name
+    assert len(rows) == 3
+    assert con.execute(f"select count(*), count(distinct label) from '{idx}'").fetchall() == [(30, 3)]
+
+
+def test_schema_and_metadata_are_complete(packed):
+    pf = pq.ParquetFile(f"{packed}.index.parquet")
+    assert pf.schema_arrow.names == list(COLUMNS)
+    assert pf.schema_arrow.remove_metadata().equals(SCHEMA)
+    md = {k.decode(): v.decode() for k, v in pf.schema_arrow.metadata.items() if k.startswith(b"hframe.")}
+    assert {k.removeprefix("hframe.") for k in md} == META_KEYS
+    assert md["hframe.frame_count"] == "30"
+    assert md["hframe.pack_bytes"] == str(os.path.getsize(packed))
+    assert md["hframe.format_version"] == "1.0"
+    assert pf.metadata.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_rebuild_gives_the_same_rows(packed, cli):
+    idx = Path(f"{packed}.index.parquet")
+    original = pq.read_table(idx)
+    idx.unlink()
+    r = cli(["index", str(packed), "--rebuild"])
+    assert r.exit_code == 0, r.stderr
+    rebuilt = pq.read_table(idx)
+    assert rebuilt.equals(original, check_metadata=True)
+
+
+ODD = [b"sp ace.bin", "ünï/cödé.bin".encode(), b"new\nline.bin", b"tab\there.bin", b"bad\xff\xfename.bin",
+       b"dir\xe9/x.bin"]
+
+
+def odd_tree(root: Path) -> dict[bytes, bytes]:
+    contents = {}
+    for i, n in enumerate(ODD):
+        p = os.path.join(os.fsencode(root), n)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        contents[n] = bytes([i]) * (i + 1)
+        with open(p, "wb") as f:
+            f.write(contents[n])
+    return contents
+
+
+def test_odd_names_round_trip_exactly(tmp_path, cli):
+    contents = odd_tree(tmp_path / "odd")
+    out = tmp_path / "odd.hframe"
+    h.pack([tmp_path / "odd"], out)
+    t = pq.read_table(f"{out}.index.parquet").to_pydict()
+    raw = [r if r is not None else n.encode() for n, r in zip(t["name"], t["name_raw"])]
+    assert sorted(raw) == raw
+    assert set(raw) == set(ODD)
+    assert t["name"][raw.index(b"bad\xff\xfename.bin")] == "bad\\xff\\xfename.bin"
+    assert t["label"][raw.index(b"dir\xe9/x.bin")] == "dir\\xe9"
+    with h.open_pack(out) as p:
+        for name, data in contents.items():
+            assert p[name] == data
+        assert p[b"bad\xff\xfename.bin"] == bytes([4]) * 5
+        assert p[os.fsdecode(b"bad\xff\xfename.bin")] == bytes([4]) * 5  # str from argv (surrogateescape)
+        assert p["ünï/cödé.bin"] == bytes([1]) * 2
+    # and the CLI finds them too; rebuilt index is identical
+    r = cli(["get", str(out), os.fsdecode(b"bad\xff\xfename.bin")])
+    assert r.exit_code == 0 and r.stdout_bytes == bytes([4]) * 5
+    original = pq.read_table(f"{out}.index.parquet")
+    h.rebuild_index(out, f"{out}.index.parquet")
+    assert pq.read_table(f"{out}.index.parquet").equals(original)
+
+
+def test_index_of_another_pack_is_refused(photos, tmp_path):
+    a, b = tmp_path / "a.hframe", tmp_path / "b.hframe"
+    h.pack([photos], a)
+    h.pack([photos], b)
+    os.replace(f"{b}.index.parquet", f"{a}.index.parquet")
+    with pytest.raises(h.IndexMismatch, match=r"index does not belong to this pack \(pack UUID"):
+        h.open_pack(a)
+
+
+def test_newer_index_schema_is_refused(packed):
+    idx = f"{packed}.index.parquet"
+    t = pq.read_table(idx)
+    md = dict(t.schema.metadata)
+    md[b"hframe.index_schema_version"] = b"2.0"
+    pq.write_table(t.replace_schema_metadata(md), idx)
+    with pytest.raises(h.UnsupportedVersion, match=r"index schema version 2\.0 is not supported"):
+        h.open_pack(packed)
+
+
+def test_plain_parquet_is_not_an_index(packed):
+    pq.write_table(pa.table({"a": [1]}), f"{packed}.index.parquet")
+    with pytest.raises(h.FormatError, match="not an hframe index"):
+        h.open_pack(packed)

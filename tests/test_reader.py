@@ -1,0 +1,137 @@
+"""PackReader: lookups, read_many ordering and coalescing, bounds checks, forks and pickling."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import random
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+import hframe_cli as h
+from hframe_cli.reader import default_workers
+
+
+def expected(pack):
+    rows = pq.read_table(f"{pack}.index.parquet", columns=["offset", "length"]).to_pylist()
+    data = open(pack, "rb").read()
+    return [data[r["offset"] : r["offset"] + r["length"]] for r in rows]
+
+
+def test_len_get_by_id_and_name(packed, photos):
+    with h.open_pack(packed) as p:
+        assert len(p) == 30
+        assert p["cats/000.png"] == (photos / "cats/000.png").read_bytes()
+        assert p[p.frame_id("dogs/001.jpg")] == (photos / "dogs/001.jpg").read_bytes()
+        with pytest.raises(h.NotFound, match=r"frame 30 does not exist \(pack has 30 frames, ids 0..29\)"):
+            p.read(30)
+        with pytest.raises(h.NotFound, match="no frame named 'cats/nope.jpg'"):
+            p.read("cats/nope.jpg")
+
+
+@pytest.mark.parametrize("gap", [0, 1, 8192, 1 << 20])
+@pytest.mark.parametrize("workers", [1, 4])
+def test_read_many_returns_frames_in_asked_order(packed, gap, workers):
+    want = expected(packed)
+    rng = random.Random(gap + workers)
+    ids = [rng.randrange(30) for _ in range(100)] + [5, 5, 6, 7, 29, 0]
+    with h.open_pack(packed, coalesce_gap=gap, max_read=4096) as p:
+        assert p.read_many(ids, workers=workers) == [want[i] for i in ids]
+        assert p.read_many([]) == []
+
+
+def test_coalescing_reduces_read_calls(packed, monkeypatch):
+    with h.open_pack(packed, coalesce_gap=1 << 20, max_read=1 << 30) as p:
+        calls = []
+        real = p._storage.read_at
+        monkeypatch.setattr(p._storage, "read_at", lambda o, n: calls.append((o, n)) or real(o, n))
+        assert len(p.read_many(list(range(30)))) == 30
+        assert len(calls) == 1  # every frame in one range
+    with h.open_pack(packed, coalesce_gap=0) as p:
+        calls = []
+        real = p._storage.read_at
+        monkeypatch.setattr(p._storage, "read_at", lambda o, n: calls.append((o, n)) or real(o, n))
+        p.read_many(list(range(30)), workers=1)
+        assert len(calls) == 30  # record headers sit between frames, so nothing is adjacent
+
+
+def test_frames_bigger_than_max_read_are_split(tmp_path):
+    src = tmp_path / "s"
+    src.mkdir()
+    blob = os.urandom(100_000)
+    (src / "a").write_bytes(blob)
+    out = tmp_path / "a.hframe"
+    h.pack([src], out)
+    with h.open_pack(out, max_read=4096) as p:
+        assert p[0] == blob and p.read_many([0, 0]) == [blob, blob]
+
+
+def test_out_of_range_index_entry_is_reported_before_reading(packed):
+    idx = f"{packed}.index.parquet"
+    t = pq.read_table(idx)
+    offsets = t.column("offset").to_pylist()
+    offsets[7] = os.path.getsize(packed) - 10
+    t = t.set_column(t.schema.get_field_index("offset"), "offset", __import__("pyarrow").array(offsets))
+    pq.write_table(t, idx)
+    with h.open_pack(packed) as p:
+        assert p[6]
+        with pytest.raises(h.FrameOutOfRange, match=r"frame 7 \(offset \d+, length \d+\): index out of range"):
+            p.read(7)
+        with pytest.raises(h.FrameOutOfRange, match="frame 7"):
+            p.read_many([1, 7])
+
+
+def test_reader_is_safe_across_fork(packed):
+    want = expected(packed)
+    with h.open_pack(packed) as p:
+        assert p[0] == want[0]  # parent opened its descriptor
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: must reopen, not share the parent's descriptor
+            ok = p.read_many(list(range(30)), workers=4) == want and p._storage._pid == os.getpid()
+            os.write(w, b"1" if ok else b"0")
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert os.read(r, 1) == b"1"
+        assert p[29] == want[29]
+
+
+def test_reader_pickles_by_path(packed):
+    with h.open_pack(packed, workers=3) as p:
+        q = pickle.loads(pickle.dumps(p))
+        assert q.workers == 3 and q.read_many([1, 2]) == p.read_many([1, 2])
+        q.close()
+
+
+def test_default_workers_follow_the_rule_of_thumb():
+    assert [default_workers(n) for n in (1, 4, 8, 64, 256, 10_000)] == [1, 1, 2, 16, 16, 16]
+
+
+def test_opening_missing_or_wrong_files(tmp_path, packed):
+    with pytest.raises(h.InputError, match="no such file"):
+        h.open_pack(tmp_path / "nope.hframe")
+    jpg = tmp_path / "x.jpg"
+    jpg.write_bytes(b"\xff\xd8\xff\xe0" + b"\0" * 300)
+    with pytest.raises(h.NotAPack, match="x.jpg: not a frame pack"):
+        h.open_pack(jpg)
+    os.unlink(f"{packed}.index.parquet")
+    with pytest.raises(h.InputError, match=r"index not found \(rebuild it with 'hframe index PACK --rebuild'\)"):
+        h.open_pack(packed)
+
+
+def test_importing_the_reader_loads_no_cli_or_torch():
+    code = ("import sys, hframe_cli.reader, hframe_cli\n"
+            "bad = [m for m in ('typer', 'rich', 'tqdm', 'torch', 'av') if m in sys.modules]\n"
+            "print(','.join(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_md5_of_read_many_matches_index(packed):
+    with h.open_pack(packed) as p:
+        md5 = p.table.column("md5").to_pylist()
+        assert [hashlib.md5(b).hexdigest() for b in p.read_many(range(30))] == md5
