@@ -1,0 +1,128 @@
+"""``hframe get``, ``index`` and ``dump-header``: exact bytes, row formats, header views."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+import hframe_cli as h
+from conftest import run_bin
+
+
+def test_get_by_id_and_name(cli, packed, photos, tmp_path):
+    r = cli(["get", str(packed), "0"])
+    first = pq.read_table(f"{packed}.index.parquet").column("name")[0].as_py()
+    assert r.exit_code == 0 and r.stdout_bytes == (photos / first).read_bytes() and r.stderr == ""
+    out = tmp_path / "b.jpg"
+    r = cli(["get", str(packed), "cats/003.jpg", "-o", str(out)])
+    assert r.exit_code == 0 and out.read_bytes() == (photos / "cats/003.jpg").read_bytes()
+
+
+def test_get_refuses_a_terminal_and_unknown_frames(cli, packed):
+    r = cli(["get", str(packed), "0"], env={"HFRAME_TTY": "1"})
+    assert r.exit_code == 2 and r.stdout_bytes == b""
+    assert "refusing to write binary frame data to a terminal; redirect stdout or use -o FILE" in r.stderr
+    r = cli(["get", str(packed), "99"])
+    assert r.exit_code == 2 and "frame 99 does not exist (pack has 30 frames, ids 0..29)" in r.stderr
+    r = cli(["get", str(packed), "12", "--name"])
+    assert r.exit_code == 2 and "no frame named '12'" in r.stderr
+
+
+def test_index_tsv_on_a_pipe_with_columns_and_glob(cli, packed):
+    r = cli(["index", str(packed), "--columns", "frame_id,name,md5", "--name", "cats/*.png"])
+    assert r.exit_code == 0
+    lines = r.stdout.splitlines()
+    assert lines[0] == "frame_id\tname\tmd5"
+    rows = [line.split("\t") for line in lines[1:]]
+    t = pq.read_table(f"{packed}.index.parquet").to_pylist()
+    want = [[str(x["frame_id"]), x["name"], x["md5"]] for x in t if x["name"].startswith("cats/") and x["name"].endswith(".png")]
+    assert rows == want and rows
+
+
+def test_index_csv_and_jsonl_match_parquet(cli, packed):
+    t = pq.read_table(f"{packed}.index.parquet").to_pylist()
+    r = cli(["index", str(packed), "-f", "csv", "-c", "name,offset,length"])
+    got = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [(g["name"], int(g["offset"]), int(g["length"])) for g in got] == [(x["name"], x["offset"], x["length"]) for x in t]
+    r = cli(["index", str(packed), "-f", "jsonl"])
+    docs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [d["md5"] for d in docs] == [x["md5"] for x in t]
+    assert docs[0]["source_mtime"].endswith("Z") and docs[0]["width"] is None
+
+
+def test_index_escapes_tabs_and_newlines_in_tsv(cli, tmp_path):
+    src = tmp_path / "s"
+    src.mkdir()
+    (src / "a\tb\nc.bin").write_bytes(b"x")
+    out = tmp_path / "t.hframe"
+    h.pack([src], out)
+    r = cli(["index", str(out), "-c", "name", "--no-header"])
+    assert r.stdout == "a\\tb\\nc.bin\n"
+
+
+def test_index_unknown_column_lists_valid_ones(cli, packed):
+    r = cli(["index", str(packed), "-c", "name,colour"])
+    assert r.exit_code == 2 and "unknown column 'colour' (columns: frame_id, name," in r.stderr
+    r = cli(["index", str(packed), "-f", "xml"])
+    assert r.exit_code == 2 and "xml" in r.stderr
+
+
+def test_index_rebuild_recovers_a_lost_index(cli, packed):
+    idx = Path(f"{packed}.index.parquet")
+    before = cli(["index", str(packed), "-f", "jsonl"]).stdout
+    idx.unlink()
+    r = cli(["index", str(packed)])
+    assert r.exit_code == 2 and "index not found (rebuild it with 'hframe index PACK --rebuild')" in r.stderr
+    r = cli(["index", str(packed), "--rebuild"])
+    assert r.exit_code == 0 and r.stderr == f"hframe: rebuilt {idx}: 30 frames\n"
+    assert cli(["index", str(packed), "-f", "jsonl"]).stdout == before
+
+
+def test_dump_header_plain_and_json(cli, packed):
+    r = cli(["dump-header", str(packed)])
+    assert r.exit_code == 0
+    fields = dict(line.split("\t", 1) for line in r.stdout.splitlines())
+    assert fields["header.magic"] == "89 48 46 52 41 4d 45 0a"
+    assert fields["complete"] == "True" and fields["trailer.frame_count"] == "30"
+    assert fields["index.pack_uuid"] == fields["header.uuid"]
+    doc = json.loads(cli(["dump-header", str(packed), "--json"]).stdout)
+    assert doc["ok"] is True and doc["header"]["format_version"] == "1.0"
+    assert doc["trailer"]["data_end"] == packed.stat().st_size - 64
+
+
+def test_dump_header_frame_hex(cli, packed):
+    r = cli(["dump-header", str(packed), "--frame", "cats/003.jpg", "--bytes", "4"])
+    assert r.exit_code == 0
+    first, dump = r.stdout.splitlines()
+    assert first.startswith("frame ") and first.endswith("index type jpeg, sniffed jpeg")
+    assert dump.split("  ")[1].strip() == "ff d8 ff e0"
+    doc = json.loads(cli(["dump-header", str(packed), "--frame", "0", "--bytes", "8", "--json"]).stdout)
+    assert doc["frame_id"] == 0 and len(bytes.fromhex(doc["hex"].replace(" ", ""))) == 8
+
+
+def test_dump_header_index_mismatch_exits_1(cli, packed, photos, tmp_path):
+    other = tmp_path / "o.hframe"
+    h.pack([photos], other)
+    Path(f"{other}.index.parquet").replace(f"{packed}.index.parquet")
+    r = cli(["dump-header", str(packed), "--json"])
+    assert r.exit_code == 1
+    assert "index does not belong to this pack" in json.loads(r.stdout)["index_problem"]
+
+
+def test_installed_command_end_to_end_with_pipes(photos, tmp_path):
+    out = tmp_path / "e.hframe"
+    listing = "\n".join(str(p) for p in sorted(photos.rglob("*.jpg"))).encode()
+    r = run_bin(["pack", "-", "-o", str(out)], input=listing)
+    assert r.returncode == 0 and b"self-check of 20 frames ok" in r.stderr and r.stdout == b""
+    r = run_bin(["get", str(out), "cats/003.jpg"])
+    assert r.returncode == 0 and r.stdout == (photos / "cats/003.jpg").read_bytes()
+    r = run_bin(["get", str(out), "nope"])
+    assert r.returncode == 2 and r.stderr.decode().count("\n") == 1 and b"Traceback" not in r.stderr
+    r = run_bin(["--debug", "get", str(out), "nope"])
+    assert r.returncode != 0 and b"Traceback" in r.stderr
+    r = run_bin(["--version"])
+    assert r.returncode == 0 and r.stdout.decode() == f"hframe {h.__version__}\n"

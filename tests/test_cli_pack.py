@@ -1,0 +1,225 @@
+"""``hframe pack``: sources, options, summaries, and every bad-input case with its exit code."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import hframe_cli as h
+from conftest import hframe_bin, run_bin
+
+
+def names(pack: Path) -> list[str]:
+    return pq.read_table(f"{pack}.index.parquet", columns=["name"]).column("name").to_pylist()
+
+
+def test_pack_folder_prints_one_summary_line_on_a_pipe(cli, photos, tmp_path):
+    out = tmp_path / "p.hframe"
+    r = cli(["pack", str(photos), "-o", str(out)])
+    assert r.exit_code == 0
+    assert r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"hframe: packed 30 frames (")
+    assert f"into {out} in " in lines[0] and lines[0].endswith("self-check of 20 frames ok")
+    assert "\r" not in r.stderr  # no progress bar off a terminal
+
+
+def test_quiet_prints_nothing_and_json_prints_a_document(cli, photos, tmp_path):
+    r = cli(["pack", str(photos), "-o", str(tmp_path / "q.hframe"), "-q"])
+    assert (r.exit_code, r.stdout, r.stderr) == (0, "", "")
+    r = cli(["pack", str(photos), "-o", str(tmp_path / "j.hframe"), "--json"])
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is True and doc["frame_count"] == 30 and doc["self_checked"] == 20
+    assert doc["pack_bytes"] == os.path.getsize(tmp_path / "j.hframe")
+    assert doc["format_version"] == "1.0" and doc["skipped"] == []
+    assert r.stderr == ""
+
+
+def test_stdin_list_names_relative_to_common_parent(cli, photos, tmp_path):
+    files = sorted(str(p) for p in photos.rglob("*.jpg"))
+    out = tmp_path / "s.hframe"
+    r = cli(["pack", "-", "-o", str(out)], input="\n".join(files) + "\n")
+    assert r.exit_code == 0, r.stderr
+    assert names(out) == sorted(str(Path(f).relative_to(photos)) for f in files)
+    out0 = tmp_path / "s0.hframe"
+    r = cli(["pack", "-", "-0", "-o", str(out0), "--created", "0"], input="\0".join(files) + "\0")
+    assert r.exit_code == 0 and names(out0) == names(out)
+
+
+def test_include_exclude_and_base(cli, photos, tmp_path):
+    out = tmp_path / "ie.hframe"
+    r = cli(["pack", str(photos), "-o", str(out), "--include", "*.png", "--exclude", "dogs/*"])
+    assert r.exit_code == 0
+    got = names(out)
+    assert got and all(n.endswith(".png") and not n.startswith("dogs/") for n in got)
+    out2 = tmp_path / "b.hframe"
+    r = cli(["pack", str(photos / "cats"), "-o", str(out2), "--base", str(photos.parent)])
+    assert r.exit_code == 0 and all(n.startswith("photos/cats/") for n in names(out2))
+
+
+def test_existing_output_is_refused_unless_force(cli, photos, tmp_path, packed):
+    before = packed.read_bytes()
+    r = cli(["pack", str(photos), "-o", str(packed)])
+    assert r.exit_code == 2
+    assert r.stderr == f"hframe: error: {packed}: already exists (use --force to replace it)\n"
+    assert packed.read_bytes() == before
+    r = cli(["pack", str(photos), "-o", str(packed), "--force", "-q"])
+    assert r.exit_code == 0 and packed.read_bytes() != before
+
+
+def test_output_inside_input_tree_is_refused(cli, photos):
+    r = cli(["pack", str(photos), "-o", str(photos / "cats" / "x.hframe")])
+    assert r.exit_code == 2
+    assert "output is inside the input folder" in r.stderr
+
+
+@pytest.mark.parametrize(("make", "reason"), [
+    (lambda d: (d / "empty.jpg").write_bytes(b""), "zero-byte file (use --allow-empty to pack it)"),
+    (lambda d: (d / "loop").symlink_to(d), "symlink loop (links back to a folder above it)"),
+    (lambda d: (d / "self").symlink_to(d / "self"), "symlink loop"),
+    (lambda d: (d / "dangling").symlink_to(d / "missing"), "broken symlink"),
+    (lambda d: os.mkfifo(d / "fifo"), "not a regular file"),
+])
+def test_bad_inputs_fail_naming_the_path_or_are_skipped(cli, photos, tmp_path, make, reason):
+    make(photos / "cats")
+    out = tmp_path / "bad.hframe"
+    r = cli(["pack", str(photos), "-o", str(out)])
+    assert r.exit_code == 2, r.stderr
+    assert r.stderr.startswith(f"hframe: error: {photos / 'cats'}/")
+    assert f": {reason} (use --skip-bad to leave it out)" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not out.exists() and not Path(f"{out}.partial").exists()
+    r = cli(["pack", str(photos), "-o", str(out), "--skip-bad", "--json"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["frame_count"] == 30 and len(doc["skipped"]) == 1 and doc["skipped"][0]["reason"].startswith(reason)
+
+
+def test_unix_socket_is_not_a_regular_file(cli, photos, tmp_path):
+    sock = socket.socket(socket.AF_UNIX)
+    path = tempfile.mktemp(dir="/tmp", prefix="hf")  # socket paths must be short
+    sock.bind(path)
+    try:
+        r = cli(["pack", str(photos), path, "-o", str(tmp_path / "s.hframe")])
+        assert r.exit_code == 2 and f"{path}: not a regular file" in r.stderr
+    finally:
+        sock.close()
+        os.unlink(path)
+
+
+def test_oversized_and_missing_inputs(cli, photos, tmp_path):
+    r = cli(["pack", str(photos), "-o", str(tmp_path / "o.hframe"), "--max-frame-bytes", "1kB"])
+    assert r.exit_code == 2 and "is larger than --max-frame-bytes 1000" in r.stderr
+    r = cli(["pack", str(tmp_path / "nope.jpg"), "-o", str(tmp_path / "o.hframe")])
+    assert r.exit_code == 2 and "nope.jpg: no such file" in r.stderr
+    r = cli(["pack", str(photos), "-o", str(tmp_path / "o.hframe"), "--max-frame-bytes", "lots"])
+    assert r.exit_code == 2 and "--max-frame-bytes: 'lots' is not a size" in r.stderr
+
+
+def test_a_name_that_appears_twice(cli, tmp_path):
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "x.jpg").write_bytes(d.encode())
+    r = cli(["pack", str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(tmp_path / "d.hframe")])
+    assert r.exit_code == 2 and "name 'x.jpg' appears twice" in r.stderr
+    r = cli(["pack", str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(tmp_path / "d.hframe"), "--base", str(tmp_path)])
+    assert r.exit_code == 0 and names(tmp_path / "d.hframe") == ["a/x.jpg", "b/x.jpg"]
+
+
+def test_file_changed_while_packing(cli, tmp_path):
+    # /proc files stat as 0 bytes but read as more: exactly a file that changed under us
+    r = cli(["pack", "/proc/self/status", "-o", str(tmp_path / "c.hframe"), "--allow-empty"])
+    assert r.exit_code == 2
+    assert "/proc/self/status: changed while packing (listed 0 bytes, read" in r.stderr
+
+
+def test_file_vanished_while_packing_is_skipped_with_skip_bad(photos, tmp_path):
+    srcs = h.collect_sources([str(photos)], skip_bad=True)
+    victim = photos / "dogs" / "025.jpg"
+
+    def delete_later(frames: int, _bytes: int) -> None:
+        if frames == 1 and victim.exists():
+            victim.unlink()
+
+    res = h.pack_sources(srcs, tmp_path / "v.hframe", skip_bad=True, workers=1, on_progress=delete_later)
+    assert res.frame_count == 29
+    assert [(s.path, s.reason) for s in res.skipped] == [(str(victim), "vanished while packing")]
+    (victim).write_bytes(b"back")
+    srcs = h.collect_sources([str(photos)])
+    victim.unlink()
+    with pytest.raises(h.InputError, match=r"025.jpg: vanished while packing \(use --skip-bad"):
+        h.pack_sources(srcs, tmp_path / "w.hframe", workers=1)
+    assert not (tmp_path / "w.hframe").exists()
+
+
+def test_unreadable_file(cli, photos, tmp_path):
+    if os.geteuid() != 0:
+        secret = photos / "cats" / "secret.jpg"
+        secret.write_bytes(b"\xff\xd8\xffsecret")
+        secret.chmod(0)
+        r = cli(["pack", str(photos), "-o", str(tmp_path / "u.hframe")])
+        assert r.exit_code == 2
+        assert "secret.jpg: cannot read: Permission denied (use --skip-bad to leave it out)" in r.stderr
+        return
+    # root reads any file despite chmod 000; /proc/self/mem opens fine but fails to read at offset 0 (EIO)
+    r = cli(["pack", str(photos), "/proc/self/mem", "-o", str(tmp_path / "u.hframe"), "--allow-empty"])
+    assert r.exit_code == 2
+    assert "/proc/self/mem: cannot read: Input/output error (use --skip-bad to leave it out)" in r.stderr
+    r = cli(["pack", str(photos / "cats"), "/proc/self/mem", "-o", str(tmp_path / "u.hframe"), "--allow-empty",
+             "--skip-bad", "--json"])
+    assert r.exit_code == 0
+    assert json.loads(r.stdout)["skipped"] == [{"path": "/proc/self/mem", "reason": "cannot read: Input/output error"}]
+
+
+def test_second_writer_is_locked_out(cli, photos, tmp_path):
+    out = tmp_path / "l.hframe"
+    with open(f"{out}.partial", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        r = cli(["pack", str(photos), "-o", str(out)])
+    assert r.exit_code == 3
+    assert "another hframe run is writing it" in r.stderr
+
+
+def test_bad_flags_are_usage_errors(cli, photos, tmp_path):
+    r = cli(["pack", str(photos), "-o", str(tmp_path / "a.hframe"), "--align", "3"])
+    assert r.exit_code == 2 and "--align must be a power of two" in r.stderr
+    r = cli(["pack", str(photos), "-o", str(tmp_path / "a.hframe"), "--frobnicate"])
+    assert r.exit_code == 2 and "No such option: --frobnicate" in r.stderr
+    r = cli(["pack", str(photos)])
+    assert r.exit_code == 2 and "Missing option '--output'" in r.stderr
+    r = cli(["pack", str(photos), "-o", str(tmp_path / "a.hframe"), "--created", "yesterday"])
+    assert r.exit_code == 2 and "--created: 'yesterday' is neither epoch seconds nor an ISO 8601 time" in r.stderr
+
+
+def test_source_date_epoch_makes_packs_reproducible(cli, photos, tmp_path):
+    env = {"SOURCE_DATE_EPOCH": "1700000000"}
+    a, b = tmp_path / "a.hframe", tmp_path / "b.hframe"
+    assert cli(["pack", str(photos), "-o", str(a)], env=env).exit_code == 0
+    assert cli(["pack", str(photos), "-o", str(b), "--workers", "1"], env=env).exit_code == 0
+    assert a.read_bytes() == b.read_bytes()
+    assert Path(f"{a}.index.parquet").read_bytes() == Path(f"{b}.index.parquet").read_bytes()
+    assert pq.read_schema(f"{a}.index.parquet").metadata[b"hframe.pack_time"] == b"2023-11-14T22:13:20.000000Z"
+
+
+def test_interrupt_exits_130_and_publishes_nothing(tmp_path):
+    out = tmp_path / "i.hframe"
+    proc = subprocess.Popen([hframe_bin(), "pack", "-", "-o", str(out)], stdin=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "HFRAME_TTY": "0"})
+    time.sleep(2.0)  # let it start and block reading the list on stdin
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    proc.stdin.close() if proc.stdin else None
+    assert proc.returncode == 130, err
+    assert b"interrupted" in err and b"Traceback" not in err
+    assert not out.exists()
