@@ -1,0 +1,37 @@
+"""Packs written by earlier releases stay readable (tests/data/v1, never regenerated)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+import hframe_cli as h
+
+V1 = Path(__file__).parent / "data" / "v1" / "golden.hframe"
+
+
+def test_v1_pack_file_is_unchanged():
+    assert hashlib.md5(V1.read_bytes()).hexdigest() == "2ce3a832ddec6cb3b472c4c86696b628"
+
+
+def test_v1_frames_read_back_exactly():
+    with h.open_pack(V1) as p:
+        assert len(p) == 4
+        assert p["blob.bin"] == bytes(range(256)) * 3
+        assert p[b"caf\xe9.bin"] == b"latin-1 name"
+        jpg, png = p.read_many(["imgs/red.jpg", "imgs/red.png"])
+        assert jpg.startswith(b"\xff\xd8\xff") and hashlib.md5(jpg).hexdigest() == "14ce370d60eb671b52fd20bbcdec8126"
+        assert png.startswith(b"\x89PNG") and hashlib.md5(png).hexdigest() == "79755cbf586b496d7da731a0bf4c326d"
+        assert p.info.header.alignment == 64 and p.info.pack_time == "2023-11-14T22:13:20.000000Z"
+        assert p.meta.format_version == "1.0" and p.meta.index_schema_version == "1.0"
+        assert h.self_check(V1, f"{V1}.index.parquet", 20) == 4
+
+
+def test_v1_index_rebuilds_to_the_same_rows(tmp_path):
+    pack = tmp_path / "g.hframe"
+    shutil.copy(V1, pack)
+    h.rebuild_index(pack, f"{pack}.index.parquet")
+    assert pq.read_table(f"{pack}.index.parquet").equals(pq.read_table(f"{V1}.index.parquet"))
