@@ -110,7 +110,8 @@ def _flatten(prefix: str, doc: Any, out: list[tuple[str, str]]) -> None:
         for k, v in doc.items():
             _flatten(f"{prefix}.{k}" if prefix else k, v, out)
     else:
-        out.append((prefix, "" if doc is None else str(doc)))
+        text = "" if doc is None else str(doc).lower() if isinstance(doc, bool) else str(doc)
+        out.append((prefix, text))
 
 
 def dump_header(doc: dict[str, Any], as_json: bool) -> None:

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     for i in range(args.count):
-        label = CLASSES[i % len(CLASSES)]
+        label = CLASSES[(i // 4) % len(CLASSES)]
         folder = os.path.join(args.out, label)
         os.makedirs(folder, exist_ok=True)
         mode = MODES[i % len(MODES)]

@@ -87,7 +87,7 @@ def test_dump_header_plain_and_json(cli, packed):
     assert r.exit_code == 0
     fields = dict(line.split("\t", 1) for line in r.stdout.splitlines())
     assert fields["header.magic"] == "89 48 46 52 41 4d 45 0a"
-    assert fields["complete"] == "True" and fields["trailer.frame_count"] == "30"
+    assert fields["complete"] == "true" and fields["trailer.frame_count"] == "30"
     assert fields["index.pack_uuid"] == fields["header.uuid"]
     doc = json.loads(cli(["dump-header", str(packed), "--json"]).stdout)
     assert doc["ok"] is True and doc["header"]["format_version"] == "1.0"

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Make ./.venv with hframe installed (editable) plus the test extras, once; reuse it after.
+# Reinstalls when pyproject.toml changes. Needs python3 (>= 3.10) with venv; PyPI reachable.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+stamp=".venv/.hframe-installed"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [[ ! -x .venv/bin/python ]]; then
+    "$PY" -m venv .venv
+fi
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
+    .venv/bin/python -m pip install --quiet --upgrade pip >&2 || true
+    .venv/bin/python -m pip install --quiet -e '.[test]' >&2
+    echo "$want" > "$stamp"
+fi
