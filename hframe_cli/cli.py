@@ -51,8 +51,9 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     """Build and inspect frame packs: many small media files in one file, with a Parquet index."""
 
@@ -66,17 +67,41 @@ def pack(
     sources: Annotated[list[str], typer.Argument(help="Files, folders (recursive), or - for a list on stdin.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The pack to write (.hframe).")],
     force: Annotated[bool, typer.Option("--force", help="Replace an existing pack.")] = False,
-    align: Annotated[int, typer.Option("--align", help="Start every payload on a multiple of N bytes (4096 for O_DIRECT).")] = 1,
-    created: Annotated[Optional[str], typer.Option("--created", help="Fixed creation time (epoch seconds or ISO 8601); makes the output reproducible. Default: SOURCE_DATE_EPOCH, else now.")] = None,
-    include: Annotated[Optional[list[str]], typer.Option("--include", help="Only names matching this glob (repeatable).")] = None,
-    exclude: Annotated[Optional[list[str]], typer.Option("--exclude", help="Leave out names matching this glob (repeatable).")] = None,
+    align: Annotated[
+        int, typer.Option("--align", help="Start every payload on a multiple of N bytes (4096 for O_DIRECT).")
+    ] = 1,
+    created: Annotated[
+        Optional[str],
+        typer.Option(
+            "--created",
+            help="Fixed creation time (epoch seconds or ISO 8601); makes the output reproducible. Default: SOURCE_DATE_EPOCH, else now.",
+        ),
+    ] = None,
+    include: Annotated[
+        Optional[list[str]], typer.Option("--include", help="Only names matching this glob (repeatable).")
+    ] = None,
+    exclude: Annotated[
+        Optional[list[str]], typer.Option("--exclude", help="Leave out names matching this glob (repeatable).")
+    ] = None,
     base: Annotated[Optional[str], typer.Option("--base", help="Name files relative to this folder.")] = None,
     null: Annotated[bool, typer.Option("--null", "-0", help="The stdin list is NUL-separated (find -print0).")] = False,
-    skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Leave out unreadable, vanished, changed, empty, oversized or duplicate inputs instead of failing.")] = False,
+    skip_bad: Annotated[
+        bool,
+        typer.Option(
+            "--skip-bad",
+            help="Leave out unreadable, vanished, changed, empty, oversized or duplicate inputs instead of failing.",
+        ),
+    ] = False,
     allow_empty: Annotated[bool, typer.Option("--allow-empty", help="Pack zero-byte files as empty frames.")] = False,
-    max_frame_bytes: Annotated[str, typer.Option("--max-frame-bytes", help="Refuse inputs larger than this (e.g. 256MiB).")] = "1GiB",
-    self_check: Annotated[int, typer.Option("--self-check", help="Frames read back from disk and checked before publishing.")] = 20,
-    workers: Annotated[Optional[int], typer.Option("--workers", help="Threads reading and hashing sources.", min=1)] = None,
+    max_frame_bytes: Annotated[
+        str, typer.Option("--max-frame-bytes", help="Refuse inputs larger than this (e.g. 256MiB).")
+    ] = "1GiB",
+    self_check: Annotated[
+        int, typer.Option("--self-check", help="Frames read back from disk and checked before publishing.")
+    ] = 20,
+    workers: Annotated[
+        Optional[int], typer.Option("--workers", help="Threads reading and hashing sources.", min=1)
+    ] = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -87,14 +112,28 @@ def pack(
 
     created_us = parse_created(created)
     srcs = collect_sources(
-        sources, stdin=sys.stdin.buffer, null_separated=null, include=include or (),
-        exclude=exclude or (), base=base, output=os.fspath(output), skip_bad=skip_bad,
-        max_frame_bytes=parse_size(max_frame_bytes, "--max-frame-bytes"), allow_empty=allow_empty,
+        sources,
+        stdin=sys.stdin.buffer,
+        null_separated=null,
+        include=include or (),
+        exclude=exclude or (),
+        base=base,
+        output=os.fspath(output),
+        skip_bad=skip_bad,
+        max_frame_bytes=parse_size(max_frame_bytes, "--max-frame-bytes"),
+        allow_empty=allow_empty,
     )
     with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
         result = pack_sources(
-            srcs, output, alignment=align, created_us=created_us, force=force, skip_bad=skip_bad,
-            self_check_frames=self_check, workers=workers, on_progress=on_progress,
+            srcs,
+            output,
+            alignment=align,
+            created_us=created_us,
+            force=force,
+            skip_bad=skip_bad,
+            self_check_frames=self_check,
+            workers=workers,
+            on_progress=on_progress,
         )
     render.pack_summary(result, json_out, quiet)
 
@@ -124,11 +163,16 @@ def dump_header(
 @app.command()
 def index(
     pack: Annotated[Path, typer.Argument(help="The pack file.")],
-    fmt: Annotated[Optional[RowFormat], typer.Option("--format", "-f", help="Row format (default: table on a terminal, tsv on a pipe).")] = None,
+    fmt: Annotated[
+        Optional[RowFormat],
+        typer.Option("--format", "-f", help="Row format (default: table on a terminal, tsv on a pipe)."),
+    ] = None,
     columns: Annotated[Optional[str], typer.Option("--columns", "-c", help="Comma-separated columns to print.")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Only frames whose name matches this glob.")] = None,
     no_header: Annotated[bool, typer.Option("--no-header", help="No header row in tsv/csv.")] = False,
-    rebuild: Annotated[bool, typer.Option("--rebuild", help="Recreate PACK.index.parquet from the pack alone.")] = False,
+    rebuild: Annotated[
+        bool, typer.Option("--rebuild", help="Recreate PACK.index.parquet from the pack alone.")
+    ] = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Print the index rows of PACK, or rebuild its index from the pack alone."""
@@ -151,7 +195,9 @@ def index(
 def get(
     pack: Annotated[Path, typer.Argument(help="The pack file.")],
     frame: Annotated[str, typer.Argument(help="Frame id, or name as stored in the index.")],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")
+    ] = None,
     by_name: Annotated[bool, typer.Option("--name", help="Treat FRAME as a name even if it is all digits.")] = False,
 ) -> None:
     """Write the exact bytes of one frame to stdout or -o FILE (never to a terminal)."""

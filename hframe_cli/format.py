@@ -95,8 +95,15 @@ class Header:
     def encode(self) -> bytes:
         flags = self.flags | (FLAG_ALIGNED if self.alignment > 1 else 0)
         body = _HEADER.pack(
-            MAGIC, self.version[0], self.version[1], HEADER_SIZE, flags,
-            self.alignment, self.created_us, self.uuid.bytes, 0,
+            MAGIC,
+            self.version[0],
+            self.version[1],
+            HEADER_SIZE,
+            flags,
+            self.alignment,
+            self.created_us,
+            self.uuid.bytes,
+            0,
         )
         return body[:-4] + struct.pack("<I", _crc(body[:-4]))
 
@@ -108,9 +115,7 @@ class Header:
             raise NotAPack(f"{where}: not a frame pack (expected magic {MAGIC.hex(' ')}, found {found})")
         if len(data) < HEADER_SIZE:
             raise IncompletePack(f"{where}: header truncated ({len(data)} of {HEADER_SIZE} bytes)")
-        magic, major, minor, size, flags, alignment, created_us, raw_uuid, crc = _HEADER.unpack(
-            data[:HEADER_SIZE]
-        )
+        magic, major, minor, size, flags, alignment, created_us, raw_uuid, crc = _HEADER.unpack(data[:HEADER_SIZE])
         if major not in SUPPORTED_MAJOR:
             raise UnsupportedVersion(
                 f"{where}: format version {major}.{minor} is not supported "
@@ -147,8 +152,19 @@ class RecordHeader:
     def encode(self, record_offset: int, alignment: int) -> bytes:
         size = record_header_size(record_offset, len(self.name), len(self.extra), alignment)
         fixed = _RECORD.pack(
-            RECORD_MAGIC, size, self.frame_id, self.length, self.raw_length, self.md5,
-            self.mtime_ns, self.codec, self.kind, len(self.name), len(self.extra), self.flags, 0,
+            RECORD_MAGIC,
+            size,
+            self.frame_id,
+            self.length,
+            self.raw_length,
+            self.md5,
+            self.mtime_ns,
+            self.codec,
+            self.kind,
+            len(self.name),
+            len(self.extra),
+            self.flags,
+            0,
         )
         crc = _crc(fixed[:-4] + self.name + self.extra)
         pad = size - RECORD_FIXED - len(self.name) - len(self.extra)
@@ -173,16 +189,16 @@ class RecordHeader:
         """
         if len(fixed) < RECORD_FIXED or fixed[:4] != RECORD_MAGIC:
             raise FormatError(f"{where}: no record header (found {fixed[:4].hex(' ') or 'end of file'})")
-        (_, size, frame_id, length, raw_length, md5, mtime_ns, codec, kind, name_len, extra_len,
-         flags, crc) = _RECORD.unpack(fixed[:RECORD_FIXED])
+        (_, size, frame_id, length, raw_length, md5, mtime_ns, codec, kind, name_len, extra_len, flags, crc) = (
+            _RECORD.unpack(fixed[:RECORD_FIXED])
+        )
         rest = read_rest if read_rest is not None else b""
         if read_rest is not None:
             if len(rest) != name_len + extra_len or crc != _crc(fixed[: RECORD_FIXED - 4] + rest):
                 raise FormatError(f"{where}: record header checksum mismatch (record header is corrupt)")
         if size < RECORD_FIXED + name_len + extra_len:
             raise FormatError(f"{where}: record header size {size} is too small")
-        header = cls(frame_id, length, raw_length, md5, mtime_ns, rest[:name_len],
-                     rest[name_len:], codec, kind, flags)
+        header = cls(frame_id, length, raw_length, md5, mtime_ns, rest[:name_len], rest[name_len:], codec, kind, flags)
         return header, size
 
     @staticmethod
@@ -205,8 +221,16 @@ class Trailer:
 
     def encode(self) -> bytes:
         body = _TRAILER.pack(
-            TRAILER_MAGIC, self.version[0], self.version[1], TRAILER_SIZE, self.frame_count,
-            self.payload_bytes, self.data_end, self.uuid.bytes, self.flags, 0,
+            TRAILER_MAGIC,
+            self.version[0],
+            self.version[1],
+            TRAILER_SIZE,
+            self.frame_count,
+            self.payload_bytes,
+            self.data_end,
+            self.uuid.bytes,
+            self.flags,
+            0,
         )
         return body[:-4] + struct.pack("<I", _crc(body[:-4]))
 
@@ -215,8 +239,7 @@ class Trailer:
         """Parse the last ``TRAILER_SIZE`` bytes of a pack and check them against its header."""
         if file_size < HEADER_SIZE + TRAILER_SIZE or len(data) != TRAILER_SIZE or data[:8] != TRAILER_MAGIC:
             raise IncompletePack(
-                f"{where}: incomplete pack: no trailer (truncated, or still being written; "
-                f"{file_size} bytes)"
+                f"{where}: incomplete pack: no trailer (truncated, or still being written; {file_size} bytes)"
             )
         magic, major, minor, size, count, payload, data_end, raw_uuid, flags, crc = _TRAILER.unpack(data)
         if crc != _crc(data[:-4]):

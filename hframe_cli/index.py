@@ -98,9 +98,7 @@ class IndexMeta:
     hframe_version: str
 
     def to_metadata(self) -> dict[bytes, bytes]:
-        return {
-            (_META_PREFIX + k).encode(): str(v).encode() for k, v in self.__dict__.items()
-        }
+        return {(_META_PREFIX + k).encode(): str(v).encode() for k, v in self.__dict__.items()}
 
     @classmethod
     def from_metadata(cls, md: dict[bytes, bytes] | None, where: str) -> IndexMeta:
@@ -155,8 +153,9 @@ class IndexBuilder:
         self._name_data = bytearray()
         self._name_offsets = array("q", [0])
         self._invalid_names: dict[int, bytes] = {}
-        self._ints = {k: array("q") for k in (
-            "offset", "length", "raw_length", "source_size", "mtime_us", "record_offset")}
+        self._ints = {
+            k: array("q") for k in ("offset", "length", "raw_length", "source_size", "mtime_us", "record_offset")
+        }
         self._md5 = bytearray()
         self._codes = {k: array("b") for k in ("media_type", "kind", "codec")}
         self._labels: dict[bytes, int] = {}
@@ -224,7 +223,8 @@ class IndexBuilder:
     def to_table(self, meta: IndexMeta) -> pa.Table:
         n = len(self)
         names_bin = pa.Array.from_buffers(
-            pa.large_binary(), n,
+            pa.large_binary(),
+            n,
             [None, pa.py_buffer(self._name_offsets.tobytes()), pa.py_buffer(bytes(self._name_data))],
         )
         if self._invalid_names:
@@ -239,8 +239,8 @@ class IndexBuilder:
             name = names_bin.cast(pa.large_string()).cast(pa.string())
             name_raw = pa.nulls(n, pa.binary())
 
-        def ints(key: str, typ: pa.DataType = pa.int64()) -> pa.Array:
-            return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self._ints[key].tobytes())]).cast(typ)
+        def ints(key: str) -> pa.Array:
+            return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self._ints[key].tobytes())])
 
         def coded(key: str, names: tuple[str, ...] | dict[int, str]) -> pa.Array:
             values = list(names.values()) if isinstance(names, dict) else list(names)
@@ -257,8 +257,9 @@ class IndexBuilder:
         label = pa.DictionaryArray.from_arrays(label_idx, label_dict).cast(pa.string())
         md5_hex = binascii.hexlify(bytes(self._md5))
         md5_col = pa.Array.from_buffers(
-            pa.string(), n, [None, pa.py_buffer(array("i", range(0, 32 * n + 1, 32)).tobytes()),
-                             pa.py_buffer(md5_hex)],
+            pa.string(),
+            n,
+            [None, pa.py_buffer(array("i", range(0, 32 * n + 1, 32)).tobytes()), pa.py_buffer(md5_hex)],
         )
         columns = {
             "frame_id": pa.array(range(n), pa.int64()),
@@ -291,7 +292,10 @@ def write_index(table: pa.Table, path: str | os.PathLike[str]) -> None:
     """Write ``table`` as Parquet (zstd, large row groups) to ``path`` and fsync it."""
     with open(path, "wb") as f:
         pq.write_table(
-            table, f, compression="zstd", row_group_size=ROW_GROUP_SIZE,
+            table,
+            f,
+            compression="zstd",
+            row_group_size=ROW_GROUP_SIZE,
             use_dictionary=["name", "media_type", "kind", "codec", "label", "split", "source"],
             write_statistics=["frame_id", "offset", "record_offset"],
         )

@@ -67,8 +67,16 @@ def _is_under(path: str, folder: str) -> bool:
 
 
 class _Collector:
-    def __init__(self, *, include: Sequence[str], exclude: Sequence[str], skip_bad: bool,
-                 max_frame_bytes: int, allow_empty: bool, forbidden: Sequence[str]) -> None:
+    def __init__(
+        self,
+        *,
+        include: Sequence[str],
+        exclude: Sequence[str],
+        skip_bad: bool,
+        max_frame_bytes: int,
+        allow_empty: bool,
+        forbidden: Sequence[str],
+    ) -> None:
         self.include = list(include)
         self.exclude = list(exclude)
         self.skip_bad = skip_bad
@@ -110,7 +118,9 @@ class _Collector:
         if st.st_size > self.max_frame_bytes:
             self.reject(path, f"{st.st_size} bytes is larger than --max-frame-bytes {self.max_frame_bytes}")
             return
-        self.out.sources.append(Source(path, os.fsencode(name).replace(os.sep.encode(), b"/"), st.st_size, st.st_mtime_ns))
+        self.out.sources.append(
+            Source(path, os.fsencode(name).replace(os.sep.encode(), b"/"), st.st_size, st.st_mtime_ns)
+        )
 
     def add_tree(self, root: str, base: str) -> None:
         # Depth-first walk following symlinks, with the chain of real folders kept to spot loops.
@@ -185,8 +195,14 @@ def collect_sources(
         InputError: a bad input (without ``skip_bad``), a duplicate name, or no input at all.
     """
     forbidden = [output, output + ".partial"] if output else []
-    col = _Collector(include=include, exclude=exclude, skip_bad=skip_bad,
-                     max_frame_bytes=max_frame_bytes, allow_empty=allow_empty, forbidden=forbidden)
+    col = _Collector(
+        include=include,
+        exclude=exclude,
+        skip_bad=skip_bad,
+        max_frame_bytes=max_frame_bytes,
+        allow_empty=allow_empty,
+        forbidden=forbidden,
+    )
     files: list[str] = []
     folders: list[str] = []
     for arg in args:
@@ -220,8 +236,11 @@ def collect_sources(
     kept: list[Source] = []
     for s in srcs:
         if kept and kept[-1].name == s.name:
-            col.reject(s.path, f"name {s.name.decode('utf-8', 'backslashreplace')!r} appears twice "
-                               f"(also {kept[-1].path}); use --base or separate packs")
+            col.reject(
+                s.path,
+                f"name {s.name.decode('utf-8', 'backslashreplace')!r} appears twice "
+                f"(also {kept[-1].path}); use --base or separate packs",
+            )
             continue
         kept.append(s)
     col.out.sources = kept

@@ -115,8 +115,11 @@ def _load(src: Source) -> _Loaded:
         return _Loaded(src, error="became a folder while packing")
     except OSError as e:
         return _Loaded(src, error=f"cannot read: {e.strerror}")
-    if (st.st_size, st.st_mtime_ns) != (src.size, src.mtime_ns) or len(data) != src.size or (
-        after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
+    if (
+        (st.st_size, st.st_mtime_ns) != (src.size, src.mtime_ns)
+        or len(data) != src.size
+        or (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns)
+    ):
         return _Loaded(src, error=f"changed while packing (listed {src.size} bytes, read {len(data)})")
     return _Loaded(src, data, hashlib.md5(data).digest())
 
@@ -222,9 +225,15 @@ def pack_sources(
         checked = self_check(sealed.partial_path, sealed.partial_index_path, self_check_frames)
         writer.publish()
     return PackResult(
-        path=os.fspath(output), index_path=os.fspath(writer.index_path), uuid=sealed.uuid,
-        frame_count=sealed.frame_count, payload_bytes=sealed.payload_bytes, pack_bytes=sealed.pack_bytes,
-        pack_time=sealed.pack_time, self_checked=checked, elapsed_s=time.perf_counter() - start,
+        path=os.fspath(output),
+        index_path=os.fspath(writer.index_path),
+        uuid=sealed.uuid,
+        frame_count=sealed.frame_count,
+        payload_bytes=sealed.payload_bytes,
+        pack_bytes=sealed.pack_bytes,
+        pack_time=sealed.pack_time,
+        self_checked=checked,
+        elapsed_s=time.perf_counter() - start,
         skipped=skipped,
     )
 
@@ -249,8 +258,13 @@ def pack(
     from .inputs import DEFAULT_MAX_FRAME_BYTES, collect_sources
 
     sources = collect_sources(
-        [os.fspath(p) for p in paths], include=include, exclude=exclude, base=base,
-        output=os.fspath(output), skip_bad=skip_bad, allow_empty=allow_empty,
+        [os.fspath(p) for p in paths],
+        include=include,
+        exclude=exclude,
+        base=base,
+        output=os.fspath(output),
+        skip_bad=skip_bad,
+        allow_empty=allow_empty,
         max_frame_bytes=max_frame_bytes if max_frame_bytes is not None else DEFAULT_MAX_FRAME_BYTES,
     )
     return pack_sources(sources, output, skip_bad=skip_bad, **options)  # type: ignore[arg-type]

@@ -105,7 +105,9 @@ class PackReader:
         self._offsets = _int64_column(table, "offset")
         self._lengths = _int64_column(table, "length")
         if len(self._offsets) != self.meta.frame_count:
-            raise IncompletePack(f"{self.index_path}: index has {len(self._offsets)} rows, metadata says {self.meta.frame_count}")
+            raise IncompletePack(
+                f"{self.index_path}: index has {len(self._offsets)} rows, metadata says {self.meta.frame_count}"
+            )
         self._data_end = self.info.trailer.data_end
         self._table: pa.Table | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -141,7 +143,9 @@ class PackReader:
         """The frame id for an id or a name (``str`` as typed, or the exact ``bytes``)."""
         if isinstance(key, int) and not isinstance(key, bool):
             if not 0 <= key < len(self):
-                raise NotFound(f"{self.path}: frame {key} does not exist (pack has {len(self)} frames, ids 0..{len(self) - 1})")
+                raise NotFound(
+                    f"{self.path}: frame {key} does not exist (pack has {len(self)} frames, ids 0..{len(self) - 1})"
+                )
             return key
         if isinstance(key, str):
             raw = os.fsencode(key)
@@ -170,7 +174,8 @@ class PackReader:
 
     def row(self, key: FrameKey) -> dict[str, Any]:
         """The full index row of one frame."""
-        return self.table.slice(self.frame_id(key), 1).to_pylist()[0]
+        row: dict[str, Any] = self.table.slice(self.frame_id(key), 1).to_pylist()[0]
+        return row
 
     # -- reads --------------------------------------------------------------------------
 
@@ -191,7 +196,9 @@ class PackReader:
         else:
             data = b"".join(self._storage.read_at(o, n) for o, n in _split(offset, length, self.max_read))
         if len(data) != length:
-            raise FrameOutOfRange(f"{self.path}: frame {i} (offset {offset}, length {length}): short read ({len(data)} bytes); pack truncated?")
+            raise FrameOutOfRange(
+                f"{self.path}: frame {i} (offset {offset}, length {length}): short read ({len(data)} bytes); pack truncated?"
+            )
         return data
 
     def head(self, key: FrameKey, nbytes: int) -> bytes:
@@ -246,7 +253,9 @@ class PackReader:
         out: list[bytes] = [b""] * n
         for (off, ln, parts), blob in zip(plans, blobs):
             if len(blob) != ln:
-                raise FrameOutOfRange(f"{self.path}: short read at offset {off} ({len(blob)} of {ln} bytes); pack truncated?")
+                raise FrameOutOfRange(
+                    f"{self.path}: short read at offset {off} ({len(blob)} of {ln} bytes); pack truncated?"
+                )
             if len(parts) == 1 and parts[0][2] == ln:
                 out[parts[0][0]] = blob
             else:
@@ -278,8 +287,13 @@ class PackReader:
         self._storage.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "index_path": self.index_path, "workers": self.workers,
-                "coalesce_gap": self.coalesce_gap, "max_read": self.max_read}
+        return {
+            "path": self.path,
+            "index_path": self.index_path,
+            "workers": self.workers,
+            "coalesce_gap": self.coalesce_gap,
+            "max_read": self.max_read,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state.pop("path"), state.pop("index_path"), **state)  # type: ignore[misc]
@@ -302,6 +316,8 @@ def _int64_column(table: pa.Table, name: str) -> array[int]:
     return out
 
 
-def open_pack(path: str | os.PathLike[str], index_path: str | os.PathLike[str] | None = None, **options: Any) -> PackReader:
+def open_pack(
+    path: str | os.PathLike[str], index_path: str | os.PathLike[str] | None = None, **options: Any
+) -> PackReader:
     """Open a pack for reading; see ``PackReader`` for the options."""
     return PackReader(path, index_path, **options)

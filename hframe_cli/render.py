@@ -74,8 +74,17 @@ def progress(total_frames: int, total_bytes: int, quiet: bool, label: str = "pac
         return
     from tqdm import tqdm
 
-    bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1000, desc=label,
-               file=sys.stderr, dynamic_ncols=True, leave=False, mininterval=0.2)
+    bar = tqdm(
+        total=total_bytes,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1000,
+        desc=label,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        leave=False,
+        mininterval=0.2,
+    )
     state = {"bytes": 0}
 
     def update(frames: int, done: int) -> None:

@@ -59,8 +59,11 @@ def iter_records(storage: LocalFile, info: PackInfo) -> Iterator[ScannedRecord]:
                 f"{at}: frame {header.frame_id} (offset {offset}, length {header.length}) runs past "
                 f"the end of data ({end})"
             )
-        head = probe[size : size + SNIFF_BYTES] if len(probe) >= size + SNIFF_BYTES else storage.read_at(
-            offset, min(SNIFF_BYTES, header.length))
+        head = (
+            probe[size : size + SNIFF_BYTES]
+            if len(probe) >= size + SNIFF_BYTES
+            else storage.read_at(offset, min(SNIFF_BYTES, header.length))
+        )
         yield ScannedRecord(pos, offset, header, sniff_media_type(head[: header.length]))
         pos = offset + header.length
         expected_id += 1
@@ -87,9 +90,17 @@ def rebuild_index(
         for rec in iter_records(storage, info):
             h = rec.header
             builder.append(
-                name=h.name, offset=rec.offset, length=h.length, md5=h.md5, media_type=rec.media_type,
-                kind=h.kind, codec=h.codec, raw_length=h.raw_length, source_size=h.raw_length,
-                mtime_ns=h.mtime_ns, record_offset=rec.record_offset,
+                name=h.name,
+                offset=rec.offset,
+                length=h.length,
+                md5=h.md5,
+                media_type=rec.media_type,
+                kind=h.kind,
+                codec=h.codec,
+                raw_length=h.raw_length,
+                source_size=h.raw_length,
+                mtime_ns=h.mtime_ns,
+                record_offset=rec.record_offset,
             )
             if on_progress is not None:
                 on_progress(h.length)

@@ -20,8 +20,9 @@ __all__ = ["DEFAULT_SELF_CHECK", "self_check"]
 DEFAULT_SELF_CHECK = 20
 
 
-def self_check(pack_path: str | os.PathLike[str], index_path: str | os.PathLike[str],
-               frames: int = DEFAULT_SELF_CHECK) -> int:
+def self_check(
+    pack_path: str | os.PathLike[str], index_path: str | os.PathLike[str], frames: int = DEFAULT_SELF_CHECK
+) -> int:
     """Read back the first ``frames`` frames from disk and compare them with the index.
 
     Returns:
@@ -45,7 +46,7 @@ def self_check(pack_path: str | os.PathLike[str], index_path: str | os.PathLike[
             if magic is not None and not data.startswith(magic):
                 raise MagicMismatch(
                     f"{where}: magic bytes mismatch (index says {row['media_type']}, expected "
-                    f"{magic.hex(' ')}, read {data[:len(magic)].hex(' ')})"
+                    f"{magic.hex(' ')}, read {data[: len(magic)].hex(' ')})"
                 )
             got = hashlib.md5(data).hexdigest()
             if got != row["md5"]:

@@ -86,8 +86,9 @@ class PackWriter:
         force: replace an existing pack at ``path``.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, alignment: int = 1,
-                 created_us: int | None = None, force: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, alignment: int = 1, created_us: int | None = None, force: bool = False
+    ) -> None:
         if alignment < 1 or alignment & (alignment - 1) or alignment > 1 << 24:
             raise InputError(f"--align must be a power of two between 1 and 16777216 (got {alignment})")
         self.path = Path(path)
@@ -178,14 +179,32 @@ class PackWriter:
         rec_off = self._pos
         return rec_off, record_header_size(rec_off, len(name), 0, self.alignment)
 
-    def _record(self, *, name: bytes, rec_off: int, hdr_size: int, length: int, md5: bytes,
-                media: str, mtime_ns: int, source_size: int) -> tuple[int, RecordHeader]:
+    def _record(
+        self,
+        *,
+        name: bytes,
+        rec_off: int,
+        hdr_size: int,
+        length: int,
+        md5: bytes,
+        media: str,
+        mtime_ns: int,
+        source_size: int,
+    ) -> tuple[int, RecordHeader]:
         frame_id = len(self._index)
         kind = KIND_IDS["image"] if media != "unknown" else KIND_IDS["blob"]
         offset = rec_off + hdr_size  # recorded before the payload is appended
         self._index.append(
-            name=name, offset=offset, length=length, md5=md5, media_type=media, kind=kind,
-            codec=0, raw_length=length, source_size=source_size, mtime_ns=mtime_ns,
+            name=name,
+            offset=offset,
+            length=length,
+            md5=md5,
+            media_type=media,
+            kind=kind,
+            codec=0,
+            raw_length=length,
+            source_size=source_size,
+            mtime_ns=mtime_ns,
             record_offset=rec_off,
         )
         self._payload_bytes += length
@@ -209,9 +228,14 @@ class PackWriter:
         """
         rec_off, hdr_size = self._begin_record(name)
         frame_id, rec = self._record(
-            name=name, rec_off=rec_off, hdr_size=hdr_size, length=len(data),
+            name=name,
+            rec_off=rec_off,
+            hdr_size=hdr_size,
+            length=len(data),
             md5=md5 if md5 is not None else hashlib.md5(data).digest(),
-            media=sniff_media_type(data[:SNIFF_BYTES]), mtime_ns=mtime_ns, source_size=len(data),
+            media=sniff_media_type(data[:SNIFF_BYTES]),
+            mtime_ns=mtime_ns,
+            source_size=len(data),
         )
         self._write(rec.encode(rec_off, self.alignment))
         self._write(data)
@@ -253,8 +277,14 @@ class PackWriter:
             os.ftruncate(self._fd, rec_off)
             raise InputError(f"size changed while packing (expected {size} bytes, read {got})")
         frame_id, rec = self._record(
-            name=name, rec_off=rec_off, hdr_size=hdr_size, length=size, md5=digest.digest(),
-            media=sniff_media_type(head), mtime_ns=mtime_ns, source_size=size,
+            name=name,
+            rec_off=rec_off,
+            hdr_size=hdr_size,
+            length=size,
+            md5=digest.digest(),
+            media=sniff_media_type(head),
+            mtime_ns=mtime_ns,
+            source_size=size,
         )
         os.pwrite(self._fd, rec.encode(rec_off, self.alignment), rec_off)
         os.lseek(self._fd, rec_off + hdr_size + size, os.SEEK_SET)
@@ -269,7 +299,8 @@ class PackWriter:
             raise InputError("PackWriter is not open")
         pack_uuid = (
             uuid.uuid5(_UUID_NAMESPACE, f"{self._digest.hexdigest()}:{self.created_us}:{self.alignment}")
-            if self.deterministic else uuid.uuid4()
+            if self.deterministic
+            else uuid.uuid4()
         )
         data_end = self._pos
         count = len(self._index)
@@ -296,8 +327,15 @@ class PackWriter:
             write_index(self._index.to_table(meta), self.partial_index_path)
         except OSError as e:
             raise _write_error(self.partial_index_path, e) from e
-        self._sealed = SealedPack(self.partial_path, self.partial_index_path, str(pack_uuid), count,
-                                  self._payload_bytes, pack_bytes, meta.pack_time)
+        self._sealed = SealedPack(
+            self.partial_path,
+            self.partial_index_path,
+            str(pack_uuid),
+            count,
+            self._payload_bytes,
+            pack_bytes,
+            meta.pack_time,
+        )
         return self._sealed
 
     def publish(self) -> SealedPack:

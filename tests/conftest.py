@@ -23,8 +23,10 @@ def make_image(path: Path, size: tuple[int, int], mode: str, seed: int) -> None:
     draw = ImageDraw.Draw(img)
     for _ in range(6):
         x0, y0 = rng.randrange(size[0]), rng.randrange(size[1])
-        draw.rectangle((x0, y0, x0 + rng.randrange(1, size[0]), y0 + rng.randrange(1, size[1])),
-                       fill=tuple(rng.randrange(256) for _ in range(3)))
+        draw.rectangle(
+            (x0, y0, x0 + rng.randrange(1, size[0]), y0 + rng.randrange(1, size[1])),
+            fill=tuple(rng.randrange(256) for _ in range(3)),
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".png":
         img.convert(mode).save(path)

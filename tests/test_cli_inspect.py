@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from conftest import run_bin
 
 import hframe_cli as h
-from conftest import run_bin
 
 
 def test_get_by_id_and_name(cli, packed, photos, tmp_path):
@@ -39,7 +39,11 @@ def test_index_tsv_on_a_pipe_with_columns_and_glob(cli, packed):
     assert lines[0] == "frame_id\tname\tmd5"
     rows = [line.split("\t") for line in lines[1:]]
     t = pq.read_table(f"{packed}.index.parquet").to_pylist()
-    want = [[str(x["frame_id"]), x["name"], x["md5"]] for x in t if x["name"].startswith("cats/") and x["name"].endswith(".png")]
+    want = [
+        [str(x["frame_id"]), x["name"], x["md5"]]
+        for x in t
+        if x["name"].startswith("cats/") and x["name"].endswith(".png")
+    ]
     assert rows == want and rows
 
 
@@ -47,7 +51,9 @@ def test_index_csv_and_jsonl_match_parquet(cli, packed):
     t = pq.read_table(f"{packed}.index.parquet").to_pylist()
     r = cli(["index", str(packed), "-f", "csv", "-c", "name,offset,length"])
     got = list(csv.DictReader(io.StringIO(r.stdout)))
-    assert [(g["name"], int(g["offset"]), int(g["length"])) for g in got] == [(x["name"], x["offset"], x["length"]) for x in t]
+    assert [(g["name"], int(g["offset"]), int(g["length"])) for g in got] == [
+        (x["name"], x["offset"], x["length"]) for x in t
+    ]
     r = cli(["index", str(packed), "-f", "jsonl"])
     docs = [json.loads(line) for line in r.stdout.splitlines()]
     assert [d["md5"] for d in docs] == [x["md5"] for x in t]

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import hframe_bin
 
 import hframe_cli as h
-from conftest import hframe_bin, run_bin
 
 
 def names(pack: Path) -> list[str]:
@@ -30,7 +30,7 @@ def test_pack_folder_prints_one_summary_line_on_a_pipe(cli, photos, tmp_path):
     assert r.stdout == ""
     lines = r.stderr.splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith(f"hframe: packed 30 frames (")
+    assert lines[0].startswith("hframe: packed 30 frames (")
     assert f"into {out} in " in lines[0] and lines[0].endswith("self-check of 20 frames ok")
     assert "\r" not in r.stderr  # no progress bar off a terminal
 
@@ -84,13 +84,16 @@ def test_output_inside_input_tree_is_refused(cli, photos):
     assert "output is inside the input folder" in r.stderr
 
 
-@pytest.mark.parametrize(("make", "reason"), [
-    (lambda d: (d / "empty.jpg").write_bytes(b""), "zero-byte file (use --allow-empty to pack it)"),
-    (lambda d: (d / "loop").symlink_to(d), "symlink loop (links back to a folder above it)"),
-    (lambda d: (d / "self").symlink_to(d / "self"), "symlink loop"),
-    (lambda d: (d / "dangling").symlink_to(d / "missing"), "broken symlink"),
-    (lambda d: os.mkfifo(d / "fifo"), "not a regular file"),
-])
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda d: (d / "empty.jpg").write_bytes(b""), "zero-byte file (use --allow-empty to pack it)"),
+        (lambda d: (d / "loop").symlink_to(d), "symlink loop (links back to a folder above it)"),
+        (lambda d: (d / "self").symlink_to(d / "self"), "symlink loop"),
+        (lambda d: (d / "dangling").symlink_to(d / "missing"), "broken symlink"),
+        (lambda d: os.mkfifo(d / "fifo"), "not a regular file"),
+    ],
+)
 def test_bad_inputs_fail_naming_the_path_or_are_skipped(cli, photos, tmp_path, make, reason):
     make(photos / "cats")
     out = tmp_path / "bad.hframe"
@@ -133,7 +136,9 @@ def test_a_name_that_appears_twice(cli, tmp_path):
         (tmp_path / d / "x.jpg").write_bytes(d.encode())
     r = cli(["pack", str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(tmp_path / "d.hframe")])
     assert r.exit_code == 2 and "name 'x.jpg' appears twice" in r.stderr
-    r = cli(["pack", str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(tmp_path / "d.hframe"), "--base", str(tmp_path)])
+    r = cli(
+        ["pack", str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(tmp_path / "d.hframe"), "--base", str(tmp_path)]
+    )
     assert r.exit_code == 0 and names(tmp_path / "d.hframe") == ["a/x.jpg", "b/x.jpg"]
 
 
@@ -176,8 +181,18 @@ def test_unreadable_file(cli, photos, tmp_path):
     r = cli(["pack", str(photos), "/proc/self/mem", "-o", str(tmp_path / "u.hframe"), "--allow-empty"])
     assert r.exit_code == 2
     assert "/proc/self/mem: cannot read: Input/output error (use --skip-bad to leave it out)" in r.stderr
-    r = cli(["pack", str(photos / "cats"), "/proc/self/mem", "-o", str(tmp_path / "u.hframe"), "--allow-empty",
-             "--skip-bad", "--json"])
+    r = cli(
+        [
+            "pack",
+            str(photos / "cats"),
+            "/proc/self/mem",
+            "-o",
+            str(tmp_path / "u.hframe"),
+            "--allow-empty",
+            "--skip-bad",
+            "--json",
+        ]
+    )
     assert r.exit_code == 0
     assert json.loads(r.stdout)["skipped"] == [{"path": "/proc/self/mem", "reason": "cannot read: Input/output error"}]
 
@@ -214,8 +229,12 @@ def test_source_date_epoch_makes_packs_reproducible(cli, photos, tmp_path):
 
 def test_interrupt_exits_130_and_publishes_nothing(tmp_path):
     out = tmp_path / "i.hframe"
-    proc = subprocess.Popen([hframe_bin(), "pack", "-", "-o", str(out)], stdin=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "HFRAME_TTY": "0"})
+    proc = subprocess.Popen(
+        [hframe_bin(), "pack", "-", "-o", str(out)],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "HFRAME_TTY": "0"},
+    )
     time.sleep(2.0)  # let it start and block reading the list on stdin
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)

@@ -68,7 +68,7 @@ def test_record_header_pads_payload_to_alignment():
         raw = rec.encode(start, align)
         assert len(raw) == record_header_size(start, len(b"a/b.jpg"), 0, align)
         assert (start + len(raw)) % align == 0
-        parsed, size = RecordHeader.decode(raw[:RECORD_FIXED], raw[RECORD_FIXED:RECORD_FIXED + 7], "t")
+        parsed, size = RecordHeader.decode(raw[:RECORD_FIXED], raw[RECORD_FIXED : RECORD_FIXED + 7], "t")
         assert parsed == rec and size == len(raw)
 
 
@@ -76,7 +76,7 @@ def test_record_header_crc_detects_corrupt_name():
     raw = bytearray(RecordHeader(0, 1, 1, b"\0" * 16, 0, b"name").encode(128, 1))
     raw[RECORD_FIXED] ^= 1
     with pytest.raises(FormatError, match="record header checksum mismatch"):
-        RecordHeader.decode(bytes(raw[:RECORD_FIXED]), bytes(raw[RECORD_FIXED:RECORD_FIXED + 4]), "t")
+        RecordHeader.decode(bytes(raw[:RECORD_FIXED]), bytes(raw[RECORD_FIXED : RECORD_FIXED + 4]), "t")
 
 
 def test_trailer_must_sit_at_the_end_and_match_the_header():

@@ -15,8 +15,15 @@ import hframe_cli as h
 from hframe_cli.index import COLUMNS, SCHEMA
 
 META_KEYS = {
-    "format_version", "index_schema_version", "pack_uuid", "pack_time", "frame_count", "pack_bytes",
-    "payload_bytes", "alignment", "hframe_version",
+    "format_version",
+    "index_schema_version",
+    "pack_uuid",
+    "pack_time",
+    "frame_count",
+    "pack_bytes",
+    "payload_bytes",
+    "alignment",
+    "hframe_version",
 }
 
 
@@ -54,8 +61,14 @@ def test_rebuild_gives_the_same_rows(packed, cli):
     assert rebuilt.equals(original, check_metadata=True)
 
 
-ODD = [b"sp ace.bin", "ünï/cödé.bin".encode(), b"new\nline.bin", b"tab\there.bin", b"bad\xff\xfename.bin",
-       b"dir\xe9/x.bin"]
+ODD = [
+    b"sp ace.bin",
+    "ünï/cödé.bin".encode(),
+    b"new\nline.bin",
+    b"tab\there.bin",
+    b"bad\xff\xfename.bin",
+    b"dir\xe9/x.bin",
+]
 
 
 def odd_tree(root: Path) -> dict[bytes, bytes]:

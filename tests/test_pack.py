@@ -120,13 +120,22 @@ def corrupt_payload(frame: int, media_type_too: bool = False):
             b = f.read(1)
             f.seek(pos)
             f.write(bytes([b[0] ^ 0xFF]))
+
     return hook
 
 
-@pytest.mark.parametrize(("frame", "magic", "exc", "msg"), [
-    (3, False, ChecksumMismatch, r"frame 3 \(offset \d+, length \d+\): md5 mismatch \(index [0-9a-f]{32}, read [0-9a-f]{32}\)"),
-    (19, True, MagicMismatch, r"frame 19 .*magic bytes mismatch"),
-])
+@pytest.mark.parametrize(
+    ("frame", "magic", "exc", "msg"),
+    [
+        (
+            3,
+            False,
+            ChecksumMismatch,
+            r"frame 3 \(offset \d+, length \d+\): md5 mismatch \(index [0-9a-f]{32}, read [0-9a-f]{32}\)",
+        ),
+        (19, True, MagicMismatch, r"frame 19 .*magic bytes mismatch"),
+    ],
+)
 def test_self_check_failure_publishes_nothing(photos, tmp_path, frame, magic, exc, msg):
     out = tmp_path / "p.hframe"
     srcs = h.collect_sources([str(photos)])

@@ -124,9 +124,11 @@ def test_opening_missing_or_wrong_files(tmp_path, packed):
 
 
 def test_importing_the_reader_loads_no_cli_or_torch():
-    code = ("import sys, hframe_cli.reader, hframe_cli\n"
-            "bad = [m for m in ('typer', 'rich', 'tqdm', 'torch', 'av') if m in sys.modules]\n"
-            "print(','.join(bad))")
+    code = (
+        "import sys, hframe_cli.reader, hframe_cli\n"
+        "bad = [m for m in ('typer', 'rich', 'tqdm', 'torch', 'av') if m in sys.modules]\n"
+        "print(','.join(bad))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
 

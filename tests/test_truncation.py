@@ -14,8 +14,17 @@ from hframe_cli.format import HEADER_SIZE
 def test_truncation_at_random_points_is_reported(packed, tmp_path, cli):
     data = packed.read_bytes()
     rng = random.Random(3)
-    cuts = sorted({0, 5, HEADER_SIZE - 1, HEADER_SIZE, len(data) - 1, len(data) - 64,
-                   *(rng.randrange(1, len(data)) for _ in range(20))})
+    cuts = sorted(
+        {
+            0,
+            5,
+            HEADER_SIZE - 1,
+            HEADER_SIZE,
+            len(data) - 1,
+            len(data) - 64,
+            *(rng.randrange(1, len(data)) for _ in range(20)),
+        }
+    )
     t = tmp_path / "t.hframe"
     os.replace(f"{packed}.index.parquet", f"{t}.index.parquet")
     for cut in cuts:

@@ -1,0 +1,65 @@
+"""The docs cannot drift: every command, option and exit code is in man/hframe.1 and README."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import typer
+
+from hframe_cli import errors
+from hframe_cli.cli import app
+from hframe_cli.index import COLUMNS, IndexMeta
+
+ROOT = Path(__file__).resolve().parent.parent
+MAN1 = (ROOT / "man" / "hframe.1").read_text()
+MAN5 = (ROOT / "man" / "hframe.5").read_text()
+README = (ROOT / "README.md").read_text()
+
+
+def plain(roff: str) -> str:
+    return roff.replace("\\-", "-")
+
+
+def commands():
+    group = typer.main.get_command(app)
+    return group.commands.items()
+
+
+def test_every_command_and_option_is_in_the_man_page_and_has_help():
+    man = plain(MAN1)
+    for name, cmd in commands():
+        assert f".SS {name}" in man, name
+        assert f"hframe {name}" in README, name
+        assert cmd.help, name
+        for param in cmd.params:
+            if param.param_type_name != "option":
+                continue
+            assert param.help, f"{name} {param.opts}"
+            for opt in param.opts:
+                assert re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", man), (
+                    f"{name} {opt} missing from man/hframe.1"
+                )
+
+
+def test_every_exit_code_is_documented():
+    codes = {v for k, v in vars(errors).items() if k.startswith("EXIT_")}
+    section = MAN1.split(".SH EXIT STATUS", 1)[1].split(".SH", 1)[0]
+    for code in codes:
+        assert f".B {code}\n" in section, code
+        assert f"**{code}**" in README, code
+
+
+def test_index_schema_and_metadata_are_in_the_format_page():
+    for col in COLUMNS:
+        assert re.search(rf"^{col}\t", MAN5, re.M), col
+    for key in IndexMeta.__dataclass_fields__:
+        assert f"hframe.{key}\t" in MAN5, key
+
+
+def test_readme_opens_with_the_demo_and_test_commands_and_ci_runs_the_latter():
+    first_block = README.split("```sh", 1)[1].split("```", 1)[0]
+    lines = [line.split("#")[0].strip() for line in first_block.strip().splitlines()]
+    assert lines == ["./scripts/demo.sh", "./scripts/test.sh"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "\n./scripts/test.sh\n" in ci
