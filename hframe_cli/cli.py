@@ -138,6 +138,54 @@ def pack(
     render.pack_summary(result, json_out, quiet)
 
 
+@app.command()
+def verify(
+    packs: Annotated[list[str], typer.Argument(help="Packs to check (globs are expanded).")],
+    sample: Annotated[
+        Optional[str], typer.Option("--sample", help="Check a sample: P% of frames or N frames, in runs of neighbours.")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Sampler seed: the same seed checks the same frames.")] = 0,
+    frames: Annotated[Optional[str], typer.Option("--frames", help="Check only frames A:B (B exclusive).")] = None,
+    decode: Annotated[bool, typer.Option("--decode", help="Also decode every image fully with Pillow.")] = False,
+    no_index: Annotated[bool, typer.Option("--no-index", help="Check from the pack's record headers alone.")] = False,
+    max_errors: Annotated[Optional[int], typer.Option("--max-errors", help="Stop after N problems.", min=1)] = None,
+    workers: Annotated[int, typer.Option("--workers", help="Hashing threads.", min=1)] = 2,
+    junit: Annotated[
+        Optional[Path], typer.Option("--junit", help="Also write a JUnit XML report (one testcase per pack).")
+    ] = None,
+    json_out: JsonOpt = False,
+    jsonl: Annotated[bool, typer.Option("--jsonl", help="Print one JSON line per problem.")] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Check packs: header, trailer, index, layout and every frame's md5 (exit 1 on any problem)."""
+    from .verify import parse_frames, parse_sample, verify_packs
+
+    total = sum(os.path.getsize(p) for p in packs if os.path.isfile(p))
+    with render.progress(0, total, quiet or json_out or jsonl, label="verifying") as on_progress:
+        done = [0]
+
+        def progress(nbytes: int) -> None:
+            done[0] += nbytes
+            if on_progress is not None:
+                on_progress(0, done[0])
+
+        report = verify_packs(
+            packs,
+            use_index=not no_index,
+            sample=parse_sample(sample) if sample else None,
+            seed=seed,
+            frames=parse_frames(frames) if frames else None,
+            decode=decode,
+            max_errors=max_errors,
+            workers=workers,
+            on_progress=progress,
+        )
+    if junit is not None:
+        render.write_junit(report, os.fspath(junit))
+    render.verify_report(report, as_json=json_out, as_jsonl=jsonl, quiet=quiet)
+    raise typer.Exit(report.exit_code)
+
+
 @app.command("dump-header")
 def dump_header(
     pack: Annotated[Path, typer.Argument(help="The pack file.")],

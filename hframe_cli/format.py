@@ -18,6 +18,7 @@ import struct
 import uuid
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import FormatError, IncompletePack, NotAPack, UnsupportedVersion
 
@@ -116,13 +117,13 @@ class Header:
         if len(data) < HEADER_SIZE:
             raise IncompletePack(f"{where}: header truncated ({len(data)} of {HEADER_SIZE} bytes)")
         magic, major, minor, size, flags, alignment, created_us, raw_uuid, crc = _HEADER.unpack(data[:HEADER_SIZE])
+        if crc != _crc(data[: HEADER_SIZE - 4]):
+            raise FormatError(f"{where}: header checksum mismatch (header bytes are corrupt)")
         if major not in SUPPORTED_MAJOR:
             raise UnsupportedVersion(
                 f"{where}: format version {major}.{minor} is not supported "
                 f"(this hframe reads major version {', '.join(map(str, SUPPORTED_MAJOR))})"
             )
-        if crc != _crc(data[: HEADER_SIZE - 4]):
-            raise FormatError(f"{where}: header checksum mismatch (header bytes are corrupt)")
         if size != HEADER_SIZE or alignment < 1 or alignment & (alignment - 1):
             raise FormatError(f"{where}: header fields invalid (size {size}, alignment {alignment})")
         return cls(uuid.UUID(bytes=raw_uuid), created_us, alignment, (major, minor), flags & ~FLAG_ALIGNED)
@@ -235,25 +236,51 @@ class Trailer:
         return body[:-4] + struct.pack("<I", _crc(body[:-4]))
 
     @classmethod
-    def decode(cls, data: bytes, file_size: int, header: Header, where: str = "pack") -> Trailer:
+    def parse(cls, data: bytes, where: str = "pack") -> Trailer:
+        """Parse trailer bytes, checking magic, size and checksum only (not where they sit)."""
+        if len(data) != TRAILER_SIZE or data[:8] != TRAILER_MAGIC:
+            raise IncompletePack(f"{where}: incomplete pack: no trailer")
+        magic, major, minor, size, count, payload, data_end, raw_uuid, flags, crc = _TRAILER.unpack(data)
+        if crc != _crc(data[:-4]) or size != TRAILER_SIZE:
+            raise IncompletePack(f"{where}: incomplete pack: trailer checksum mismatch (trailer bytes are corrupt)")
+        return cls(count, payload, data_end, uuid.UUID(bytes=raw_uuid), (major, minor), flags)
+
+    @classmethod
+    def decode(cls, data: bytes, file_size: int, header: Header | None, where: str = "pack") -> Trailer:
         """Parse the last ``TRAILER_SIZE`` bytes of a pack and check them against its header."""
         if file_size < HEADER_SIZE + TRAILER_SIZE or len(data) != TRAILER_SIZE or data[:8] != TRAILER_MAGIC:
             raise IncompletePack(
                 f"{where}: incomplete pack: no trailer (truncated, or still being written; {file_size} bytes)"
             )
-        magic, major, minor, size, count, payload, data_end, raw_uuid, flags, crc = _TRAILER.unpack(data)
-        if crc != _crc(data[:-4]):
-            raise IncompletePack(f"{where}: incomplete pack: trailer checksum mismatch")
-        if data_end != file_size - TRAILER_SIZE:
+        trailer = cls.parse(data, where)
+        if trailer.data_end != file_size - TRAILER_SIZE:
             raise IncompletePack(
-                f"{where}: incomplete pack: trailer says data ends at {data_end}, "
+                f"{where}: incomplete pack: trailer says data ends at {trailer.data_end}, "
                 f"file has {file_size - TRAILER_SIZE} bytes before the trailer"
             )
-        if raw_uuid != header.uuid.bytes:
-            raise FormatError(f"{where}: trailer UUID {uuid.UUID(bytes=raw_uuid)} differs from header {header.uuid}")
-        if (major, minor) != header.version or size != TRAILER_SIZE:
-            raise FormatError(f"{where}: trailer version {major}.{minor} differs from header")
-        return cls(count, payload, data_end, uuid.UUID(bytes=raw_uuid), (major, minor), flags)
+        if header is not None:
+            if trailer.uuid != header.uuid:
+                raise FormatError(f"{where}: trailer UUID {trailer.uuid} differs from header {header.uuid}")
+            if trailer.version != header.version:
+                raise FormatError(
+                    f"{where}: trailer version {trailer.version[0]}.{trailer.version[1]} differs from header"
+                )
+        return trailer
+
+
+def record_fields(buf: bytes | memoryview, pos: int) -> tuple[Any, ...]:
+    """The raw fixed fields of the record header at ``buf[pos:]`` (no validation).
+
+    Returns (magic, header_size, frame_id, length, raw_length, md5, mtime_ns, codec, kind,
+    name_len, extra_len, flags, crc), as packed by ``RecordHeader.encode``.
+    """
+    return _RECORD.unpack_from(buf, pos)
+
+
+def record_crc(buf: bytes | memoryview, pos: int, name_len: int, extra_len: int) -> int:
+    """CRC-32 over a record header's checked bytes (fixed part without the CRC, name, extra)."""
+    crc = zlib.crc32(buf[pos : pos + RECORD_FIXED - 4])
+    return zlib.crc32(buf[pos + RECORD_FIXED : pos + RECORD_FIXED + name_len + extra_len], crc) & 0xFFFFFFFF
 
 
 #: Media types sniffed from magic bytes, in the order they are tried.

@@ -227,3 +227,106 @@ def index_rows(table: pa.Table, fmt: str | None, header: bool = True) -> None:
                 first = False
         if fmt == "json":
             out.write("\n]\n" if not first else "]\n")
+
+
+# -- verify ---------------------------------------------------------------------------------
+
+MAX_PROBLEM_LINES = 20
+
+
+def _pack_line(p: Any) -> str:
+    rate = p.bytes_checked / p.elapsed_s if p.elapsed_s > 0 else 0.0
+    facts = (
+        f"{p.frames_checked} of {p.frames_total} frames checked ({p.selection}, {p.mode}), "
+        f"{format_bytes(p.bytes_checked)} in {p.elapsed_s:.2f} s ({format_bytes(rate)}/s)"
+    )
+    if p.error:
+        return f"{p.pack}: cannot verify: {p.error}"
+    if not p.problems:
+        return f"{p.pack}: ok: {facts}"
+    more = "; stopped early (--max-errors)" if p.stopped_early else ""
+    return f"{p.pack}: {len(p.problems)} problems in {len(p.bad_frames)} frames: {facts}{more}"
+
+
+def verify_report(report: Any, *, as_json: bool, as_jsonl: bool, quiet: bool) -> None:
+    """Print a ``VerifyReport``: table on a terminal, plain lines on a pipe, or JSON / JSONL."""
+    if as_json:
+        print_json(report.to_dict())
+        return
+    if as_jsonl:
+        for p in report.packs:
+            if p.error:
+                sys.stdout.write(json.dumps({"pack": p.pack, "check": "error", "message": p.error}) + "\n")
+            for prob in p.problems:
+                sys.stdout.write(json.dumps({"pack": p.pack, **prob.to_dict()}, ensure_ascii=False) + "\n")
+        return
+    if quiet:
+        return
+    out = sys.stdout
+    for p in report.packs:
+        if p.error:
+            out.write(f"{p.pack}: cannot verify: {p.error}\n")
+        for prob in p.problems[:MAX_PROBLEM_LINES]:
+            out.write(prob.message + "\n")
+        if len(p.problems) > MAX_PROBLEM_LINES:
+            out.write(f"{p.pack}: ... and {len(p.problems) - MAX_PROBLEM_LINES} more problems (--json lists all)\n")
+    if interactive(out):
+        from rich.table import Table
+
+        t = Table(show_header=True, header_style="bold")
+        for col in ("pack", "status", "frames", "checked", "bytes", "MB/s", "problems"):
+            t.add_column(col, justify="right" if col not in ("pack", "status") else "left")
+        for p in report.packs:
+            rate = p.bytes_checked / p.elapsed_s / 1e6 if p.elapsed_s > 0 else 0.0
+            style = {"ok": "green", "problems": "red", "error": "yellow"}[p.status]
+            t.add_row(
+                p.pack,
+                f"[{style}]{p.status}[/]",
+                str(p.frames_total),
+                str(p.frames_checked),
+                format_bytes(p.bytes_checked),
+                f"{rate:.0f}",
+                str(len(p.problems)),
+            )
+        _console().print(t)
+    else:
+        for p in report.packs:
+            if not p.error:
+                out.write(_pack_line(p) + "\n")
+    if len(report.packs) > 1:
+        d = report.to_dict()
+        out.write(
+            f"verified {d['packs_total']} packs: {d['packs_ok']} ok, {d['packs_with_problems']} with problems, "
+            f"{d['packs_not_verified']} not verified; {d['frames_checked']} frames, "
+            f"{format_bytes(d['bytes_checked'])} checked\n"
+        )
+
+
+def write_junit(report: Any, path: str) -> None:
+    """A JUnit XML file with one testcase per pack (failure = problems, error = cannot verify)."""
+    from xml.etree import ElementTree as ET
+
+    d = report.to_dict()
+    suite = ET.Element(
+        "testsuite",
+        name="hframe verify",
+        tests=str(d["packs_total"]),
+        failures=str(d["packs_with_problems"]),
+        errors=str(d["packs_not_verified"]),
+        time=f"{d['elapsed_s']:.3f}",
+    )
+    for p in report.packs:
+        case = ET.SubElement(suite, "testcase", classname="hframe.verify", name=p.pack, time=f"{p.elapsed_s:.3f}")
+        if p.error:
+            ET.SubElement(case, "error", message=p.error).text = p.error
+        elif p.problems:
+            el = ET.SubElement(case, "failure", message=f"{len(p.problems)} problems in {len(p.bad_frames)} frames")
+            el.text = "\n".join(prob.message for prob in p.problems)
+        ET.SubElement(case, "system-out").text = _pack_line(p)
+    tmp = path + ".partial"
+    root = ET.Element("testsuites")
+    root.append(suite)
+    tree = ET.ElementTree(root)
+    ET.indent(tree)
+    tree.write(tmp, encoding="utf-8", xml_declaration=True)
+    os.replace(tmp, path)

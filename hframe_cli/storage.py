@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import threading
 from typing import Protocol
 
@@ -63,6 +64,9 @@ class LocalFile:
                         raise InputError(f"{self.location}: is a directory, not a pack") from e
                     except OSError as e:
                         raise _storage_error(self.location, e) from e
+                    if stat.S_ISDIR(os.fstat(fd).st_mode):
+                        os.close(fd)
+                        raise InputError(f"{self.location}: is a directory, not a pack")
                     self._fd, self._pid = fd, pid
         return self._fd
 

@@ -1,54 +1,898 @@
-"""Checking that stored frames are what the index says: the packing self-check.
+"""Verify packs: every check a pack can fail, reported per frame; and the packing self-check.
 
-``self_check`` is what ``pack`` runs before it publishes: evict the new pack from the page
-cache (so the bytes come from the disk, not from memory that was just written), read back the
-first N frames through the ordinary reader, and compare md5 and magic bytes with the index.
+``verify_pack`` walks the chain of record headers sequentially in large chunks (the pack's own
+structure, independent of the index), hashes payloads on worker threads, and compares each
+record with its index row. Problems are attributed to exactly the frames they damage:
+
+- header / trailer: magic, version, checksum, position, UUID (pack-level, no frame id);
+- index vs pack: UUID (another pack's index: cannot verify), frame count, pack size;
+- layout: record header checksum, frame ids in order, index offset/length/record_offset/name
+  equal to the record's, non-zero padding, bytes between frames, frames past the end (missing);
+- content: md5 of the payload vs index and record header; magic bytes vs the recorded media
+  type; optionally a full Pillow decode.
+
+``self_check`` (run by ``pack`` before publishing) is ``verify_pack`` on the first N frames
+after evicting the pack from the page cache, raising on the first problem.
 """
 
 from __future__ import annotations
 
+import binascii
+import glob
 import hashlib
+import io
+import math
 import os
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from .errors import ChecksumMismatch, MagicMismatch
-from .format import expected_magic
-from .reader import PackReader
-from .storage import evict_from_page_cache
+import pyarrow as pa
 
-__all__ = ["DEFAULT_SELF_CHECK", "self_check"]
+from .errors import (
+    ChecksumMismatch,
+    FormatError,
+    HframeError,
+    IncompletePack,
+    InputError,
+    IntegrityError,
+    MagicMismatch,
+    NotAPack,
+    StorageError,
+    UnsupportedVersion,
+)
+from .format import (
+    HEADER_SIZE,
+    RECORD_FIXED,
+    RECORD_MAGIC,
+    TRAILER_MAGIC,
+    TRAILER_SIZE,
+    Header,
+    Trailer,
+    expected_magic,
+    record_crc,
+    record_fields,
+)
+from .index import IndexMeta, current_format_version, get_index_path, read_index, read_index_meta
+from .storage import LocalFile, evict_from_page_cache, open_storage
+
+__all__ = [
+    "DEFAULT_SELF_CHECK",
+    "PackReport",
+    "Problem",
+    "VerifyReport",
+    "parse_sample",
+    "self_check",
+    "verify_pack",
+    "verify_packs",
+]
 
 DEFAULT_SELF_CHECK = 20
+CHUNK_BYTES = 16 << 20
+SAMPLE_BLOCK_BYTES = 1 << 20  # sampled frames come in runs of neighbours about this many bytes long
+_IMAGE_TYPES = frozenset({"jpeg", "png", "gif", "webp", "bmp", "tiff"})
+
+ProgressFn = Callable[[int], None]
+
+
+@dataclass
+class Problem:
+    """One thing wrong with a pack. ``frame_id`` is None for pack-level problems."""
+
+    check: str  # header | trailer | index | layout | record | md5 | magic | decode | missing
+    message: str
+    frame_id: int | None = None
+    name: str | None = None
+    offset: int | None = None
+    length: int | None = None
+    expected: str | None = None
+    found: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class PackReport:
+    """The outcome of verifying one pack."""
+
+    pack: str
+    index: str | None
+    mode: str  # "index" | "no-index"
+    selection: str  # "full" | "sample ..." | "frames A:B"
+    frames_total: int = 0
+    frames_checked: int = 0
+    bytes_checked: int = 0
+    elapsed_s: float = 0.0
+    problems: list[Problem] = field(default_factory=list)
+    error: str | None = None  # set when the pack could not be verified at all
+    stopped_early: bool = False
+
+    @property
+    def status(self) -> str:
+        return "error" if self.error else ("problems" if self.problems else "ok")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def problems_after(self, frame_id: int) -> bool:
+        """True if frame ``frame_id`` or a later one is already reported missing."""
+        return any(p.check == "missing" and p.frame_id is not None and p.frame_id >= frame_id for p in self.problems)
+
+    @property
+    def bad_frames(self) -> list[int]:
+        return sorted({p.frame_id for p in self.problems if p.frame_id is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        rate = self.bytes_checked / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return {
+            "pack": self.pack,
+            "index": self.index,
+            "status": self.status,
+            "ok": self.ok,
+            "mode": self.mode,
+            "selection": self.selection,
+            "frames_total": self.frames_total,
+            "frames_checked": self.frames_checked,
+            "bytes_checked": self.bytes_checked,
+            "elapsed_s": round(self.elapsed_s, 6),
+            "bytes_per_s": round(rate),
+            "bad_frames": self.bad_frames,
+            "error": self.error,
+            "stopped_early": self.stopped_early,
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+
+@dataclass
+class VerifyReport:
+    """The outcome of verifying several packs."""
+
+    packs: list[PackReport]
+
+    @property
+    def ok(self) -> bool:
+        return all(p.ok for p in self.packs)
+
+    @property
+    def exit_code(self) -> int:
+        """0 all clean; 1 problems found in the data; 2 some pack could not be verified."""
+        if any(p.problems for p in self.packs):
+            return 1
+        return 2 if any(p.error for p in self.packs) else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        elapsed = sum(p.elapsed_s for p in self.packs)
+        checked = sum(p.bytes_checked for p in self.packs)
+        return {
+            "ok": self.ok,
+            "exit_code": self.exit_code,
+            "format_version": current_format_version(),
+            "packs_total": len(self.packs),
+            "packs_ok": sum(p.ok for p in self.packs),
+            "packs_with_problems": sum(p.status == "problems" for p in self.packs),
+            "packs_not_verified": sum(p.status == "error" for p in self.packs),
+            "frames_total": sum(p.frames_total for p in self.packs),
+            "frames_checked": sum(p.frames_checked for p in self.packs),
+            "bytes_checked": checked,
+            "elapsed_s": round(elapsed, 6),
+            "bytes_per_s": round(checked / elapsed) if elapsed > 0 else 0,
+            "problems": sum(len(p.problems) for p in self.packs),
+            "packs": [p.to_dict() for p in self.packs],
+        }
+
+
+class _TooManyProblems(Exception):
+    pass
+
+
+def parse_sample(text: str) -> tuple[str, float]:
+    """``"5%"`` → ("percent", 5.0); ``"200"`` → ("count", 200)."""
+    t = text.strip()
+    try:
+        if t.endswith("%"):
+            value = float(t[:-1])
+            if not 0 < value <= 100:
+                raise ValueError
+            return "percent", value
+        count = int(t)
+        if count < 1:
+            raise ValueError
+        return "count", float(count)
+    except ValueError:
+        raise InputError(f"--sample: {text!r} is not a percentage (0-100%) or a frame count (>= 1)") from None
+
+
+def parse_frames(text: str) -> tuple[int, int | None]:
+    """``"A:B"`` → (A, B) with B exclusive; ``"A:"`` → (A, None); ``"A"`` → (A, A + 1)."""
+    try:
+        if ":" in text:
+            a, b = text.split(":", 1)
+            start, stop = int(a or 0), (int(b) if b else None)
+        else:
+            start = int(text)
+            stop = start + 1
+    except ValueError:
+        raise InputError(f"--frames: {text!r} is not a range like 100:200") from None
+    if start < 0 or (stop is not None and stop <= start):
+        raise InputError(f"--frames: {text!r} is an empty or negative range")
+    return start, stop
+
+
+# -- the index as arrays ----------------------------------------------------------------
+
+
+@dataclass
+class _IndexCols:
+    offset: list[int]
+    length: list[int]
+    record_offset: list[int]
+    md5: bytes  # 16 bytes per frame
+    names: list[bytes]
+    media: list[str]
+
+    @classmethod
+    def load(cls, path: str, where: str) -> _IndexCols:
+        t = read_index(path, ["offset", "length", "record_offset", "md5", "name", "name_raw", "media_type"])
+        md5_col = t.column("md5").combine_chunks() if t.num_rows else pa.array([], pa.string())
+        hexes = md5_col.to_pylist()
+        try:
+            md5 = binascii.unhexlify("".join(h if len(h) == 32 else "!" for h in hexes))
+        except (binascii.Error, ValueError):
+            md5 = b"".join(_md5_bytes(h) for h in hexes)
+        names = [
+            raw if raw is not None else name.encode("utf-8")
+            for name, raw in zip(t.column("name").to_pylist(), t.column("name_raw").to_pylist())
+        ]
+        return cls(
+            t.column("offset").to_pylist(),
+            t.column("length").to_pylist(),
+            t.column("record_offset").to_pylist(),
+            md5,
+            names,
+            t.column("media_type").to_pylist(),
+        )
+
+
+def _md5_bytes(h: str) -> bytes:
+    try:
+        b = bytes.fromhex(h)
+        return b if len(b) == 16 else b"\xff" * 16
+    except ValueError:
+        return b"\xff" * 16
+
+
+# -- chunked sequential reads -----------------------------------------------------------
+
+
+class _Window:
+    """Sequential reads in large chunks; ``get(pos, n)`` returns (buffer, start) holding the range."""
+
+    def __init__(self, storage: LocalFile, end: int, chunk: int = CHUNK_BYTES) -> None:
+        self.storage = storage
+        self.end = end
+        self.chunk = chunk
+        self.buf = b""
+        self.start = 0
+        self.bytes_read = 0
+
+    def get(self, pos: int, n: int) -> tuple[bytes, int]:
+        if self.start <= pos and pos + n <= self.start + len(self.buf):
+            return self.buf, pos - self.start
+        want = max(self.chunk, n)
+        want = min(want, max(self.end - pos, n))
+        self.buf = self.storage.read_at(pos, want)
+        self.start = pos
+        self.bytes_read += len(self.buf)
+        return self.buf, 0
+
+
+def _hash_batch(items: list[tuple[int, bytes, int, int]], decode_ids: set[int]) -> list[tuple[bytes, str | None]]:
+    out = []
+    for frame_id, buf, a, b in items:
+        view = memoryview(buf)[a:b]
+        digest = hashlib.md5(view).digest()
+        err = _decode_error(view) if frame_id in decode_ids else None
+        out.append((digest, err))
+    return out
+
+
+def _decode_error(data: memoryview) -> str | None:
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+    except Exception as e:  # noqa: BLE001 - any decoder failure is a finding, not a crash
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+# -- the walk -----------------------------------------------------------------------------
+
+
+class _Verifier:
+    def __init__(
+        self,
+        report: PackReport,
+        storage: LocalFile,
+        max_errors: int | None,
+        workers: int,
+        decode: bool,
+        on_progress: ProgressFn | None,
+    ) -> None:
+        self.r = report
+        self.storage = storage
+        self.where = storage.location
+        self.max_errors = max_errors
+        self.workers = max(1, workers)
+        self.decode = decode
+        self.on_progress = on_progress
+
+    def add(self, check: str, message: str, frame_id: int | None = None, **kw: Any) -> None:
+        self.r.problems.append(Problem(check, message, frame_id, **kw))
+        if self.max_errors is not None and len(self.r.problems) >= self.max_errors:
+            self.r.stopped_early = True
+            raise _TooManyProblems
+
+    def frame_where(self, i: int, offset: int | None, length: int | None) -> str:
+        if offset is None:
+            return f"{self.where}: frame {i}"
+        return f"{self.where}: frame {i} (offset {offset}, length {length})"
+
+    def walk(
+        self,
+        start_pos: int,
+        first_id: int,
+        stop_id: int | None,
+        end: int,
+        data_end_known: bool,
+        idx: _IndexCols | None,
+        n_total: int | None = None,
+    ) -> int:
+        """Walk records from ``start_pos`` (frame ``first_id``) up to ``stop_id`` or ``end``.
+
+        Returns the position after the last record walked.
+        """
+        win = _Window(self.storage, end)
+        pool = (
+            ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="hframe-verify")
+            if self.workers > 1
+            else None
+        )
+        pending: deque[
+            tuple[
+                Future[list[tuple[bytes, str | None]]] | list[tuple[bytes, str | None]],
+                list[tuple[int, bytes, int, int]],
+                list[tuple[int, bytes, int, int]],
+            ]
+        ] = deque()
+        batch: list[tuple[int, bytes, int, int]] = []
+        meta: list[tuple[int, bytes, int, int]] = []  # (frame_id, rec_md5, offset, length)
+        decode_ids: set[int] = set()
+        batch_buf: bytes | None = None
+        pos, i = start_pos, first_id
+        n_index = len(idx.offset) if idx is not None else n_total
+        try:
+            while True:
+                if stop_id is not None and i >= stop_id:
+                    break
+                if pos >= end:
+                    break
+                buf, at = win.get(pos, min(RECORD_FIXED, end - pos))
+                if len(buf) - at < RECORD_FIXED or buf[at : at + 4] != RECORD_MAGIC:
+                    if not data_end_known and buf[at : at + 8] == TRAILER_MAGIC[: len(buf[at : at + 8])]:
+                        break  # reached a trailer: the caller checks it
+                    nxt = self.lost_record(i, pos, end, idx, "no record header", n_index)
+                    if nxt is None:
+                        break
+                    pos, i = nxt
+                    continue
+                f = record_fields(buf, at)
+                size, frame_id, length, rec_md5, name_len, extra_len, crc = f[1], f[2], f[3], f[5], f[9], f[10], f[12]
+                if pos + size > end or size < RECORD_FIXED + name_len + extra_len:
+                    nxt = self.lost_record(i, pos, end, idx, "record header runs past the end of data", n_index)
+                    if nxt is None:
+                        break
+                    pos, i = nxt
+                    continue
+                buf, at = win.get(pos, size)
+                if record_crc(buf, at, name_len, extra_len) != crc or frame_id != i:
+                    reason = (
+                        "record header checksum mismatch (record header is corrupt)"
+                        if frame_id == i
+                        else (f"record header says frame {frame_id}, expected {i}")
+                    )
+                    nxt = self.lost_record(i, pos, end, idx, reason, n_index)
+                    if nxt is None:
+                        break
+                    pos, i = nxt
+                    continue
+                pad = buf[at + RECORD_FIXED + name_len + extra_len : at + size]
+                if pad.count(0) != len(pad):
+                    self.add(
+                        "layout",
+                        f"{self.frame_where(i, pos + size, length)}: non-zero padding in record header",
+                        i,
+                        offset=pos + size,
+                        length=length,
+                    )
+                offset = pos + size
+                if offset + length > end:
+                    self.missing_from(i, offset, end, idx, n_index, f"payload runs past the end of data ({end})")
+                    break
+                name = bytes(buf[at + RECORD_FIXED : at + RECORD_FIXED + name_len])
+                if idx is not None:
+                    if i >= len(idx.offset):
+                        self.add(
+                            "index",
+                            f"{self.where}: record for frame {i} at offset {pos} has no index row",
+                            i,
+                            offset=offset,
+                            length=length,
+                        )
+                    else:
+                        self.compare_row(i, idx, pos, offset, length, name)
+                buf, at = win.get(offset, length)
+                if buf is not batch_buf and batch:
+                    self.submit(pool, pending, batch, meta, decode_ids, idx)
+                    batch, meta, decode_ids = [], [], set()
+                batch_buf = buf
+                batch.append((i, buf, at, at + length))
+                meta.append((i, rec_md5, offset, length))
+                if self.decode and idx is not None and i < len(idx.media) and idx.media[i] in _IMAGE_TYPES:
+                    decode_ids.add(i)
+                elif self.decode and idx is None:
+                    decode_ids.add(i)
+                if idx is not None and i < len(idx.media):
+                    magic = expected_magic(idx.media[i])
+                    if magic is not None and buf[at : at + len(magic)] != magic:
+                        self.add(
+                            "magic",
+                            f"{self.frame_where(i, offset, length)}: magic bytes mismatch (index says "
+                            f"{idx.media[i]}, expected {magic.hex(' ')}, read {buf[at : at + len(magic)].hex(' ')})",
+                            i,
+                            name=_show(name),
+                            offset=offset,
+                            length=length,
+                            expected=magic.hex(" "),
+                            found=bytes(buf[at : at + len(magic)]).hex(" "),
+                        )
+                self.r.frames_checked += 1
+                self.r.bytes_checked += length
+                if len(batch) >= 4096:
+                    self.submit(pool, pending, batch, meta, decode_ids, idx)
+                    batch, meta, decode_ids = [], [], set()
+                    while len(pending) > 2 * self.workers:
+                        self.collect(pending.popleft(), idx)
+                pos = offset + length
+                i += 1
+            if batch:
+                self.submit(pool, pending, batch, meta, decode_ids, idx)
+            while pending:
+                self.collect(pending.popleft(), idx)
+            if stop_id is not None and i < stop_id and not self.r.problems_after(i):
+                self.missing_from(i, None, end, idx, stop_id, f"the pack ends at byte {end}")
+        finally:
+            for fut, _, _ in pending:
+                if isinstance(fut, Future):
+                    fut.cancel()
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        self.next_id = i
+        return pos
+
+    def submit(
+        self,
+        pool: ThreadPoolExecutor | None,
+        pending: deque[Any],
+        batch: list[tuple[int, bytes, int, int]],
+        meta: list[tuple[int, bytes, int, int]],
+        decode_ids: set[int],
+        idx: _IndexCols | None,
+    ) -> None:
+        if pool is None:
+            pending.append((_hash_batch(batch, decode_ids), batch, meta))
+            self.collect(pending.popleft(), idx)
+        else:
+            pending.append((pool.submit(_hash_batch, batch, decode_ids), batch, meta))
+            while len(pending) > 2 * self.workers:
+                self.collect(pending.popleft(), idx)
+        if self.on_progress is not None:
+            self.on_progress(sum(m[3] for m in meta))
+
+    def collect(self, item: Any, idx: _IndexCols | None) -> None:
+        fut, batch, meta = item
+        results = fut.result() if isinstance(fut, Future) else fut
+        for (digest, decode_err), (i, rec_md5, offset, length) in zip(results, meta):
+            want = idx.md5[i * 16 : i * 16 + 16] if idx is not None and i < len(idx.offset) else rec_md5
+            if digest != want or digest != rec_md5:
+                name = _show(idx.names[i]) if idx is not None and i < len(idx.names) else None
+                if digest == rec_md5:  # payload intact, the index row's md5 is wrong
+                    self.add(
+                        "index",
+                        f"{self.frame_where(i, offset, length)}: index md5 {want.hex()} differs from "
+                        f"record header and payload ({digest.hex()})",
+                        i,
+                        name=name,
+                        offset=offset,
+                        length=length,
+                        expected=want.hex(),
+                        found=digest.hex(),
+                    )
+                else:
+                    self.add(
+                        "md5",
+                        f"{self.frame_where(i, offset, length)}: md5 mismatch (index {want.hex()}, read "
+                        f"{digest.hex()})",
+                        i,
+                        name=name,
+                        offset=offset,
+                        length=length,
+                        expected=want.hex(),
+                        found=digest.hex(),
+                    )
+            if decode_err is not None:
+                self.add(
+                    "decode",
+                    f"{self.frame_where(i, offset, length)}: image does not decode ({decode_err})",
+                    i,
+                    offset=offset,
+                    length=length,
+                    found=decode_err,
+                )
+
+    def compare_row(self, i: int, idx: _IndexCols, rec_pos: int, offset: int, length: int, name: bytes) -> None:
+        fields = (
+            ("offset", idx.offset[i], offset),
+            ("length", idx.length[i], length),
+            ("record_offset", idx.record_offset[i], rec_pos),
+        )
+        for col, mine, theirs in fields:
+            if mine != theirs:
+                self.add(
+                    "layout",
+                    f"{self.frame_where(i, idx.offset[i], idx.length[i])}: index {col} {mine} "
+                    f"disagrees with the record header in the pack ({theirs})",
+                    i,
+                    name=_show(idx.names[i]),
+                    offset=idx.offset[i],
+                    length=idx.length[i],
+                    expected=str(theirs),
+                    found=str(mine),
+                )
+                return
+        if idx.names[i] != name:
+            self.add(
+                "layout",
+                f"{self.frame_where(i, offset, length)}: index name {_show(idx.names[i])!r} disagrees "
+                f"with the record header ({_show(name)!r})",
+                i,
+                offset=offset,
+                length=length,
+                expected=_show(name),
+                found=_show(idx.names[i]),
+            )
+
+    def lost_record(
+        self, i: int, pos: int, end: int, idx: _IndexCols | None, reason: str, n_index: int | None
+    ) -> tuple[int, int] | None:
+        """Report frame ``i`` unreadable at ``pos``; return where the walk can resume, if anywhere."""
+        off = idx.offset[i] if idx is not None and i < len(idx.offset) else None
+        ln = idx.length[i] if idx is not None and i < len(idx.length) else None
+        if idx is not None and n_index is not None and i >= n_index:
+            self.add(
+                "layout", f"{self.where}: unexpected bytes at offset {pos} after the last indexed frame ({reason})"
+            )
+            return None
+        self.add(
+            "record",
+            f"{self.frame_where(i, off, ln)}: {reason} at offset {pos}",
+            i,
+            name=_show(idx.names[i]) if idx is not None and i < len(idx.names) else None,
+            offset=off,
+            length=ln,
+        )
+        # resume at the next record: the index says where (if it agrees), else search for one
+        if idx is not None and i + 1 < len(idx.record_offset) and pos < idx.record_offset[i + 1] < end:
+            return idx.record_offset[i + 1], i + 1
+        if idx is not None and i + 1 >= len(idx.record_offset):
+            return None
+        found = self.resync(pos + 1, end)
+        if found is None:
+            self.missing_from(i + 1, None, end, idx, n_index, "no further record headers found")
+            return None
+        nxt_pos, nxt_id = found
+        for j in range(i + 1, nxt_id):
+            self.add(
+                "record", f"{self.where}: frame {j}: record not found (lost between offsets {pos} and {nxt_pos})", j
+            )
+        return nxt_pos, nxt_id
+
+    def resync(self, pos: int, end: int) -> tuple[int, int] | None:
+        step = 4 << 20
+        while pos < end:
+            data = self.storage.read_at(pos, min(step + RECORD_FIXED + 65536, end - pos))
+            k = data.find(RECORD_MAGIC)
+            while k >= 0:
+                if k + RECORD_FIXED <= len(data):
+                    f = record_fields(data, k)
+                    if k + RECORD_FIXED + f[9] + f[10] <= len(data) and record_crc(data, k, f[9], f[10]) == f[12]:
+                        return pos + k, f[2]
+                k = data.find(RECORD_MAGIC, k + 1)
+            if len(data) <= step:
+                return None
+            pos += step
+        return None
+
+    def missing_from(
+        self, i: int, offset: int | None, end: int, idx: _IndexCols | None, n_index: int | None, reason: str
+    ) -> None:
+        last = n_index if n_index is not None else i + 1
+        if self.r.problems_after(i):
+            return  # already reported from here on
+        for j in range(i, last):
+            off = idx.offset[j] if idx is not None else offset
+            ln = idx.length[j] if idx is not None else None
+            self.add(
+                "missing",
+                f"{self.frame_where(j, off, ln)}: frame missing or cut short ({reason})",
+                j,
+                name=_show(idx.names[j]) if idx is not None else None,
+                offset=off,
+                length=ln,
+            )
+
+
+def _show(name: bytes) -> str:
+    return name.decode("utf-8", "backslashreplace")
+
+
+# -- one pack -----------------------------------------------------------------------------
+
+
+def _selection(
+    n: int, idx: _IndexCols | None, sample: tuple[str, float] | None, seed: int, frames: tuple[int, int | None] | None
+) -> tuple[list[tuple[int, int]], str]:
+    if frames is not None:
+        start, stop = frames
+        stop = n if stop is None else min(stop, n)
+        if start >= n:
+            raise InputError(f"--frames {start}:{stop}: the pack has {n} frames")
+        return [(start, stop)], f"frames {start}:{stop}"
+    if sample is None or n == 0:
+        return [(0, n)], "full"
+    kind, value = sample
+    want = min(n, max(1, math.ceil(n * value / 100) if kind == "percent" else int(value)))
+    # runs of neighbouring frames, so that sampled reads stay sequential (cheap on a cold cache)
+    total = sum(idx.length) if idx is not None else n
+    mean = max(1, total // max(n, 1))
+    # at least 16 runs so the sample is spread over the pack; runs of at most ~1 MiB
+    block = max(1, min(4096, SAMPLE_BLOCK_BYTES // (mean + 128), math.ceil(want / 16)))
+    blocks = math.ceil(n / block)
+    take = min(blocks, math.ceil(want / block))
+    chosen = sorted(random.Random(seed).sample(range(blocks), take))
+    ranges: list[tuple[int, int]] = []
+    for b in chosen:
+        a, z = b * block, min(n, (b + 1) * block)
+        if ranges and ranges[-1][1] == a:
+            ranges[-1] = (ranges[-1][0], z)
+        else:
+            ranges.append((a, z))
+    label = f"{value:g}%" if kind == "percent" else f"{int(value)} frames"
+    return ranges, f"sample {label} (seed {seed})"
+
+
+def verify_pack(
+    path: str | os.PathLike[str],
+    *,
+    index_path: str | os.PathLike[str] | None = None,
+    use_index: bool = True,
+    sample: tuple[str, float] | None = None,
+    seed: int = 0,
+    frames: tuple[int, int | None] | None = None,
+    decode: bool = False,
+    max_errors: int | None = None,
+    workers: int | None = None,
+    on_progress: ProgressFn | None = None,
+) -> PackReport:
+    """Check one pack; never raises for problems in the data (they are in the report).
+
+    Args:
+        index_path: the index (default ``<path>.index.parquet``).
+        use_index: False checks the pack from its record headers alone.
+        sample: ("percent", P) or ("count", N), see ``parse_sample``; None checks every frame.
+        seed: the sampler seed (same seed ⇒ same frames).
+        frames: check only frames [A, B).
+        decode: also decode image frames fully with Pillow (decompression-bomb limits on).
+        max_errors: stop after this many problems.
+        workers: hashing threads (default 2).
+
+    Raises:
+        InputError: bad arguments (for example --sample without an index).
+    """
+    t0 = time.perf_counter()
+    loc = os.fspath(path)
+    ipath = os.fspath(index_path) if index_path is not None else os.fspath(get_index_path(loc))
+    if not use_index and (sample is not None or frames is not None):
+        raise InputError("--sample and --frames need the index (drop --no-index)")
+    report = PackReport(loc, ipath if use_index else None, "index" if use_index else "no-index", "full")
+    try:
+        storage = open_storage(loc)
+    except HframeError as e:
+        report.error = str(e)
+        return report
+    v = _Verifier(report, storage, max_errors, workers if workers is not None else 2, decode, on_progress)
+    try:
+        _verify_open(v, report, storage, ipath, use_index, sample, seed, frames)
+    except _TooManyProblems:
+        pass
+    except (InputError, UnsupportedVersion, NotAPack, StorageError) as e:
+        report.error = str(e)
+    finally:
+        storage.close()
+        report.elapsed_s = time.perf_counter() - t0
+    return report
+
+
+def _verify_open(
+    v: _Verifier,
+    report: PackReport,
+    storage: LocalFile,
+    ipath: str,
+    use_index: bool,
+    sample: tuple[str, float] | None,
+    seed: int,
+    frames: tuple[int, int | None] | None,
+) -> None:
+    where = storage.location
+    size = storage.size()
+    head = storage.read_at(0, HEADER_SIZE)
+    tail = storage.read_at(size - TRAILER_SIZE, TRAILER_SIZE) if size >= TRAILER_SIZE else b""
+    header: Header | None = None
+    try:
+        header = Header.decode(head, where)
+    except NotAPack:
+        if tail[:8] != TRAILER_MAGIC:
+            raise
+        v.add("header", f"{where}: header magic is corrupt (found {head[:8].hex(' ')})")
+    except UnsupportedVersion:
+        raise
+    except FormatError as e:
+        v.add("header", str(e))
+    trailer: Trailer | None = None
+    try:
+        trailer = Trailer.decode(tail, size, header, where)
+    except FormatError as e:
+        v.add("trailer", str(e))
+    meta: IndexMeta | None = None
+    idx: _IndexCols | None = None
+    if use_index:
+        meta = read_index_meta(ipath)
+        uuids = {str(u.uuid) for u in (header, trailer) if u is not None}
+        if uuids and meta.pack_uuid not in uuids:
+            raise InputError(
+                f"{ipath}: index belongs to another pack (index UUID {meta.pack_uuid}, pack "
+                f"{' / '.join(sorted(uuids))}); rebuild it with 'hframe index PACK --rebuild'"
+            )
+        idx = _IndexCols.load(ipath, where)
+        if len(idx.offset) != meta.frame_count:
+            v.add("index", f"{ipath}: index has {len(idx.offset)} rows, its metadata says {meta.frame_count}")
+        if trailer is not None and meta.frame_count != trailer.frame_count:
+            v.add("index", f"{ipath}: index says {meta.frame_count} frames, pack trailer says {trailer.frame_count}")
+        if meta.pack_bytes != size:
+            v.add(
+                "index",
+                f"{where}: pack is {size} bytes, index says {meta.pack_bytes} "
+                f"({'truncated' if size < meta.pack_bytes else 'bytes appended'}?)",
+            )
+    n = len(idx.offset) if idx is not None else (trailer.frame_count if trailer is not None else 0)
+    report.frames_total = n
+    data_end_known = trailer is not None
+    end = trailer.data_end if trailer is not None else size
+    if trailer is None and tail[:8] == TRAILER_MAGIC and size >= HEADER_SIZE + TRAILER_SIZE:
+        end, data_end_known = size - TRAILER_SIZE, True  # trailer bytes damaged, but it is where it should be
+    if use_index and idx is not None:
+        ranges, report.selection = _selection(n, idx, sample, seed, frames)
+        for a, b in ranges:
+            if a >= b:
+                continue
+            start = idx.record_offset[a] if a > 0 else HEADER_SIZE
+            stop_pos = v.walk(start, a, b, end, data_end_known, idx)
+            if report.selection == "full":
+                _check_end(v, stop_pos, size, end, trailer, data_end_known)
+    else:
+        stop_pos = v.walk(HEADER_SIZE, 0, None, end, data_end_known, None, trailer.frame_count if trailer else None)
+        report.frames_total = max(n, v.next_id)
+        if trailer is not None and v.next_id != trailer.frame_count:
+            v.add("trailer", f"{where}: found {v.next_id} records, trailer says {trailer.frame_count}")
+        _check_end(v, stop_pos, size, end, trailer, data_end_known)
+
+
+def _check_end(v: _Verifier, pos: int, size: int, end: int, trailer: Trailer | None, data_end_known: bool) -> None:
+    """After a full walk: the records must end exactly where the trailer starts."""
+    where = v.where
+    if data_end_known:
+        if pos < end:
+            v.add("layout", f"{where}: {end - pos} unindexed bytes between the last frame (ends {pos}) and the trailer")
+        return
+    # no valid trailer at the end of the file: maybe a good one sits earlier, followed by junk
+    tail = v.storage.read_at(pos, TRAILER_SIZE)
+    if tail[:8] == TRAILER_MAGIC:
+        try:
+            t = Trailer.parse(tail, where)
+        except IncompletePack:
+            return
+        if t.data_end == pos:
+            v.add(
+                "trailer",
+                f"{where}: {size - pos - TRAILER_SIZE} unexpected bytes after the trailer (at {pos + TRAILER_SIZE})",
+            )
+
+
+def _expand(paths: Sequence[str]) -> Iterator[str]:
+    for p in paths:
+        if not os.path.exists(p) and any(c in p for c in "*?["):
+            matches = sorted(glob.glob(p))
+            if matches:
+                yield from matches
+                continue
+        yield p
+
+
+def verify_packs(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    on_pack: Callable[[PackReport], None] | None = None,
+    max_errors: int | None = None,
+    **options: Any,
+) -> VerifyReport:
+    """Verify several packs (glob patterns expanded); ``max_errors`` counts across all of them."""
+    reports: list[PackReport] = []
+    left = max_errors
+    for p in _expand([os.fspath(x) for x in paths]):
+        rep = verify_pack(p, max_errors=left, **options)
+        reports.append(rep)
+        if on_pack is not None:
+            on_pack(rep)
+        if left is not None:
+            left -= len(rep.problems)
+            if left <= 0:
+                break
+    return VerifyReport(reports)
+
+
+# -- the packing self-check ---------------------------------------------------------------
+
+_EXCEPTIONS: dict[str, type[IntegrityError]] = {"md5": ChecksumMismatch, "magic": MagicMismatch}
 
 
 def self_check(
     pack_path: str | os.PathLike[str], index_path: str | os.PathLike[str], frames: int = DEFAULT_SELF_CHECK
 ) -> int:
-    """Read back the first ``frames`` frames from disk and compare them with the index.
+    """Evict the pack from the page cache, read back the first ``frames`` frames, compare with the index.
 
     Returns:
         The number of frames checked.
 
     Raises:
-        ChecksumMismatch: a frame's md5 differs from the index.
-        MagicMismatch: a frame's first bytes do not match its recorded media type.
+        ChecksumMismatch / MagicMismatch / IntegrityError: the first problem found.
+        FormatError: the pack or index cannot be read.
     """
     evict_from_page_cache(pack_path)
-    with PackReader(pack_path, index_path) as reader:
-        n = min(max(frames, 0), len(reader))
-        if n == 0:
-            return 0
-        rows = reader.table.slice(0, n).select(["md5", "media_type"]).to_pylist()
-        datas = reader.read_many(list(range(n)))
-        for i, (row, data) in enumerate(zip(rows, datas)):
-            offset, length = reader.range_of(i)
-            where = f"{reader.path}: frame {i} (offset {offset}, length {length})"
-            magic = expected_magic(row["media_type"])
-            if magic is not None and not data.startswith(magic):
-                raise MagicMismatch(
-                    f"{where}: magic bytes mismatch (index says {row['media_type']}, expected "
-                    f"{magic.hex(' ')}, read {data[: len(magic)].hex(' ')})"
-                )
-            got = hashlib.md5(data).hexdigest()
-            if got != row["md5"]:
-                raise ChecksumMismatch(f"{where}: md5 mismatch (index {row['md5']}, read {got})")
-        return n
+    meta = read_index_meta(index_path)
+    n = min(max(frames, 0), meta.frame_count)
+    if n == 0:
+        return 0
+    rep = verify_pack(pack_path, index_path=index_path, frames=(0, n), max_errors=1, workers=1)
+    if rep.error:
+        raise FormatError(rep.error)
+    if rep.problems:
+        p = rep.problems[0]
+        raise _EXCEPTIONS.get(p.check, IntegrityError)(p.message)
+    return rep.frames_checked

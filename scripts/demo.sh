@@ -11,6 +11,13 @@ step() { printf '\n\033[1m$ %s\033[0m\n' "$*" >&2; "$@"; }
 step python scripts/make_sample.py sample/photos --count 60
 step hframe pack sample/photos -o sample/photos.hframe
 find sample/photos -name '*.jpg' | step hframe pack - -o sample/jpegs.hframe --align 4096 --json
+step hframe verify sample/photos.hframe
+step hframe verify sample/photos.hframe --sample 25% --seed 7 --decode
+cp sample/photos.hframe sample/damaged.hframe && cp sample/photos.hframe.index.parquet sample/damaged.hframe.index.parquet
+printf '\x00\x00' | dd of=sample/damaged.hframe bs=1 seek=5000 conv=notrunc status=none
+echo "(flipped 2 bytes at offset 5000 of a copy; verify must name the frame and exit 1)" >&2
+set +e; step hframe verify sample/photos.hframe sample/damaged.hframe; rc=$?; set -e
+[[ $rc == 1 ]] || { echo "expected exit 1 from verify, got $rc" >&2; exit 1; }
 step hframe dump-header sample/photos.hframe
 step hframe dump-header sample/photos.hframe --frame 0 --bytes 16
 step hframe index sample/photos.hframe --columns frame_id,name,offset,length,md5,media_type,label --name 'cats/*'
@@ -25,4 +32,4 @@ rm sample/photos.hframe.index.parquet
 step hframe index sample/photos.hframe --rebuild
 step python -c "import hframe_cli as h; p = h.open_pack('sample/photos.hframe'); print(len(p), 'frames;', 'read_many of 8:', [len(b) for b in p.read_many(range(8))])"
 echo >&2
-echo "demo ok: pack, self-check, dump-header, index, get, dd, rebuild, Python reader" >&2
+echo "demo ok: pack, verify, dump-header, index, get, dd, rebuild, Python reader" >&2

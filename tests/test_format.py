@@ -47,8 +47,7 @@ def test_not_a_pack_names_what_was_found():
 
 
 def test_newer_major_version_is_refused_naming_both():
-    raw = bytearray(Header(U, 0).encode())
-    struct.pack_into("<H", raw, 8, 2)
+    raw = bytearray(Header(U, 0, version=(2, 0)).encode())
     with pytest.raises(UnsupportedVersion, match=r"format version 2\.0 is not supported .*major version 1"):
         Header.decode(bytes(raw))
 

@@ -1,0 +1,248 @@
+"""``hframe verify``: every kind of damage is found, attributed to exactly the damaged frames."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import hframe_cli as h
+from hframe_cli.format import HEADER_SIZE, TRAILER_SIZE
+from hframe_cli.verify import verify_pack
+from hframe_cli.writer import PackWriter
+
+
+def make_pack(tmp_path: Path, photos: Path, name: str = "v.hframe", align: int = 1, blobs: int = 40) -> Path:
+    """Images (so magic checks apply) plus random blobs of varied size."""
+    src = tmp_path / f"src-{name.replace('.', '_')}"
+    shutil.copytree(photos, src)
+    rng = random.Random(5)
+    for i in range(blobs):
+        (src / "blobs").mkdir(exist_ok=True)
+        (src / "blobs" / f"{i:03d}.bin").write_bytes(rng.randbytes(rng.randrange(1, 3000)))
+    out = tmp_path / name
+    h.pack([src], out, alignment=align)
+    return out
+
+
+def rows(pack: Path) -> list[dict]:
+    return pq.read_table(f"{pack}.index.parquet").to_pylist()
+
+
+def flip(pack: Path, pos: int) -> None:
+    with open(pack, "r+b") as f:
+        f.seek(pos)
+        b = f.read(1)
+        f.seek(pos)
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+@pytest.fixture
+def vpack(tmp_path, photos):
+    return make_pack(tmp_path, photos)
+
+
+def test_clean_pack_verifies_clean(vpack, cli):
+    r = cli(["verify", str(vpack), "--json"])
+    assert r.exit_code == 0, r.stdout
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is True and doc["exit_code"] == 0 and doc["problems"] == 0
+    p = doc["packs"][0]
+    assert p["frames_checked"] == p["frames_total"] == 70
+    assert p["bytes_checked"] == sum(x["length"] for x in rows(vpack))
+    r = cli(["verify", str(vpack)])
+    assert r.exit_code == 0 and r.stdout.startswith(f"{vpack}: ok: 70 of 70 frames checked (full, index)")
+
+
+@pytest.mark.parametrize("align", [1, 512])
+@pytest.mark.parametrize("seed", range(6))
+def test_payload_flips_are_found_in_exactly_those_frames(tmp_path, photos, seed, align):
+    pack = make_pack(tmp_path, photos, align=align)
+    rs = rows(pack)
+    rng = random.Random(seed)
+    damaged = set(rng.sample(range(len(rs)), rng.randrange(1, 5)))
+    for i in damaged:
+        flip(pack, rs[i]["offset"] + rng.randrange(rs[i]["length"]))
+    for use_index in (True, False):
+        rep = verify_pack(pack, use_index=use_index)
+        assert set(rep.bad_frames) == damaged, (use_index, rep.problems)
+        assert not rep.ok and rep.error is None
+
+
+@pytest.mark.parametrize("align", [1, 512])
+@pytest.mark.parametrize("seed", range(6))
+def test_record_header_flips_are_found_in_exactly_those_frames(tmp_path, photos, seed, align):
+    pack = make_pack(tmp_path, photos, align=align)
+    rs = rows(pack)
+    rng = random.Random(100 + seed)
+    damaged = set(rng.sample(range(len(rs)), rng.randrange(1, 4)))
+    for i in damaged:
+        flip(pack, rs[i]["record_offset"] + rng.randrange(rs[i]["offset"] - rs[i]["record_offset"]))
+    rep = verify_pack(pack)
+    assert set(rep.bad_frames) == damaged, rep.problems
+    rep = verify_pack(pack, use_index=False)  # from record headers alone: resynchronises on the next header
+    assert set(rep.bad_frames) == damaged, rep.problems
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_header_and_trailer_flips_are_pack_level_problems(vpack, seed):
+    rng = random.Random(seed)
+    size = vpack.stat().st_size
+    pos = rng.randrange(HEADER_SIZE) if seed % 2 == 0 else size - TRAILER_SIZE + rng.randrange(TRAILER_SIZE)
+    flip(vpack, pos)
+    rep = verify_pack(vpack)
+    assert rep.problems and rep.bad_frames == [], (pos, rep.problems)
+    assert {p.check for p in rep.problems} <= {"header", "trailer", "index"}
+
+
+def test_damaged_magic_in_header_and_trailer_at_once_is_not_a_pack(vpack, cli):
+    flip(vpack, 0)
+    flip(vpack, vpack.stat().st_size - TRAILER_SIZE)
+    r = cli(["verify", str(vpack)])
+    assert r.exit_code == 2 and "cannot verify" in r.stdout and "not a frame pack" in r.stdout
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_truncation_reports_exactly_the_frames_cut_off(vpack, tmp_path, seed):
+    rs = rows(vpack)
+    data = vpack.read_bytes()
+    cut = random.Random(seed).randrange(9, len(data))
+    vpack.write_bytes(data[:cut])
+    rep = verify_pack(vpack)
+    assert set(rep.bad_frames) == {r["frame_id"] for r in rs if r["offset"] + r["length"] > cut}, (cut, rep.problems)
+    assert not rep.ok
+
+
+def test_appended_garbage(vpack, cli):
+    with open(vpack, "ab") as f:
+        f.write(b"x" * 100)
+    rep = verify_pack(vpack)
+    assert rep.bad_frames == []
+    assert any("100 unexpected bytes after the trailer" in p.message for p in rep.problems)
+    assert cli(["verify", str(vpack)]).exit_code == 1
+
+
+def test_swapped_index_cannot_be_verified(vpack, tmp_path, photos, cli):
+    other = make_pack(tmp_path, photos, "other.hframe")
+    shutil.copy(f"{other}.index.parquet", f"{vpack}.index.parquet")
+    r = cli(["verify", str(vpack), "--json"])
+    assert r.exit_code == 2
+    doc = json.loads(r.stdout)
+    assert doc["packs"][0]["status"] == "error" and "index belongs to another pack" in doc["packs"][0]["error"]
+
+
+@pytest.mark.parametrize("column", ["offset", "length", "md5", "record_offset"])
+def test_edited_index_row_is_found(vpack, column):
+    t = pq.read_table(f"{vpack}.index.parquet")
+    values = t.column(column).to_pylist()
+    victim = 17
+    values[victim] = ("0" * 32) if column == "md5" else values[victim] + 3
+    t = t.set_column(
+        t.schema.get_field_index(column), t.schema.field(column), pa.array(values, t.schema.field(column).type)
+    )
+    pq.write_table(t, f"{vpack}.index.parquet")  # metadata kept: the index still claims this pack
+    rep = verify_pack(vpack)
+    assert rep.bad_frames == [victim], rep.problems
+
+
+def test_no_index_finds_bad_frames_when_the_index_is_gone(vpack, cli):
+    rs = rows(vpack)
+    for i in (3, 44):
+        flip(vpack, rs[i]["offset"] + rs[i]["length"] // 2)
+    os.unlink(f"{vpack}.index.parquet")
+    r = cli(["verify", str(vpack)])
+    assert r.exit_code == 2 and "index not found" in r.stdout
+    r = cli(["verify", str(vpack), "--no-index", "--jsonl"])
+    assert r.exit_code == 1
+    assert sorted(json.loads(line)["frame_id"] for line in r.stdout.splitlines()) == [3, 44]
+
+
+def test_decode_finds_a_source_that_was_broken_before_packing(tmp_path, photos, cli):
+    jpg = photos / "cats" / "003.jpg"
+    jpg.write_bytes(jpg.read_bytes()[: jpg.stat().st_size // 2])  # truncated JPEG: right magic, right md5
+    out = tmp_path / "d.hframe"
+    h.pack([photos], out)
+    assert cli(["verify", str(out)]).exit_code == 0
+    r = cli(["verify", str(out), "--decode", "--json"])
+    assert r.exit_code == 1
+    probs = json.loads(r.stdout)["packs"][0]["problems"]
+    assert [(p["check"], p["name"] is None) for p in probs] == [("decode", True)]
+    idx = pq.read_table(f"{out}.index.parquet").column("name").to_pylist().index("cats/003.jpg")
+    assert probs[0]["frame_id"] == idx and "image does not decode" in probs[0]["message"]
+
+
+def test_sample_is_seeded_and_cheaper(tmp_path):
+    out = tmp_path / "s.hframe"
+    with PackWriter(out) as w:
+        for i in range(20_000):
+            w.add(f"{i:06d}".encode(), os.urandom(200))
+        w.seal()
+        w.publish()
+    a = verify_pack(out, sample=("percent", 5), seed=7)
+    b = verify_pack(out, sample=("percent", 5), seed=7)
+    c = verify_pack(out, sample=("percent", 5), seed=8)
+    assert a.ok and 1000 <= a.frames_checked < 2000 and a.selection == "sample 5% (seed 7)"
+    assert a.frames_checked == b.frames_checked
+    flip(out, rows(out)[0]["offset"])  # frame 0: found by a sample only if its run was chosen
+    hits = {seed: bool(verify_pack(out, sample=("percent", 5), seed=seed).problems) for seed in range(40)}
+    assert any(hits.values()) and not all(hits.values())
+    assert c.frames_checked > 0
+    f = verify_pack(out, frames=(100, 250))
+    assert f.frames_checked == 150 and f.selection == "frames 100:250"
+
+
+def test_clean_pack_of_100k_tiny_frames(tmp_path):
+    out = tmp_path / "tiny.hframe"
+    rng = random.Random(1)
+    with PackWriter(out) as w:
+        for i in range(100_000):
+            w.add(b"%06d" % i, rng.randbytes(rng.randrange(1, 12)))
+        w.seal()
+        w.publish()
+    rep = verify_pack(out)
+    assert rep.ok and rep.frames_checked == 100_000, rep.problems[:3]
+
+
+def test_json_jsonl_junit_and_many_packs(vpack, tmp_path, photos, cli):
+    bad = make_pack(tmp_path, photos, "bad.hframe")
+    flip(bad, rows(bad)[5]["offset"] + 1)
+    junit = tmp_path / "junit.xml"
+    r = cli(["verify", str(tmp_path / "*.hframe"), str(tmp_path / "missing.hframe"), "--junit", str(junit)])
+    assert r.exit_code == 1
+    assert r.stdout.splitlines()[-1].startswith("verified 3 packs: 1 ok, 1 with problems, 1 not verified")
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "1", "1")
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    assert cases[str(bad)].find("failure") is not None and "frame 5" in cases[str(bad)].find("failure").text
+    assert cases[str(vpack)].find("failure") is None and cases[str(vpack)].find("error") is None
+    assert "no such file" in cases[str(tmp_path / "missing.hframe")].find("error").get("message")
+    r = cli(["verify", str(bad), "--jsonl"])
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert {x["frame_id"] for x in lines} == {5} and all(x["pack"] == str(bad) for x in lines)
+
+
+def test_max_errors_stops_early(vpack, cli):
+    for r in rows(vpack)[:10]:
+        flip(vpack, r["offset"] + r["length"] - 1)
+    r = cli(["verify", str(vpack), "--max-errors", "3", "--json"])
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 1 and doc["problems"] == 3 and doc["packs"][0]["stopped_early"] is True
+
+
+def test_bad_flags_and_quiet(vpack, cli):
+    for args, msg in (
+        (["--sample", "0%"], "--sample: '0%' is not a percentage"),
+        (["--frames", "9:3"], "--frames: '9:3' is an empty or negative range"),
+        (["--no-index", "--sample", "5%"], "--sample and --frames need the index"),
+    ):
+        r = cli(["verify", str(vpack), *args])
+        assert r.exit_code == 2 and msg in (r.stderr + r.stdout), (args, r.stderr, r.stdout)
+    r = cli(["verify", str(vpack), "-q"])
+    assert (r.exit_code, r.stdout, r.stderr) == (0, "", "")
