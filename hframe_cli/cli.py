@@ -6,7 +6,7 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -184,6 +184,90 @@ def verify(
         render.write_junit(report, os.fspath(junit))
     render.verify_report(report, as_json=json_out, as_jsonl=jsonl, quiet=quiet)
     raise typer.Exit(report.exit_code)
+
+
+class Sampler(str, Enum):
+    random = "random"
+    block_local = "block-local"
+    sequential = "sequential"
+
+
+class CacheMethod(str, Enum):
+    auto = "auto"
+    drop_caches = "drop_caches"
+    fadvise = "fadvise"
+    none = "none"
+
+
+def _bench_command(mode: str) -> Any:
+    def command(
+        pack: Annotated[Path, typer.Argument(help="The pack file.")],
+        frames: Annotated[int, typer.Option("--frames", help="Frames per batch.")] = 256,
+        batches: Annotated[int, typer.Option("--batches", help="Number of batches.")] = 10,
+        seed: Annotated[int, typer.Option("--seed", help="Sampler seed (the generator is seeded once).")] = 0,
+        sampler: Annotated[Sampler, typer.Option("--sampler", help="How frame ids are drawn.")] = Sampler.random,
+        block_size: Annotated[
+            int, typer.Option("--block-size", help="Frames per block for --sampler block-local.")
+        ] = 1000,
+        workers: Annotated[
+            Optional[int], typer.Option("--workers", help="Read threads (default min(16, max(1, frames // 4))).")
+        ] = None,
+        coalesce_gap: Annotated[
+            int,
+            typer.Option(
+                "--coalesce-gap", help="Merge reads of frames at most this many bytes apart (0 disables).", min=0
+            ),
+        ] = 8192,
+        max_read: Annotated[
+            str, typer.Option("--max-read", help="Largest single read; bigger frames are split.")
+        ] = "2MiB",
+        method: Annotated[
+            CacheMethod, typer.Option("--method", help="Cache eviction before each cold batch.")
+        ] = CacheMethod.auto,
+        compare: Annotated[
+            Optional[Path], typer.Option("--compare", help="Also read the same frames as loose files from this folder.")
+        ] = None,
+        decode: Annotated[
+            bool, typer.Option("--decode", help="Decode every frame with Pillow (timed separately).")
+        ] = False,
+        md5: Annotated[bool, typer.Option("--md5", help="Hash every frame read and compare with the index.")] = False,
+        json_out: JsonOpt = False,
+    ) -> None:
+        from .bench import run_bench
+        from .units import parse_size
+
+        if mode == "warm" and method != CacheMethod.auto:
+            raise InputError("--method applies to bench-cold only")
+        result = run_bench(
+            pack,
+            mode=mode,
+            frames=frames,
+            batches=batches,
+            seed=seed,
+            sampler=sampler.value,
+            block_size=block_size,
+            workers=workers,
+            coalesce_gap=coalesce_gap,
+            max_read=parse_size(max_read, "--max-read"),
+            method=method.value,
+            compare=compare,
+            decode=decode,
+            md5=md5,
+        )
+        render.bench_result(result, json_out)
+        if result.pack_side.md5_mismatches:
+            raise typer.Exit(EXIT_DATA)
+
+    command.__doc__ = (
+        "Time random reads with the page cache evicted before every batch (optionally vs loose files)."
+        if mode == "cold"
+        else "Time random reads from a warm page cache (each batch read once untimed first)."
+    )
+    return command
+
+
+app.command("bench-cold")(_bench_command("cold"))
+app.command("bench-warm")(_bench_command("warm"))
 
 
 @app.command("dump-header")

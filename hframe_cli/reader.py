@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from array import array
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -26,7 +27,15 @@ from .format import HEADER_SIZE, TRAILER_SIZE, Header, Trailer
 from .index import IndexMeta, format_time_us, get_index_path, read_index, read_index_meta
 from .storage import LocalFile, open_storage
 
-__all__ = ["DEFAULT_COALESCE_GAP", "DEFAULT_MAX_READ", "PackInfo", "PackReader", "default_workers", "open_pack"]
+__all__ = [
+    "DEFAULT_COALESCE_GAP",
+    "DEFAULT_MAX_READ",
+    "PackInfo",
+    "PackReader",
+    "ReadStats",
+    "default_workers",
+    "open_pack",
+]
 
 DEFAULT_COALESCE_GAP = 8 * 1024
 DEFAULT_MAX_READ = 2 * 1024 * 1024
@@ -208,12 +217,15 @@ class PackReader:
         self._check_range(i, offset, length)
         return self._storage.read_at(offset, min(max(nbytes, 0), length))
 
-    def read_many(self, keys: Sequence[FrameKey], workers: int | None = None) -> list[bytes]:
+    def read_many(
+        self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None
+    ) -> list[bytes]:
         """The stored bytes of several frames, in the order asked, read in parallel.
 
         Args:
             keys: frame ids or names (repeats allowed).
             workers: threads for this call (default: the reader's, else ``default_workers``).
+            stats: if given, read calls, bytes and per-frame read latencies are added to it.
         """
         n = len(keys)
         if n == 0:
@@ -245,6 +257,8 @@ class PackReader:
 
         w = workers or self.workers or default_workers(n)
         read_at = self._storage.read_at
+        if stats is not None:
+            return self._read_plans_timed(plans, n, w, stats)
         if w <= 1 or len(plans) == 1:
             blobs = [self._read_plan(read_at, off, ln) for off, ln, _ in plans]
         else:
@@ -262,6 +276,31 @@ class PackReader:
                 view = memoryview(blob)
                 for j, start, length in parts:
                     out[j] = bytes(view[start : start + length])
+        return out
+
+    def _read_plans_timed(
+        self, plans: list[tuple[int, int, list[tuple[int, int, int]]]], n: int, w: int, stats: ReadStats
+    ) -> list[bytes]:
+        read_at = self._storage.read_at
+        clock = time.perf_counter
+
+        def timed(plan: tuple[int, int, list[tuple[int, int, int]]]) -> tuple[bytes, float]:
+            t0 = clock()
+            blob = self._read_plan(read_at, plan[0], plan[1])
+            return blob, clock() - t0
+
+        results = [timed(p) for p in plans] if w <= 1 or len(plans) == 1 else list(self._get_pool(w).map(timed, plans))
+        out: list[bytes] = [b""] * n
+        for (off, ln, parts), (blob, dt) in zip(plans, results):
+            if len(blob) != ln:
+                raise FrameOutOfRange(f"{self.path}: short read at offset {off} ({len(blob)} of {ln} bytes)")
+            stats.read_calls += -(-ln // self.max_read)
+            stats.bytes_read += ln
+            view = memoryview(blob)
+            for j, start, length in parts:
+                out[j] = blob if (start == 0 and length == ln) else bytes(view[start : start + length])
+                stats.bytes_requested += length
+                stats.frame_latencies_s.append(dt)
         return out
 
     def _read_plan(self, read_at: Any, offset: int, length: int) -> bytes:
@@ -297,6 +336,16 @@ class PackReader:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state.pop("path"), state.pop("index_path"), **state)  # type: ignore[misc]
+
+
+@dataclass
+class ReadStats:
+    """Counters ``read_many`` fills in when asked (benchmarks, monitoring)."""
+
+    read_calls: int = 0
+    bytes_requested: int = 0
+    bytes_read: int = 0
+    frame_latencies_s: list[float] = field(default_factory=list)
 
 
 def _split(offset: int, length: int, cap: int) -> Iterator[tuple[int, int]]:

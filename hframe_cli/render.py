@@ -12,7 +12,7 @@ import io
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import IO, Any
@@ -330,3 +330,75 @@ def write_junit(report: Any, path: str) -> None:
     ET.indent(tree)
     tree.write(tmp, encoding="utf-8", xml_declaration=True)
     os.replace(tmp, path)
+
+
+# -- bench ------------------------------------------------------------------------------------
+
+
+def _side_line(label: str, d: dict[str, Any]) -> str:
+    fl, bl = d["frame_latency_ms"], d["batch_latency_ms"]
+    line = (
+        f"{label}: {d['frames_per_s']:.0f} frames/s, {d['mb_per_s']:.1f} MB/s; frame latency ms p50 {fl['p50']:.3f} "
+        f"p95 {fl['p95']:.3f} p99 {fl['p99']:.3f} max {fl['max']:.3f}; batch ms p50 {bl['p50']:.2f} p99 {bl['p99']:.2f}; "
+        f"{d['read_calls']} read calls, {format_bytes(d['bytes_read'])} read for {format_bytes(d['bytes_requested'])} requested"
+    )
+    if d["decode_s"] is not None:
+        line += f"; decode {d['decode_frames_per_s']:.0f} frames/s ({d['decode_s']:.3f} s)"
+    if d["md5_checked"]:
+        line += f"; md5 {d['md5_checked'] - d['md5_mismatches']}/{d['md5_checked']} ok"
+    return line
+
+
+def bench_result(result: Any, as_json: bool) -> None:
+    """Print a ``BenchResult``: JSON, a table on a terminal, or plain lines on a pipe."""
+    d = result.to_dict()
+    if as_json:
+        print_json(d)
+        return
+    head = (
+        f"bench-{d['mode']} {d['pack']}: {d['batches']} batches x {d['frames_per_batch']} frames, sampler "
+        f"{d['sampler']} (seed {d['seed']}), workers {d['workers']}, coalesce gap {d['coalesce_gap']}, "
+        f"cache {d['cache_method']}"
+    )
+    if d["mode"] == "cold" and not d["cold"]:
+        head += " -- WARNING: the page cache could not be evicted, these numbers are NOT cold"
+    out = sys.stdout
+    if interactive(out):
+        from rich.table import Table
+
+        sides = [("hframe", d["hframe"])] + ([("loose files", d["loose"])] if d["loose"] else [])
+        t = Table(title=head, show_header=True, header_style="bold", title_justify="left")
+        t.add_column("metric")
+        for label, _ in sides:
+            t.add_column(label, justify="right")
+        rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+            ("frames/s", lambda s: f"{s['frames_per_s']:.0f}"),
+            ("MB/s", lambda s: f"{s['mb_per_s']:.1f}"),
+            (
+                "frame latency p50 / p95 / p99 / max (ms)",
+                lambda s: " / ".join(f"{s['frame_latency_ms'][k]:.3f}" for k in ("p50", "p95", "p99", "max")),
+            ),
+            (
+                "batch latency p50 / p99 (ms)",
+                lambda s: f"{s['batch_latency_ms']['p50']:.2f} / {s['batch_latency_ms']['p99']:.2f}",
+            ),
+            ("read calls", lambda s: str(s["read_calls"])),
+            (
+                "bytes read / requested",
+                lambda s: f"{format_bytes(s['bytes_read'])} / {format_bytes(s['bytes_requested'])}",
+            ),
+        ]
+        if d["hframe"]["decode_s"] is not None:
+            rows.append(
+                ("decode frames/s", lambda s: "" if s["decode_s"] is None else f"{s['decode_frames_per_s']:.0f}")
+            )
+        for name, fn in rows:
+            t.add_row(name, *[fn(s) for _, s in sides])
+        _console().print(t)
+    else:
+        out.write(head + "\n")
+        out.write(_side_line("hframe", d["hframe"]) + "\n")
+        if d["loose"]:
+            out.write(_side_line("loose", d["loose"]) + "\n")
+    if d["ratio_vs_loose"] is not None:
+        out.write(f"hframe vs loose files: {d['ratio_vs_loose']:.2f}x the frames/s\n")

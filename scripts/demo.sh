@@ -30,6 +30,8 @@ dd if=sample/photos.hframe bs=1 skip="$off" count="$len" status=none | cmp - sam
 echo "dd at the indexed offset: bytes identical to the source" >&2
 rm sample/photos.hframe.index.parquet
 step hframe index sample/photos.hframe --rebuild
+step hframe bench-cold sample/photos.hframe --frames 16 --batches 5 --seed 1 --compare sample/photos --md5
+step hframe bench-warm sample/photos.hframe --frames 16 --batches 5 --seed 1 --sampler block-local --block-size 20
 step python -c "import hframe_cli as h; p = h.open_pack('sample/photos.hframe'); print(len(p), 'frames;', 'read_many of 8:', [len(b) for b in p.read_many(range(8))])"
 echo >&2
-echo "demo ok: pack, verify, dump-header, index, get, dd, rebuild, Python reader" >&2
+echo "demo ok: pack, verify, dump-header, index, get, dd, rebuild, cold/warm bench, Python reader" >&2
