@@ -37,8 +37,9 @@ import sys
 import time
 from collections.abc import Callable
 
-import hframe_cli
 from bench_pack import DATASETS, seed_pack
+
+import hframe_cli
 
 #: A read method: (frame ids, their (offset, length) ranges from the index) -> frame bytes.
 Method = Callable[[list[int], list[tuple[int, int]]], list[bytes]]
