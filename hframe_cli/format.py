@@ -129,6 +129,34 @@ class Header:
         return cls(uuid.UUID(bytes=raw_uuid), created_us, alignment, (major, minor), flags & ~FLAG_ALIGNED)
 
 
+_RECORD_HEAD = struct.Struct("<4sIQQQ16sqHHIII")  # the fixed part without its CRC
+_U32 = struct.Struct("<I")
+
+
+def encode_record(
+    size: int,
+    frame_id: int,
+    length: int,
+    raw_length: int,
+    md5: bytes,
+    mtime_ns: int,
+    codec: int,
+    kind: int,
+    name: bytes,
+    extra: bytes = b"",
+    flags: int = 0,
+) -> bytes:
+    """A complete record header of ``size`` bytes (fixed part, CRC, name, extra, zero padding)."""
+    head = _RECORD_HEAD.pack(
+        RECORD_MAGIC, size, frame_id, length, raw_length, md5, mtime_ns, codec, kind, len(name), len(extra), flags
+    )
+    crc = zlib.crc32(name, zlib.crc32(head))
+    if extra:
+        crc = zlib.crc32(extra, crc)
+    pad = size - RECORD_FIXED - len(name) - len(extra)
+    return b"".join((head, _U32.pack(crc & 0xFFFFFFFF), name, extra, b"\0" * pad if pad else b""))
+
+
 def record_header_size(record_offset: int, name_len: int, extra_len: int, alignment: int) -> int:
     """Size of a record header starting at ``record_offset``, padding included."""
     end = record_offset + RECORD_FIXED + name_len + extra_len
@@ -152,8 +180,7 @@ class RecordHeader:
 
     def encode(self, record_offset: int, alignment: int) -> bytes:
         size = record_header_size(record_offset, len(self.name), len(self.extra), alignment)
-        fixed = _RECORD.pack(
-            RECORD_MAGIC,
+        return encode_record(
             size,
             self.frame_id,
             self.length,
@@ -162,14 +189,10 @@ class RecordHeader:
             self.mtime_ns,
             self.codec,
             self.kind,
-            len(self.name),
-            len(self.extra),
+            self.name,
+            self.extra,
             self.flags,
-            0,
         )
-        crc = _crc(fixed[:-4] + self.name + self.extra)
-        pad = size - RECORD_FIXED - len(self.name) - len(self.extra)
-        return fixed[:-4] + struct.pack("<I", crc) + self.name + self.extra + b"\0" * pad
 
     @staticmethod
     def fixed_size() -> int:
@@ -299,13 +322,23 @@ _SIGNATURES: tuple[tuple[str, bytes], ...] = (
 SNIFF_BYTES = 12
 
 
-def sniff_media_type(head: bytes) -> str:
+def sniff_media_type(head: bytes | memoryview) -> str:
     """Name the media type of a frame from its first bytes (``SNIFF_BYTES`` suffice)."""
-    for name, sig in _SIGNATURES:
-        if head.startswith(sig):
-            return name
-    if len(head) >= 12 and head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "webp"
+    if not head:
+        return "unknown"
+    first = head[0]
+    if first == 0xFF:
+        return "jpeg" if head[:3] == b"\xff\xd8\xff" else "unknown"
+    if first == 0x89:
+        return "png" if head[:8] == b"\x89PNG\r\n\x1a\n" else "unknown"
+    if first == 0x47:  # G
+        return "gif" if head[:6] in (b"GIF87a", b"GIF89a") else "unknown"
+    if first == 0x42:  # B
+        return "bmp" if head[:2] == b"BM" else "unknown"
+    if first in (0x49, 0x4D):  # I, M
+        return "tiff" if head[:4] in (b"II*\x00", b"MM\x00*") else "unknown"
+    if first == 0x52:  # R
+        return "webp" if head[:4] == b"RIFF" and head[8:12] == b"WEBP" else "unknown"
     return "unknown"
 
 

@@ -82,7 +82,8 @@ class _Collector:
         self.skip_bad = skip_bad
         self.max_frame_bytes = max_frame_bytes
         self.allow_empty = allow_empty
-        self.forbidden = [os.path.realpath(p) for p in forbidden]
+        self.forbidden = {os.path.realpath(p) for p in forbidden}
+        self.forbidden_names = {os.path.basename(p) for p in forbidden}
         self.out = SourceList()
 
     def reject(self, path: str, reason: str) -> None:
@@ -110,7 +111,7 @@ class _Collector:
         if not stat.S_ISREG(st.st_mode):
             self.reject(path, "not a regular file")
             return
-        if os.path.realpath(path) in self.forbidden:
+        if path.rpartition(os.sep)[2] in self.forbidden_names and os.path.realpath(path) in self.forbidden:
             raise InputError(f"{path}: is the output being written; put the output outside the input tree")
         if st.st_size == 0 and not self.allow_empty:
             self.reject(path, "zero-byte file (use --allow-empty to pack it)")
@@ -118,17 +119,18 @@ class _Collector:
         if st.st_size > self.max_frame_bytes:
             self.reject(path, f"{st.st_size} bytes is larger than --max-frame-bytes {self.max_frame_bytes}")
             return
-        self.out.sources.append(
-            Source(path, os.fsencode(name).replace(os.sep.encode(), b"/"), st.st_size, st.st_mtime_ns)
-        )
+        self.out.sources.append(Source(path, os.fsencode(name), st.st_size, st.st_mtime_ns))
 
     def add_tree(self, root: str, base: str) -> None:
         # Depth-first walk following symlinks, with the chain of real folders kept to spot loops.
-        stack: list[tuple[str, tuple[tuple[int, int], ...]]] = []
+        # Names are built as the folder's relative prefix + the entry name (no per-file relpath).
+        prefix = os.path.relpath(root, base)
+        prefix = "" if prefix == os.curdir else prefix.replace(os.sep, "/") + "/"
+        stack: list[tuple[str, str, tuple[tuple[int, int], ...]]] = []
         st = os.stat(root)
-        stack.append((root, ((st.st_dev, st.st_ino),)))
+        stack.append((root, prefix, ((st.st_dev, st.st_ino),)))
         while stack:
-            folder, chain = stack.pop()
+            folder, prefix, chain = stack.pop()
             try:
                 entries = sorted(os.scandir(folder), key=lambda e: e.name)
             except OSError as e:
@@ -150,7 +152,7 @@ class _Collector:
                     if key in chain:
                         self.reject(path, "symlink loop (links back to a folder above it)")
                         continue
-                    stack.append((path, (*chain, key)))
+                    stack.append((path, prefix + entry.name + "/", (*chain, key)))
                     continue
                 if entry.is_symlink():
                     try:
@@ -159,10 +161,10 @@ class _Collector:
                         reason = "symlink loop" if e.errno == 40 else "broken symlink"
                         self.reject(path, reason)
                         continue
-                    self.add_file(path, os.path.relpath(path, base), est)
+                    self.add_file(path, prefix + entry.name, est)
                 else:
                     try:
-                        self.add_file(path, os.path.relpath(path, base), entry.stat(follow_symlinks=False))
+                        self.add_file(path, prefix + entry.name, entry.stat(follow_symlinks=False))
                     except FileNotFoundError:
                         self.reject(path, "vanished while listing")
 
@@ -221,12 +223,10 @@ def collect_sources(
         root_base = base if base is not None else folder
         col.add_tree(folder, root_base)
     if files:
-        common = base if base is not None else _common_parent(files)
-        for path in files:
-            rel = os.path.relpath(path, common)
+        for path, rel in zip(files, _relative_names(files, base)):
             if rel.startswith(".." + os.sep) or rel == "..":
                 raise InputError(f"{path}: not under --base {base}")
-            col.add_file(path, rel)
+            col.add_file(path, rel.replace(os.sep, "/"))
     if base is not None:
         for folder in folders:
             if os.path.relpath(folder, base).startswith(".."):
@@ -249,7 +249,24 @@ def collect_sources(
     return col.out
 
 
-def _common_parent(files: Sequence[str]) -> str:
-    parents = [os.path.dirname(os.path.abspath(f)) for f in files]
-    common = os.path.commonpath(parents)
-    return common
+def _relative_names(files: Sequence[str], base: str | None) -> list[str]:
+    """Each file relative to ``base``, or to the files' longest common parent folder.
+
+    Works on the strings (one ``normpath`` per file) when all paths are of one kind, relative or
+    absolute, and ``base`` is too; falls back to absolute paths otherwise.
+    """
+    norm = [os.path.normpath(f) for f in files]
+    kinds = {os.path.isabs(p) for p in norm} | ({os.path.isabs(base)} if base is not None else set())
+    if len(kinds) > 1:
+        norm = [os.path.abspath(p) for p in norm]
+        base = os.path.abspath(base) if base is not None else None
+    root = os.path.normpath(base) if base is not None else os.path.commonpath([os.path.dirname(p) for p in norm])
+    if root in ("", os.curdir):
+        return norm
+    cut = len(root) + (0 if root.endswith(os.sep) else 1)
+    return [
+        p[cut:]
+        if p.startswith(root) and p[len(root) : len(root) + 1] in (os.sep, "") and p != root
+        else os.path.relpath(p, root)
+        for p in norm
+    ]

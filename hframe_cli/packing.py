@@ -25,6 +25,8 @@ from .writer import PackWriter, SealedPack
 __all__ = ["PackResult", "pack_sources", "parse_created"]
 
 _STREAM_ABOVE = 32 << 20
+_THREADS_ABOVE_MEAN = 16 << 10
+_O_READ = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 _BATCH_FILES = 64
 _BATCH_BYTES = 16 << 20
 
@@ -105,21 +107,32 @@ def _load(src: Source) -> _Loaded:
     if src.size > _STREAM_ABOVE:
         return _Loaded(src, stream=True)
     try:
-        with open(src.path, "rb") as f:
-            st = os.fstat(f.fileno())
-            data = f.read()
-            after = os.fstat(f.fileno())
+        fd = os.open(src.path, _O_READ)
     except FileNotFoundError:
         return _Loaded(src, error="vanished while packing")
+    except OSError as e:
+        return _Loaded(src, error=f"cannot read: {e.strerror}")
+    try:
+        st = os.fstat(fd)
+        want = src.size + 1  # one byte more than listed: a file that grew shows up
+        data = os.read(fd, want)
+        if len(data) < want and len(data) != src.size and data:
+            more = [data]
+            got = len(data)
+            while got < want:
+                chunk = os.read(fd, want - got)
+                if not chunk:
+                    break
+                more.append(chunk)
+                got += len(chunk)
+            data = b"".join(more)
     except IsADirectoryError:
         return _Loaded(src, error="became a folder while packing")
     except OSError as e:
         return _Loaded(src, error=f"cannot read: {e.strerror}")
-    if (
-        (st.st_size, st.st_mtime_ns) != (src.size, src.mtime_ns)
-        or len(data) != src.size
-        or (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns)
-    ):
+    finally:
+        os.close(fd)
+    if len(data) != src.size or st.st_size != src.size or st.st_mtime_ns != src.mtime_ns:
         return _Loaded(src, error=f"changed while packing (listed {src.size} bytes, read {len(data)})")
     return _Loaded(src, data, hashlib.md5(data).digest())
 
@@ -180,7 +193,7 @@ def pack_sources(
         force: replace an existing pack.
         skip_bad: leave out sources that vanish, change or cannot be read while packing.
         self_check_frames: frames read back from disk and compared before publishing.
-        workers: reader threads (default: 2, or 1 on a single core).
+        workers: reader threads (default: 2 when sources average 16 KiB or more, else 1).
         on_progress: called with (frames_done, bytes_done) after each frame.
         after_seal: called with the sealed, unpublished pack before the self-check
             (fault injection in tests; monitoring).
@@ -192,7 +205,12 @@ def pack_sources(
     """
     start = time.perf_counter()
     skipped = list(sources.rejected)
-    n_workers = workers if workers is not None else min(2, os.cpu_count() or 1)
+    if workers is None:
+        # threads pay off when hashing and copying dominate; for small files the per-file Python
+        # work dominates and a second thread only contends for the GIL
+        mean = sources.total_bytes // max(1, len(sources.sources))
+        workers = 1 if mean < _THREADS_ABOVE_MEAN else min(2, os.cpu_count() or 1)
+    n_workers = workers
     done_bytes = 0
     with PackWriter(output, alignment=alignment, created_us=created_us, force=force) as writer:
         for item in _loaded_in_order(sources.sources, n_workers):

@@ -17,6 +17,7 @@ from array import array
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
@@ -118,7 +119,11 @@ class PackReader:
                 f"{self.index_path}: index has {len(self._offsets)} rows, metadata says {self.meta.frame_count}"
             )
         self._data_end = self.info.trailer.data_end
+        # bounds of every index entry, checked once against the real pack size; reads of an
+        # index with any entry out of range are checked frame by frame instead
+        self._all_in_range = _all_in_range(table, self._data_end)
         self._table: pa.Table | None = None
+        self._names: tuple[pa.Array, pa.Array] | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = -1
         self._pool_lock = threading.Lock()
@@ -166,16 +171,23 @@ class PackReader:
             text: str | None = raw.decode("utf-8")
         except UnicodeDecodeError:
             text = None
+        names, raws = self._name_columns()
         if text is not None:
-            pos = pc.index(self.table.column("name"), pa.scalar(text)).as_py()
-            if pos >= 0 and self.table.column("name_raw")[pos].as_py() is None:
-                return int(self.table.column("frame_id")[pos].as_py())
-        raw_col = self.table.column("name_raw")
-        if raw_col.null_count < len(raw_col):
-            pos = pc.index(raw_col, pa.scalar(raw, pa.binary())).as_py()
+            pos = pc.index(names, pa.scalar(text)).as_py()
+            if pos >= 0 and not raws[pos].is_valid:
+                return int(pos)  # frame ids are row numbers
+        if raws.null_count < len(raws):
+            pos = pc.index(raws, pa.scalar(raw, pa.binary())).as_py()
             if pos >= 0:
-                return int(self.table.column("frame_id")[pos].as_py())
+                return int(pos)
         raise NotFound(f"{self.path}: no frame named {raw.decode('utf-8', 'backslashreplace')!r}")
+
+    def _name_columns(self) -> tuple[pa.Array, pa.Array]:
+        """The name and name_raw columns only (a name lookup needs nothing else)."""
+        if self._names is None:
+            t = self._table if self._table is not None else read_index(self.index_path, ["name", "name_raw"])
+            self._names = (t.column("name").combine_chunks(), t.column("name_raw").combine_chunks())
+        return self._names
 
     def range_of(self, frame_id: int) -> tuple[int, int]:
         """(offset, length) of a frame's stored bytes."""
@@ -232,19 +244,40 @@ class PackReader:
             return []
         offsets, lengths = self._offsets, self._lengths
         count = len(offsets)
-        ids = [k if type(k) is int and 0 <= k < count else self.frame_id(k) for k in keys]
-        order = sorted(range(n), key=lambda j: offsets[ids[j]])
+        try:  # fast path: a sequence of valid int ids (array indexing rejects names and ids >= count)
+            if min(keys) < 0:  # type: ignore[operator]
+                raise TypeError
+            offs = list(map(offsets.__getitem__, keys))  # type: ignore[arg-type]
+            lens = list(map(lengths.__getitem__, keys))  # type: ignore[arg-type]
+            ids: Sequence[int] = keys  # type: ignore[assignment]
+        except (TypeError, IndexError):
+            ids = [k if type(k) is int and 0 <= k < count else self.frame_id(k) for k in keys]
+            offs = list(map(offsets.__getitem__, ids))
+            lens = list(map(lengths.__getitem__, ids))
+        if not self._all_in_range and (min(offs) < HEADER_SIZE or max(map(int.__add__, offs, lens)) > self._data_end):
+            for i, off, ln in zip(ids, offs, lens):
+                self._check_range(i, off, ln)
+        w = workers or self.workers or default_workers(n)
+        if w <= 1 and stats is None:
+            longest = max(lens)
+            starts = sorted(offs)
+            near = sum(map((self.coalesce_gap + longest).__ge__, map(int.__sub__, starts[1:], starts)))
+            if longest <= self.max_read and near * 16 <= n:
+                # (almost) no frames close enough to merge, the usual random sample: merging a
+                # pair or two would save less than planning costs, so one pread each
+                blobs = list(map(os.pread, repeat(self._storage.fileno(), n), lens, offs))
+                if sum(map(len, blobs)) == sum(lens):
+                    return blobs
+            return self._read_inline(sorted(range(n), key=offs.__getitem__), offs, lens, n)
+        order = sorted(range(n), key=offs.__getitem__)
         # Plan reads: (read_offset, read_length, [(j, start_in_read, length), ...])
         plans: list[tuple[int, int, list[tuple[int, int, int]]]] = []
-        gap, cap, end_of_data = self.coalesce_gap, self.max_read, self._data_end
+        gap, cap = self.coalesce_gap, self.max_read
         cur_off = cur_end = -1
         cur_parts: list[tuple[int, int, int]] = []
         for j in order:
-            i = ids[j]
-            off = offsets[i]
-            ln = lengths[i]
-            if off < HEADER_SIZE or off + ln > end_of_data:
-                self._check_range(i, off, ln)
+            off = offs[j]
+            ln = lens[j]
             if cur_parts and off - cur_end <= gap and off + ln - cur_off <= cap:
                 cur_parts.append((j, off - cur_off, ln))
                 if off + ln > cur_end:
@@ -255,12 +288,11 @@ class PackReader:
             cur_off, cur_end, cur_parts = off, off + ln, [(j, 0, ln)]
         plans.append((cur_off, cur_end - cur_off, cur_parts))
 
-        w = workers or self.workers or default_workers(n)
         read_at = self._storage.read_at
         if stats is not None:
             return self._read_plans_timed(plans, n, w, stats)
-        if w <= 1 or len(plans) == 1:
-            blobs = [self._read_plan(read_at, off, ln) for off, ln, _ in plans]
+        if len(plans) == 1:
+            blobs = [self._read_plan(read_at, plans[0][0], plans[0][1])]
         else:
             pool = self._get_pool(w)
             blobs = list(pool.map(lambda p: self._read_plan(read_at, p[0], p[1]), plans))
@@ -276,6 +308,46 @@ class PackReader:
                 view = memoryview(blob)
                 for j, start, length in parts:
                     out[j] = bytes(view[start : start + length])
+        return out
+
+    def _read_inline(self, order: list[int], offs: list[int], lens: list[int], n: int) -> list[bytes]:
+        """One thread: walk the sorted ranges, merging neighbours, one ``pread`` per run."""
+        out: list[bytes] = [b""] * n
+        gap, cap = self.coalesce_gap, self.max_read
+        read_at = self._storage.read_at
+        fd = self._storage.fileno()
+        pread = os.pread
+        run: list[int] = []
+        run_off = run_end = 0
+        for j in order + [-1]:
+            if j >= 0:
+                off = offs[j]
+                end = off + lens[j]
+                if run and off - run_end <= gap and end - run_off <= cap:
+                    run.append(j)
+                    if end > run_end:
+                        run_end = end
+                    continue
+            if run:
+                size = run_end - run_off
+                blob = pread(fd, size, run_off) if size <= cap else self._read_plan(read_at, run_off, size)
+                if len(blob) != size:
+                    blob = read_at(run_off, size)  # finish a short read, or fail with the path
+                    if len(blob) != size:
+                        raise FrameOutOfRange(
+                            f"{self.path}: short read at offset {run_off} ({len(blob)} of {size} bytes); "
+                            "pack truncated?"
+                        )
+                if len(run) == 1:
+                    out[run[0]] = blob
+                else:
+                    view = memoryview(blob)
+                    for m in run:
+                        start = offs[m] - run_off
+                        out[m] = view[start : start + lens[m]].tobytes()
+            if j >= 0:
+                run = [j]
+                run_off, run_end = off, end
         return out
 
     def _read_plans_timed(
@@ -354,6 +426,15 @@ def _split(offset: int, length: int, cap: int) -> Iterator[tuple[int, int]]:
         step = min(cap, end - offset)
         yield offset, step
         offset += step
+
+
+def _all_in_range(table: pa.Table, data_end: int) -> bool:
+    if table.num_rows == 0:
+        return True
+    offset, length = table.column("offset"), table.column("length")
+    lo = pc.min(offset).as_py()
+    hi = pc.max(pc.add(offset, length)).as_py()
+    return bool(lo >= HEADER_SIZE and hi <= data_end and pc.min(length).as_py() >= 0)
 
 
 def _int64_column(table: pa.Table, name: str) -> array[int]:

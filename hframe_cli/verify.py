@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .errors import (
     ChecksumMismatch,
@@ -237,8 +238,20 @@ class _IndexCols:
     media: list[str]
 
     @classmethod
-    def load(cls, path: str, where: str) -> _IndexCols:
-        t = read_index(path, ["offset", "length", "record_offset", "md5", "name", "name_raw", "media_type"])
+    def load(cls, path: str, limit: int | None = None) -> _IndexCols:
+        """The columns verify compares, for all rows or only the first ``limit``."""
+        cols = ["offset", "length", "record_offset", "md5", "name", "name_raw", "media_type"]
+        if limit is None:
+            t = read_index(path, cols)
+        else:
+            batches = []
+            got = 0
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=max(1, min(limit, 65536)), columns=cols):
+                batches.append(batch)
+                got += batch.num_rows
+                if got >= limit:
+                    break
+            t = pa.Table.from_batches(batches, schema=batches[0].schema if batches else None).slice(0, limit)
         md5_col = t.column("md5").combine_chunks() if t.num_rows else pa.array([], pa.string())
         hexes = md5_col.to_pylist()
         try:
@@ -657,7 +670,7 @@ def _show(name: bytes) -> str:
 
 
 def _selection(
-    n: int, idx: _IndexCols | None, sample: tuple[str, float] | None, seed: int, frames: tuple[int, int | None] | None
+    n: int, payload_bytes: int, sample: tuple[str, float] | None, seed: int, frames: tuple[int, int | None] | None
 ) -> tuple[list[tuple[int, int]], str]:
     if frames is not None:
         start, stop = frames
@@ -670,8 +683,7 @@ def _selection(
     kind, value = sample
     want = min(n, max(1, math.ceil(n * value / 100) if kind == "percent" else int(value)))
     # runs of neighbouring frames, so that sampled reads stay sequential (cheap on a cold cache)
-    total = sum(idx.length) if idx is not None else n
-    mean = max(1, total // max(n, 1))
+    mean = max(1, payload_bytes // max(n, 1))
     # at least 16 runs so the sample is spread over the pack; runs of at most ~1 MiB
     block = max(1, min(4096, SAMPLE_BLOCK_BYTES // (mean + 128), math.ceil(want / 16)))
     blocks = math.ceil(n / block)
@@ -772,6 +784,8 @@ def _verify_open(
         v.add("trailer", str(e))
     meta: IndexMeta | None = None
     idx: _IndexCols | None = None
+    rows = 0
+    ranges: list[tuple[int, int]] = []
     if use_index:
         meta = read_index_meta(ipath)
         uuids = {str(u.uuid) for u in (header, trailer) if u is not None}
@@ -780,9 +794,12 @@ def _verify_open(
                 f"{ipath}: index belongs to another pack (index UUID {meta.pack_uuid}, pack "
                 f"{' / '.join(sorted(uuids))}); rebuild it with 'hframe index PACK --rebuild'"
             )
-        idx = _IndexCols.load(ipath, where)
-        if len(idx.offset) != meta.frame_count:
-            v.add("index", f"{ipath}: index has {len(idx.offset)} rows, its metadata says {meta.frame_count}")
+        rows = pq.ParquetFile(ipath).metadata.num_rows
+        if rows != meta.frame_count:
+            v.add("index", f"{ipath}: index has {rows} rows, its metadata says {meta.frame_count}")
+        ranges, report.selection = _selection(rows, meta.payload_bytes, sample, seed, frames)
+        need = max((b for _, b in ranges), default=0)
+        idx = _IndexCols.load(ipath, None if need >= rows else need)
         if trailer is not None and meta.frame_count != trailer.frame_count:
             v.add("index", f"{ipath}: index says {meta.frame_count} frames, pack trailer says {trailer.frame_count}")
         if meta.pack_bytes != size:
@@ -791,14 +808,13 @@ def _verify_open(
                 f"{where}: pack is {size} bytes, index says {meta.pack_bytes} "
                 f"({'truncated' if size < meta.pack_bytes else 'bytes appended'}?)",
             )
-    n = len(idx.offset) if idx is not None else (trailer.frame_count if trailer is not None else 0)
+    n = rows if use_index else (trailer.frame_count if trailer is not None else 0)
     report.frames_total = n
     data_end_known = trailer is not None
     end = trailer.data_end if trailer is not None else size
     if trailer is None and tail[:8] == TRAILER_MAGIC and size >= HEADER_SIZE + TRAILER_SIZE:
         end, data_end_known = size - TRAILER_SIZE, True  # trailer bytes damaged, but it is where it should be
     if use_index and idx is not None:
-        ranges, report.selection = _selection(n, idx, sample, seed, frames)
         for a, b in ranges:
             if a >= b:
                 continue

@@ -2,13 +2,15 @@
 
 Order of operations (``man/hframe.5``, WRITING):
 
-1. lock ``OUT.partial`` (``flock``, non-blocking: a second writer gets ``PackLocked``),
-   truncate it, write a provisional header;
+1. take the output lock (``OUT.lock``; a second writer gets ``PackLocked``), then truncate
+   ``OUT.partial`` and write a provisional header (or, resuming, cut it back to the last
+   committed offset and rebuild the index rows from its record headers);
 2. per frame: the payload offset is computed and recorded *before* the bytes are appended
    (the shifted-index bug cannot happen), then record header + payload are appended;
-3. ``seal()``: final header (UUID, creation time), trailer, fsync, index to
+3. ``commit()`` (for checkpoints): flush and fsync, return what is now durable;
+4. ``seal()``: final header (UUID, creation time), trailer, fsync, index to
    ``OUT.index.parquet.partial``, fsync;
-4. the caller checks the sealed files (``verify.self_check``), then ``publish()`` renames
+5. the caller checks the sealed files (``verify.self_check``), then ``publish()`` renames
    the pack, then the index, into place and fsyncs the folder.
 
 Leaving the ``with`` block by an exception never writes an index nor publishes anything; the
@@ -18,24 +20,31 @@ Leaving the ``with`` block by an exception never writes an index nor publishes a
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import os
+import shutil
+import struct
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import InputError, PackLocked, StorageError
+from .checkpoint import OutputLock, fsync_dir
+from .errors import FormatError, InputError, StorageError
+from .faults import enospc_limit, fault_point
 from .format import (
     FORMAT_VERSION,
+    HEADER_SIZE,
     KIND_IDS,
     MAX_NAME_BYTES,
+    RECORD_FIXED,
     SNIFF_BYTES,
     Header,
-    RecordHeader,
     Trailer,
+    encode_record,
+    record_crc,
+    record_fields,
     record_header_size,
     sniff_media_type,
 )
@@ -52,8 +61,12 @@ from .index import (
 __all__ = ["PackWriter", "SealedPack"]
 
 _FLUSH_BYTES = 8 << 20
+_MAX_IOV = 512
+_WRITEBACK_BYTES = 64 << 20
 _STREAM_CHUNK = 8 << 20
 _UUID_NAMESPACE = uuid.UUID("6f1c4d2e-6a0b-5b8e-9a41-3c1f0d9b7e52")
+_DIGEST = struct.Struct("<IQq")
+_IMAGE, _BLOB = KIND_IDS["image"], KIND_IDS["blob"]
 
 
 def _hframe_version() -> str:
@@ -83,11 +96,20 @@ class PackWriter:
         alignment: payloads start on multiples of this (1 = packed tight; 4096 for O_DIRECT).
         created_us: creation time in microseconds since the epoch. When given, the pack UUID
             is derived from the frames and options, so the same inputs give identical bytes.
+        pack_uuid: a fixed UUID (used when resuming a pack whose UUID was chosen at the start).
         force: replace an existing pack at ``path``.
+        resume_at: continue an existing ``.partial`` pack, cut back to this committed offset.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, alignment: int = 1, created_us: int | None = None, force: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        alignment: int = 1,
+        created_us: int | None = None,
+        pack_uuid: str | None = None,
+        force: bool = False,
+        resume_at: int | None = None,
     ) -> None:
         if alignment < 1 or alignment & (alignment - 1) or alignment > 1 << 24:
             raise InputError(f"--align must be a power of two between 1 and 16777216 (got {alignment})")
@@ -96,16 +118,23 @@ class PackWriter:
         self.partial_path = Path(os.fspath(self.path) + ".partial")
         self.partial_index_path = Path(os.fspath(self.index_path) + ".partial")
         self.alignment = alignment
-        self.deterministic = created_us is not None
+        self.deterministic = created_us is not None and pack_uuid is None
         self.created_us = created_us if created_us is not None else time.time_ns() // 1000
+        self.fixed_uuid = uuid.UUID(pack_uuid) if pack_uuid else None
         self.force = force
+        self.resume_at = resume_at
+        self.lock = OutputLock(self.path)
         self._fd = -1
-        self._buf = bytearray()
+        self._chunks: list[bytes | memoryview] = []
+        self._pending = 0
         self._pos = 0
+        self._flushed = 0
         self._index = IndexBuilder()
         self._payload_bytes = 0
         self._digest = hashlib.sha256()
         self._sealed: SealedPack | None = None
+        self._enospc_at = enospc_limit()
+        self._advised = 0
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -114,34 +143,72 @@ class PackWriter:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self._release()
+        self.close()
 
     def open(self) -> None:
-        """Lock and truncate the partial file and write a provisional header."""
-        if self.path.exists() and not self.force:
+        """Take the lock; start a new partial pack, or reopen one to resume."""
+        if self.resume_at is None and self.path.exists() and not self.force:
             raise InputError(f"{self.path}: already exists (use --force to replace it)")
         if not self.path.parent.is_dir():
             raise InputError(f"{self.path}: folder {self.path.parent} does not exist")
+        self.lock.acquire()
         try:
-            fd = os.open(self.partial_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as e:
-            raise StorageError(f"{self.partial_path}: cannot create: {e.strerror}") from e
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as e:
-            os.close(fd)
-            raise PackLocked(f"{self.path}: another hframe run is writing it ({self.partial_path} is locked)") from e
-        self._fd = fd
-        os.ftruncate(fd, 0)
-        self._write(self._header(uuid.UUID(int=0)).encode())
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+            try:
+                fd = os.open(self.partial_path, flags, 0o644)
+            except OSError as e:
+                raise StorageError(f"{self.partial_path}: cannot create: {e.strerror}") from e
+            self._fd = fd
+            if self.resume_at is None:
+                os.ftruncate(fd, 0)
+                self._write(self._header(uuid.UUID(int=0)).encode())
+            else:
+                self._reload(self.resume_at)
+        except BaseException:
+            self.close()
+            raise
 
-    def _release(self) -> None:
+    def close(self) -> None:
+        """Close the partial file and release the lock (publishing is separate)."""
         if self._fd >= 0:
-            os.close(self._fd)  # closing drops the flock
+            os.close(self._fd)
             self._fd = -1
+        self.lock.release()
 
     def _header(self, pack_uuid: uuid.UUID) -> Header:
         return Header(pack_uuid, self.created_us, self.alignment, FORMAT_VERSION)
+
+    def _reload(self, committed: int) -> None:
+        """Cut the partial pack back to ``committed`` bytes and rebuild rows from its records."""
+        size = os.fstat(self._fd).st_size
+        if size < committed or committed < HEADER_SIZE:
+            raise FormatError(f"{self.partial_path}: {size} bytes on disk, the checkpoint committed {committed}")
+        os.ftruncate(self._fd, committed)
+        pos = HEADER_SIZE
+        with open(self.partial_path, "rb", buffering=0) as f:
+            while pos < committed:
+                fixed = os.pread(f.fileno(), RECORD_FIXED + 65536, pos)
+                flds = record_fields(fixed, 0)
+                size_, fid, length, md5, mtime_ns, kind, nlen, elen = (
+                    flds[1],
+                    flds[2],
+                    flds[3],
+                    flds[5],
+                    flds[6],
+                    flds[8],
+                    flds[9],
+                    flds[10],
+                )
+                if flds[0] != b"HFR1" or record_crc(fixed, 0, nlen, elen) != flds[12] or fid != len(self._index):
+                    raise FormatError(f"{self.partial_path}: record at offset {pos} is damaged; cannot resume from it")
+                name = bytes(fixed[RECORD_FIXED : RECORD_FIXED + nlen])
+                head = os.pread(f.fileno(), SNIFF_BYTES, pos + size_)
+                self._append_row(name, pos, size_, length, md5, mtime_ns, sniff_media_type(head), kind)
+                pos += size_ + length
+        if pos != committed:
+            raise FormatError(f"{self.partial_path}: records end at {pos}, the checkpoint committed {committed}")
+        os.lseek(self._fd, committed, os.SEEK_SET)
+        self._pos = self._flushed = committed
 
     # -- appending ----------------------------------------------------------------------
 
@@ -153,69 +220,57 @@ class PackWriter:
         """Bytes written so far (buffered ones included)."""
         return self._pos
 
-    def _write(self, data: bytes | bytearray | memoryview) -> None:
-        self._buf += data
+    @property
+    def payload_bytes(self) -> int:
+        return self._payload_bytes
+
+    def _write(self, data: bytes | memoryview) -> None:
+        self._chunks.append(data)
+        self._pending += len(data)
         self._pos += len(data)
-        if len(self._buf) >= _FLUSH_BYTES:
+        if self._pending >= _FLUSH_BYTES or len(self._chunks) >= _MAX_IOV:
             self._flush()
 
     def _flush(self) -> None:
-        view = memoryview(self._buf)
+        if not self._chunks:
+            return
         try:
-            while view:
-                n = os.write(self._fd, view)
-                view = view[n:]
+            if self._enospc_at is not None and self._flushed + self._pending > self._enospc_at:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(self.partial_path))
+            n = os.writev(self._fd, self._chunks)
+            if n < self._pending:  # rare short write: finish it plainly
+                view = memoryview(b"".join(self._chunks))[n:]
+                while view:
+                    view = view[os.write(self._fd, view) :]
         except OSError as e:
             raise _write_error(self.partial_path, e) from e
-        finally:
-            view.release()
-        self._buf.clear()
+        self._flushed += self._pending
+        self._chunks.clear()
+        self._pending = 0
+        if self._flushed - self._advised >= _WRITEBACK_BYTES and hasattr(os, "posix_fadvise"):
+            # start writeback of what is written so far (and keep it out of the page cache):
+            # the final fsync then has little left to wait for
+            os.posix_fadvise(self._fd, self._advised, self._flushed - self._advised, os.POSIX_FADV_DONTNEED)
+            self._advised = self._flushed
 
-    def _begin_record(self, name: bytes) -> tuple[int, int]:
-        if len(name) > MAX_NAME_BYTES:
-            raise InputError(f"{name[:80]!r}...: name is longer than {MAX_NAME_BYTES} bytes")
-        if self._fd < 0:
-            raise InputError("PackWriter is not open (use it as a context manager)")
-        rec_off = self._pos
-        return rec_off, record_header_size(rec_off, len(name), 0, self.alignment)
-
-    def _record(
-        self,
-        *,
-        name: bytes,
-        rec_off: int,
-        hdr_size: int,
-        length: int,
-        md5: bytes,
-        media: str,
-        mtime_ns: int,
-        source_size: int,
-    ) -> tuple[int, RecordHeader]:
-        frame_id = len(self._index)
-        kind = KIND_IDS["image"] if media != "unknown" else KIND_IDS["blob"]
-        offset = rec_off + hdr_size  # recorded before the payload is appended
+    def _append_row(
+        self, name: bytes, rec_off: int, hdr_size: int, length: int, md5: bytes, mtime_ns: int, media: str, kind: int
+    ) -> None:
         self._index.append(
             name=name,
-            offset=offset,
+            offset=rec_off + hdr_size,
             length=length,
             md5=md5,
             media_type=media,
             kind=kind,
             codec=0,
             raw_length=length,
-            source_size=source_size,
+            source_size=length,
             mtime_ns=mtime_ns,
             record_offset=rec_off,
         )
         self._payload_bytes += length
-        d = self._digest
-        d.update(len(name).to_bytes(4, "little"))
-        d.update(name)
-        d.update(md5)
-        d.update(length.to_bytes(8, "little"))
-        d.update(mtime_ns.to_bytes(8, "little", signed=True))
-        rec = RecordHeader(frame_id, length, length, md5, mtime_ns, name, b"", 0, kind)
-        return frame_id, rec
+        self._digest.update(_DIGEST.pack(len(name), length, mtime_ns) + name + md5)
 
     def add(self, name: bytes, data: bytes, *, mtime_ns: int = 0, md5: bytes | None = None) -> int:
         """Append one frame held in memory. Returns its frame id.
@@ -226,18 +281,22 @@ class PackWriter:
             mtime_ns: the source's modification time, for the index.
             md5: the md5 digest of ``data`` if the caller already computed it.
         """
-        rec_off, hdr_size = self._begin_record(name)
-        frame_id, rec = self._record(
-            name=name,
-            rec_off=rec_off,
-            hdr_size=hdr_size,
-            length=len(data),
-            md5=md5 if md5 is not None else hashlib.md5(data).digest(),
-            media=sniff_media_type(data[:SNIFF_BYTES]),
-            mtime_ns=mtime_ns,
-            source_size=len(data),
-        )
-        self._write(rec.encode(rec_off, self.alignment))
+        if self._fd < 0:
+            raise InputError("PackWriter is not open (use it as a context manager)")
+        nlen = len(name)
+        if nlen > MAX_NAME_BYTES:
+            raise InputError(f"{name[:80]!r}...: name is longer than {MAX_NAME_BYTES} bytes")
+        rec_off = self._pos
+        hdr_size = record_header_size(rec_off, nlen, 0, self.alignment) if self.alignment > 1 else RECORD_FIXED + nlen
+        length = len(data)
+        if md5 is None:
+            md5 = hashlib.md5(data).digest()
+        media = sniff_media_type(data[:SNIFF_BYTES])
+        kind = _BLOB if media == "unknown" else _IMAGE
+        frame_id = len(self._index)
+        # the row (with the payload offset rec_off + hdr_size) is recorded before the bytes are appended
+        self._append_row(name, rec_off, hdr_size, length, md5, mtime_ns, media, kind)
+        self._write(encode_record(hdr_size, frame_id, length, length, md5, mtime_ns, 0, kind, name))
         self._write(data)
         return frame_id
 
@@ -247,14 +306,19 @@ class PackWriter:
         Raises:
             InputError: the stream held more or fewer than ``size`` bytes; nothing is kept.
         """
-        rec_off, hdr_size = self._begin_record(name)
+        if self._fd < 0:
+            raise InputError("PackWriter is not open (use it as a context manager)")
+        if len(name) > MAX_NAME_BYTES:
+            raise InputError(f"{name[:80]!r}...: name is longer than {MAX_NAME_BYTES} bytes")
         self._flush()
+        rec_off = self._pos
+        hdr_size = record_header_size(rec_off, len(name), 0, self.alignment)
         digest = hashlib.md5()
         head = b""
         got = 0
+        pos = rec_off + hdr_size
         try:
             os.pwrite(self._fd, b"\0" * hdr_size, rec_off)
-            pos = rec_off + hdr_size
             while True:
                 chunk = stream.read(_STREAM_CHUNK)
                 if not chunk:
@@ -262,6 +326,8 @@ class PackWriter:
                 if not head:
                     head = chunk[:SNIFF_BYTES]
                 digest.update(chunk)
+                if self._enospc_at is not None and pos + len(chunk) > self._enospc_at:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(self.partial_path))
                 view = memoryview(chunk)
                 while view:
                     n = os.pwrite(self._fd, view, pos)
@@ -276,32 +342,57 @@ class PackWriter:
         if got != size:
             os.ftruncate(self._fd, rec_off)
             raise InputError(f"size changed while packing (expected {size} bytes, read {got})")
-        frame_id, rec = self._record(
-            name=name,
-            rec_off=rec_off,
-            hdr_size=hdr_size,
-            length=size,
-            md5=digest.digest(),
-            media=sniff_media_type(head),
-            mtime_ns=mtime_ns,
-            source_size=size,
-        )
-        os.pwrite(self._fd, rec.encode(rec_off, self.alignment), rec_off)
+        media = sniff_media_type(head)
+        kind = _BLOB if media == "unknown" else _IMAGE
+        frame_id = len(self._index)
+        md5 = digest.digest()
+        self._append_row(name, rec_off, hdr_size, size, md5, mtime_ns, media, kind)
+        os.pwrite(self._fd, encode_record(hdr_size, frame_id, size, size, md5, mtime_ns, 0, kind, name), rec_off)
         os.lseek(self._fd, rec_off + hdr_size + size, os.SEEK_SET)
-        self._pos = rec_off + hdr_size + size
+        self._pos = self._flushed = rec_off + hdr_size + size
         return frame_id
 
+    def copy_records_from(self, pack: str | os.PathLike[str], data_end: int) -> None:
+        """Append the records of another pack verbatim (``--update``): bytes [HEADER_SIZE, data_end).
+
+        Only valid right after ``open()`` with the same alignment, so every offset is unchanged.
+        """
+        if self._pos != HEADER_SIZE or len(self._index):
+            raise InputError("copy_records_from must come first")
+        self._flush()
+        with open(pack, "rb") as src:
+            src.seek(HEADER_SIZE)
+            os.lseek(self._fd, HEADER_SIZE, os.SEEK_SET)
+            with open(self._fd, "wb", closefd=False) as dst:
+                try:
+                    shutil.copyfileobj(src, dst, 16 << 20)  # uses copy_file_range/sendfile where it can
+                except OSError as e:
+                    raise _write_error(self.partial_path, e) from e
+        self._pos = self._flushed = data_end
+        os.lseek(self._fd, data_end, os.SEEK_SET)
+        self._reload(data_end)
+
     # -- finishing ----------------------------------------------------------------------
+
+    def commit(self) -> tuple[int, int]:
+        """Make everything written so far durable. Returns (frames, committed bytes)."""
+        self._flush()
+        try:
+            os.fsync(self._fd)
+        except OSError as e:
+            raise _write_error(self.partial_path, e) from e
+        return len(self._index), self._pos
 
     def seal(self) -> SealedPack:
         """Write the final header and the trailer, fsync, and write the index (all partial)."""
         if self._fd < 0:
             raise InputError("PackWriter is not open")
-        pack_uuid = (
-            uuid.uuid5(_UUID_NAMESPACE, f"{self._digest.hexdigest()}:{self.created_us}:{self.alignment}")
-            if self.deterministic
-            else uuid.uuid4()
-        )
+        if self.fixed_uuid is not None:
+            pack_uuid = self.fixed_uuid
+        elif self.deterministic:
+            pack_uuid = uuid.uuid5(_UUID_NAMESPACE, f"{self._digest.hexdigest()}:{self.created_us}:{self.alignment}")
+        else:
+            pack_uuid = uuid.uuid4()
         data_end = self._pos
         count = len(self._index)
         self._write(Trailer(count, self._payload_bytes, data_end, pack_uuid).encode())
@@ -342,22 +433,42 @@ class PackWriter:
         """Rename the sealed pack, then its index, into place; fsync the folder."""
         if self._sealed is None:
             raise InputError("seal() the pack before publishing it")
-        if self.path.exists() and not self.force:
+        if self.resume_at is None and self.path.exists() and not self.force:
             raise InputError(f"{self.path}: appeared while packing (use --force to replace it)")
-        try:
-            os.replace(self.partial_path, self.path)
-            os.replace(self.partial_index_path, self.index_path)
-            dfd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError as e:
-            raise _write_error(self.path, e) from e
+        publish_partials(self.path)
         return self._sealed
+
+
+def publish_partials(path: str | os.PathLike[str]) -> None:
+    """Rename ``PATH.partial`` then ``PATH.index.parquet.partial`` into place; fsync the folder.
+
+    The pack goes first: a reader that opens the pair between the two renames finds the new pack
+    beside the old index, and refuses it by UUID; the index never points at bytes that are not there.
+    Either rename is skipped when its partial file is already gone (resuming a half-done publish).
+    """
+    pack = Path(path)
+    index = get_index_path(pack)
+    try:
+        if os.path.exists(f"{pack}.partial"):
+            os.replace(f"{pack}.partial", pack)
+        fault_point("publish-between-renames")
+        if os.path.exists(f"{index}.partial"):
+            os.replace(f"{index}.partial", index)
+        fsync_dir(pack.parent)
+    except OSError as e:
+        raise _write_error(pack, e) from e
 
 
 def _write_error(path: Path | str, err: OSError) -> StorageError:
     if err.errno == errno.ENOSPC:
-        return StorageError(f"{path}: disk full (no space left on device); the partial pack is kept")
+        free = "unknown"
+        try:
+            st = os.statvfs(os.path.dirname(os.path.abspath(path)) or ".")
+            free = f"{st.f_bavail * st.f_frsize} bytes"
+        except OSError:
+            pass
+        return StorageError(
+            f"{path}: disk full (no space left on device; {free} free); the partial pack and its last "
+            "checkpoint are kept: free some space and run 'hframe resume'"
+        )
     return StorageError(f"{path}: write failed: {err.strerror}")

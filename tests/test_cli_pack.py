@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -17,6 +16,7 @@ import pytest
 from conftest import hframe_bin
 
 import hframe_cli as h
+from hframe_cli.checkpoint import OutputLock
 
 
 def names(pack: Path) -> list[str]:
@@ -197,13 +197,17 @@ def test_unreadable_file(cli, photos, tmp_path):
     assert json.loads(r.stdout)["skipped"] == [{"path": "/proc/self/mem", "reason": "cannot read: Input/output error"}]
 
 
-def test_second_writer_is_locked_out(cli, photos, tmp_path):
+def test_second_writer_is_locked_out_and_told_who_holds_it(cli, photos, tmp_path):
     out = tmp_path / "l.hframe"
-    with open(f"{out}.partial", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    with OutputLock(out):
         r = cli(["pack", str(photos), "-o", str(out)])
     assert r.exit_code == 3
-    assert "another hframe run is writing it" in r.stderr
+    assert f"{out}: locked by another hframe run (pid {os.getpid()} on {socket.gethostname()} since " in r.stderr
+    assert not out.exists()
+    # a lock file left by a dead process (no flock held) is stale and taken over
+    Path(f"{out}.lock").write_text("pid 999999 on elsewhere since 2020-01-01T00:00:00Z\n")
+    assert cli(["pack", str(photos), "-o", str(out), "-q"]).exit_code == 0
+    assert not Path(f"{out}.lock").exists()
 
 
 def test_bad_flags_are_usage_errors(cli, photos, tmp_path):

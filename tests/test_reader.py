@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import hframe_cli as h
-from hframe_cli.reader import default_workers
+from hframe_cli.reader import ReadStats, default_workers
 
 
 def expected(pack):
@@ -44,19 +44,17 @@ def test_read_many_returns_frames_in_asked_order(packed, gap, workers):
         assert p.read_many([]) == []
 
 
-def test_coalescing_reduces_read_calls(packed, monkeypatch):
+def test_coalescing_reduces_read_calls(packed):
     with h.open_pack(packed, coalesce_gap=1 << 20, max_read=1 << 30) as p:
-        calls = []
-        real = p._storage.read_at
-        monkeypatch.setattr(p._storage, "read_at", lambda o, n: calls.append((o, n)) or real(o, n))
-        assert len(p.read_many(list(range(30)))) == 30
-        assert len(calls) == 1  # every frame in one range
+        stats = ReadStats()
+        assert p.read_many(list(range(30)), stats=stats) == expected(packed)
+        assert stats.read_calls == 1  # every frame in one range
+        assert stats.bytes_read >= stats.bytes_requested == sum(len(b) for b in expected(packed))
     with h.open_pack(packed, coalesce_gap=0) as p:
-        calls = []
-        real = p._storage.read_at
-        monkeypatch.setattr(p._storage, "read_at", lambda o, n: calls.append((o, n)) or real(o, n))
-        p.read_many(list(range(30)), workers=1)
-        assert len(calls) == 30  # record headers sit between frames, so nothing is adjacent
+        stats = ReadStats()
+        p.read_many(list(range(30)), workers=1, stats=stats)
+        assert stats.read_calls == 30  # record headers sit between frames, so nothing is adjacent
+        assert stats.bytes_read == stats.bytes_requested and len(stats.frame_latencies_s) == 30
 
 
 def test_frames_bigger_than_max_read_are_split(tmp_path):

@@ -1,0 +1,246 @@
+"""Crash safety for ``pack``: the output lock, the checkpoint file, and the saved source list.
+
+Files beside ``OUT`` (``man/hframe.5``, CHECKPOINTS):
+
+- ``OUT.lock``: held with ``flock`` for the whole run; its text names the holder (pid, host,
+  start time). A lock file whose ``flock`` is free was left by a dead process and is taken over.
+- ``OUT.ckpt`` (and ``OUT.ckpt.prev``, the one before): JSON with a sha256 of its own content,
+  written to a temporary name, fsynced, renamed; a torn or truncated file is detected and the
+  previous one used.
+- ``OUT.sources.parquet``: the sorted source list (path, name, size, mtime) fixed when the run
+  started, so ``resume`` can tell what changed since, even for a list read from stdin.
+
+Durability order for a checkpoint: pack data flushed and fsynced → checkpoint written to a temp
+file, fsynced → previous checkpoint renamed to ``.prev`` → temp renamed to ``OUT.ckpt`` →
+folder fsynced. At every instant at least one valid checkpoint describes bytes that are on disk.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import FormatError, PackLocked, StorageError
+from .faults import fault_point
+from .inputs import Rejected, Source, SourceList
+
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "Checkpoint",
+    "OutputLock",
+    "checkpoint_paths",
+    "fsync_dir",
+    "load_checkpoint",
+    "load_sources",
+    "save_sources",
+    "source_fingerprint",
+]
+
+CHECKPOINT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CheckpointPaths:
+    checkpoint: Path
+    previous: Path
+    sources: Path
+    lock: Path
+
+
+def checkpoint_paths(output: str | os.PathLike[str]) -> CheckpointPaths:
+    out = os.fspath(output)
+    return CheckpointPaths(
+        Path(out + ".ckpt"), Path(out + ".ckpt.prev"), Path(out + ".sources.parquet"), Path(out + ".lock")
+    )
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class OutputLock:
+    """An exclusive, non-blocking lock on one output, naming its holder."""
+
+    def __init__(self, output: str | os.PathLike[str]) -> None:
+        self.path = checkpoint_paths(output).lock
+        self.output = os.fspath(output)
+        self._fd = -1
+        self.took_over: str | None = None  # text of a stale lock we replaced
+
+    def acquire(self) -> OutputLock:
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise StorageError(f"{self.path}: cannot create lock file: {e.strerror}") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "unknown holder"
+            os.close(fd)
+            raise PackLocked(f"{self.output}: locked by another hframe run ({holder}); lock file {self.path}") from None
+        old = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+        self.took_over = old or None
+        info = f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (info + "\n").encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            try:
+                os.unlink(self.path)  # while still holding it: nobody can take a half-released lock
+            except OSError:
+                pass
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> OutputLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@dataclass
+class Checkpoint:
+    """What ``resume`` needs to continue a pack exactly where it stopped."""
+
+    output: str
+    phase: str  # "packing" | "publishing"
+    options: dict[str, Any]
+    fingerprint: str
+    source_count: int
+    next_source: int = 0
+    frames: int = 0
+    committed_bytes: int = 0
+    skipped: list[list[str]] = field(default_factory=list)
+    version: int = CHECKPOINT_VERSION
+    written_at: str = ""
+
+    def save(self, output: str | os.PathLike[str]) -> None:
+        """Write atomically (temp, fsync, keep the previous one as .prev, rename, fsync folder)."""
+        paths = checkpoint_paths(output)
+        self.written_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        body = asdict(self)
+        payload = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        doc = json.dumps(
+            {"hframe_checkpoint": body, "sha256": hashlib.sha256(payload.encode()).hexdigest()},
+            sort_keys=True,
+            indent=1,
+        )
+        tmp = Path(os.fspath(paths.checkpoint) + ".tmp")
+        try:
+            with open(tmp, "w") as f:
+                f.write(doc)
+                f.flush()
+                os.fsync(f.fileno())
+            fault_point("checkpoint-before-rename")
+            if paths.checkpoint.exists():
+                os.replace(paths.checkpoint, paths.previous)
+            fault_point("checkpoint-between-renames")
+            os.replace(tmp, paths.checkpoint)
+            fsync_dir(paths.checkpoint.parent)
+        except OSError as e:
+            raise StorageError(f"{paths.checkpoint}: cannot write checkpoint: {e.strerror}") from e
+
+    @property
+    def skipped_rejects(self) -> list[Rejected]:
+        return [Rejected(p, r) for p, r in self.skipped]
+
+
+def _parse(path: Path) -> Checkpoint:
+    doc = json.loads(path.read_text())
+    body = doc["hframe_checkpoint"]
+    payload = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    if hashlib.sha256(payload.encode()).hexdigest() != doc["sha256"]:
+        raise ValueError("checksum mismatch")
+    if body.get("version") != CHECKPOINT_VERSION:
+        raise ValueError(f"checkpoint version {body.get('version')} (this hframe writes {CHECKPOINT_VERSION})")
+    return Checkpoint(**body)
+
+
+def load_checkpoint(output: str | os.PathLike[str]) -> tuple[Checkpoint | None, list[str]]:
+    """The newest valid checkpoint (current, else previous) and notes about any that were bad."""
+    paths = checkpoint_paths(output)
+    notes: list[str] = []
+    for p in (paths.checkpoint, paths.previous):
+        if not p.exists():
+            continue
+        try:
+            return _parse(p), notes
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            notes.append(f"{p}: torn or invalid checkpoint ignored ({e})")
+    return None, notes
+
+
+def source_fingerprint(sources: list[Source]) -> str:
+    h = hashlib.sha256()
+    for s in sources:
+        h.update(len(s.name).to_bytes(4, "little"))
+        h.update(s.name)
+        h.update(s.size.to_bytes(8, "little"))
+        h.update(s.mtime_ns.to_bytes(8, "little", signed=True))
+    return h.hexdigest()
+
+
+def save_sources(output: str | os.PathLike[str], sources: SourceList) -> None:
+    """Keep the run's sorted source list (and what was rejected up front) beside the output."""
+    paths = checkpoint_paths(output)
+    table = pa.table(
+        {
+            "path": pa.array([os.fsencode(s.path) for s in sources.sources], pa.binary()),
+            "name": pa.array([s.name for s in sources.sources], pa.binary()),
+            "size": pa.array([s.size for s in sources.sources], pa.int64()),
+            "mtime_ns": pa.array([s.mtime_ns for s in sources.sources], pa.int64()),
+        }
+    )
+    rejected = json.dumps([[r.path, r.reason] for r in sources.rejected])
+    table = table.replace_schema_metadata({b"hframe.rejected": rejected.encode()})
+    tmp = Path(os.fspath(paths.sources) + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            pq.write_table(table, f, compression="zstd")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, paths.sources)
+    except OSError as e:
+        raise StorageError(f"{paths.sources}: cannot write: {e.strerror}") from e
+
+
+def load_sources(output: str | os.PathLike[str]) -> SourceList:
+    paths = checkpoint_paths(output)
+    try:
+        t = pq.read_table(paths.sources)
+    except (OSError, pa.ArrowInvalid) as e:
+        raise FormatError(f"{paths.sources}: the saved source list is missing or unreadable ({e})") from e
+    cols = t.to_pydict()
+    srcs = [
+        Source(os.fsdecode(p), n, s, m)
+        for p, n, s, m in zip(cols["path"], cols["name"], cols["size"], cols["mtime_ns"])
+    ]
+    rej = json.loads((t.schema.metadata or {}).get(b"hframe.rejected", b"[]"))
+    return SourceList(srcs, [Rejected(p, r) for p, r in rej])
+
+
+def remove_checkpoint_files(output: str | os.PathLike[str]) -> None:
+    paths = checkpoint_paths(output)
+    for p in (paths.checkpoint, paths.previous, paths.sources, Path(os.fspath(paths.checkpoint) + ".tmp")):
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
