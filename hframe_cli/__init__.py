@@ -24,9 +24,11 @@ from .errors import (
     IndexMismatch,
     InputError,
     IntegrityError,
+    Interrupted,
     MagicMismatch,
     NotAPack,
     NotFound,
+    NothingToResume,
     PackLocked,
     StorageError,
     UnsupportedVersion,
@@ -34,10 +36,10 @@ from .errors import (
 from .format import FORMAT_VERSION
 from .index import get_index_path
 from .inputs import collect_sources
-from .packing import PackResult, pack, pack_sources
-from .reader import PackReader, open_pack
+from .packing import CheckpointPolicy, PackResult, pack, pack_sources, resume_pack
+from .reader import PackReader, ReadStats, open_pack
 from .scan import rebuild_index
-from .verify import self_check
+from .verify import PackReport, VerifyReport, self_check, verify_pack, verify_packs
 from .writer import PackWriter
 
 __all__ = [
@@ -46,19 +48,25 @@ __all__ = [
     "FormatError",
     "FrameOutOfRange",
     "HframeError",
+    "CheckpointPolicy",
     "IncompletePack",
     "IndexMismatch",
     "InputError",
+    "Interrupted",
     "IntegrityError",
     "MagicMismatch",
     "NotAPack",
     "NotFound",
+    "NothingToResume",
     "PackLocked",
     "PackReader",
+    "PackReport",
     "PackResult",
     "PackWriter",
+    "ReadStats",
     "StorageError",
     "UnsupportedVersion",
+    "VerifyReport",
     "__version__",
     "collect_sources",
     "get_index_path",
@@ -66,5 +74,8 @@ __all__ = [
     "pack",
     "pack_sources",
     "rebuild_index",
+    "resume_pack",
     "self_check",
+    "verify_pack",
+    "verify_packs",
 ]

@@ -239,7 +239,8 @@ def load_sources(output: str | os.PathLike[str]) -> SourceList:
 
 def remove_checkpoint_files(output: str | os.PathLike[str]) -> None:
     paths = checkpoint_paths(output)
-    for p in (paths.checkpoint, paths.previous, paths.sources, Path(os.fspath(paths.checkpoint) + ".tmp")):
+    # the checkpoint itself last: until it is gone, resume can still finish the job
+    for p in (paths.sources, paths.previous, Path(os.fspath(paths.checkpoint) + ".tmp"), paths.checkpoint):
         try:
             p.unlink()
         except FileNotFoundError:

@@ -102,15 +102,40 @@ def pack(
     workers: Annotated[
         Optional[int], typer.Option("--workers", help="Threads reading and hashing sources.", min=1)
     ] = None,
+    checkpoint_every: Annotated[
+        int, typer.Option("--checkpoint-every", help="Checkpoint every N frames (0: never by count).", min=0)
+    ] = 100_000,
+    checkpoint_bytes: Annotated[
+        str, typer.Option("--checkpoint-bytes", help="Checkpoint every SIZE bytes written (0: never by size).")
+    ] = "4GiB",
+    checkpoint_seconds: Annotated[
+        float, typer.Option("--checkpoint-seconds", help="Checkpoint every S seconds (0: never by time).", min=0)
+    ] = 30.0,
+    no_checkpoint: Annotated[
+        bool, typer.Option("--no-checkpoint", help="Write no checkpoints (a crashed run cannot be resumed).")
+    ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume", help="Continue an interrupted run of this output instead (same as 'hframe resume OUTPUT')."
+        ),
+    ] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Pack files into OUTPUT and its index OUTPUT.index.parquet, self-check, then publish."""
     from .inputs import collect_sources
-    from .packing import pack_sources, parse_created
+    from .packing import CheckpointPolicy, pack_sources, parse_created
     from .units import parse_size
 
+    policy = CheckpointPolicy(
+        checkpoint_every, parse_size(checkpoint_bytes, "--checkpoint-bytes"), checkpoint_seconds, not no_checkpoint
+    )
+    if resume:
+        _resume(output, rescan=False, workers=workers, policy=policy, json_out=json_out, quiet=quiet)
+        return
     created_us = parse_created(created)
+    max_bytes = parse_size(max_frame_bytes, "--max-frame-bytes")
     srcs = collect_sources(
         sources,
         stdin=sys.stdin.buffer,
@@ -120,9 +145,18 @@ def pack(
         base=base,
         output=os.fspath(output),
         skip_bad=skip_bad,
-        max_frame_bytes=parse_size(max_frame_bytes, "--max-frame-bytes"),
+        max_frame_bytes=max_bytes,
         allow_empty=allow_empty,
     )
+    collect = {
+        "folders": [os.path.abspath(a) for a in sources if a != "-" and os.path.isdir(a)],
+        "include": include or [],
+        "exclude": exclude or [],
+        "base": os.path.abspath(base) if base else None,
+        "allow_empty": allow_empty,
+        "max_frame_bytes": max_bytes,
+        "output": os.path.abspath(output),
+    }
     with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
         result = pack_sources(
             srcs,
@@ -133,9 +167,46 @@ def pack(
             skip_bad=skip_bad,
             self_check_frames=self_check,
             workers=workers,
+            checkpoints=policy,
+            collect_options=collect,
+            handle_signals=True,
             on_progress=on_progress,
+            on_event=render.event_logger(quiet or json_out),
         )
     render.pack_summary(result, json_out, quiet)
+
+
+def _resume(output: Path, *, rescan: bool, workers: int | None, policy: Any, json_out: bool, quiet: bool) -> None:
+    from .packing import resume_pack
+
+    outcome = resume_pack(
+        output,
+        rescan=rescan,
+        workers=workers,
+        checkpoints=policy,
+        handle_signals=True,
+        on_event=render.event_logger(quiet or json_out),
+    )
+    render.resume_summary(outcome, os.fspath(output), json_out, quiet)
+
+
+@app.command("resume")
+def resume_cmd(
+    output: Annotated[Path, typer.Argument(help="The pack an interrupted 'hframe pack' was writing.")],
+    rescan: Annotated[
+        bool,
+        typer.Option(
+            "--rescan", help="If the inputs changed since the run started, start over with them instead of refusing."
+        ),
+    ] = False,
+    workers: Annotated[
+        Optional[int], typer.Option("--workers", help="Threads reading and hashing sources.", min=1)
+    ] = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Continue an interrupted pack from its last checkpoint (byte-identical to an uninterrupted run)."""
+    _resume(output, rescan=rescan, workers=workers, policy=None, json_out=json_out, quiet=quiet)
 
 
 @app.command()

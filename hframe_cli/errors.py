@@ -15,7 +15,9 @@ Our exception hierarchy::
     │   ├── MagicMismatch            magic bytes disagree with the recorded media type
     │   └── FrameOutOfRange          offset + length lies beyond the end of the pack
     ├── StorageError                 exit 3: I/O failed (disk full, unreachable, permission)
-    └── PackLocked                   exit 3: another run holds the output
+    ├── PackLocked                   exit 3: another run holds the output
+    ├── NothingToResume              exit 5: resume found no partial pack, checkpoint or pack
+    └── Interrupted                  exit 130: SIGINT/SIGTERM; a checkpoint was written
 
 The CLI maps every ``HframeError`` to its ``exit_code`` in one place (``cli.main``).
 """
@@ -27,6 +29,7 @@ __all__ = [
     "EXIT_ENV",
     "EXIT_INTERNAL",
     "EXIT_INTERRUPTED",
+    "EXIT_NOTHING_TO_RESUME",
     "EXIT_OK",
     "EXIT_USAGE",
     "ChecksumMismatch",
@@ -36,10 +39,12 @@ __all__ = [
     "IncompletePack",
     "IndexMismatch",
     "InputError",
+    "Interrupted",
     "IntegrityError",
     "MagicMismatch",
     "NotAPack",
     "NotFound",
+    "NothingToResume",
     "PackLocked",
     "StorageError",
     "UnsupportedVersion",
@@ -50,6 +55,7 @@ EXIT_DATA = 1
 EXIT_USAGE = 2
 EXIT_ENV = 3
 EXIT_INTERNAL = 4
+EXIT_NOTHING_TO_RESUME = 5
 EXIT_INTERRUPTED = 130
 
 
@@ -119,3 +125,15 @@ class PackLocked(HframeError):
     """Another run is writing the same output."""
 
     exit_code = EXIT_ENV
+
+
+class NothingToResume(HframeError):
+    """``resume`` found nothing of the pack on disk."""
+
+    exit_code = EXIT_NOTHING_TO_RESUME
+
+
+class Interrupted(HframeError):
+    """Stopped by SIGINT/SIGTERM at a safe point; the checkpoint is kept."""
+
+    exit_code = EXIT_INTERRUPTED

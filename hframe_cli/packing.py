@@ -10,19 +10,37 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
+import threading
 import time
+import uuid as uuid_mod
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
-from .errors import InputError
+from .checkpoint import (
+    Checkpoint,
+    OutputLock,
+    checkpoint_paths,
+    load_checkpoint,
+    load_sources,
+    remove_checkpoint_files,
+    save_sources,
+    source_fingerprint,
+)
+from .errors import FormatError, InputError, IntegrityError, Interrupted, NothingToResume
+from .faults import fault_point
+from .format import HEADER_SIZE
+from .index import get_index_path
 from .inputs import Rejected, Source, SourceList
 from .verify import DEFAULT_SELF_CHECK, self_check
-from .writer import PackWriter, SealedPack
+from .writer import PackWriter, SealedPack, publish_partials
 
-__all__ = ["PackResult", "pack_sources", "parse_created"]
+__all__ = ["CheckpointPolicy", "PackResult", "ResumeResult", "pack", "pack_sources", "parse_created", "resume_pack"]
 
 _STREAM_ABOVE = 32 << 20
 _THREADS_ABOVE_MEAN = 16 << 10
@@ -31,6 +49,7 @@ _BATCH_FILES = 64
 _BATCH_BYTES = 16 << 20
 
 ProgressFn = Callable[[int, int], None]
+EventFn = Callable[[str], None]
 
 
 @dataclass
@@ -47,6 +66,7 @@ class PackResult:
     self_checked: int
     elapsed_s: float
     skipped: list[Rejected] = field(default_factory=list)
+    resumed_from_frame: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         from .index import current_format_version
@@ -64,6 +84,7 @@ class PackResult:
             "self_checked": self.self_checked,
             "elapsed_s": round(self.elapsed_s, 6),
             "skipped": [{"path": r.path, "reason": r.reason} for r in self.skipped],
+            "resumed_from_frame": self.resumed_from_frame,
         }
 
 
@@ -171,6 +192,43 @@ def _loaded_in_order(sources: Sequence[Source], workers: int) -> Iterator[_Loade
                 f.cancel()
 
 
+@dataclass
+class CheckpointPolicy:
+    """When ``pack`` writes a checkpoint: whichever of these comes first (0 disables one)."""
+
+    every_frames: int = 100_000
+    every_bytes: int = 4 << 30
+    every_seconds: float = 30.0
+    enabled: bool = True
+
+
+class _StopSignals:
+    """Turn SIGINT/SIGTERM into a flag checked between frames (main thread only)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.signum: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        if self.enabled:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.signum = signum
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _note(on_event: EventFn | None, message: str) -> None:
+    if on_event is not None:
+        on_event(message)
+
+
 def pack_sources(
     sources: SourceList,
     output: str | os.PathLike[str],
@@ -181,39 +239,161 @@ def pack_sources(
     skip_bad: bool = False,
     self_check_frames: int = DEFAULT_SELF_CHECK,
     workers: int | None = None,
+    checkpoints: CheckpointPolicy | None = None,
+    collect_options: dict[str, Any] | None = None,
+    handle_signals: bool = False,
     on_progress: ProgressFn | None = None,
+    on_event: EventFn | None = None,
     after_seal: Callable[[SealedPack], None] | None = None,
+    pack_uuid: str | None = None,
 ) -> PackResult:
     """Write ``sources`` into a pack at ``output``, self-check it, and publish it.
+
+    Before the first frame the run records its intent (options, the sorted source list) beside
+    the output, then checkpoints as ``checkpoints`` says, so ``resume_pack`` can continue after a
+    crash and produce the same bytes as an uninterrupted run.
 
     Args:
         sources: from ``inputs.collect_sources`` (sorted, checked).
         alignment: payload alignment in bytes (power of two).
         created_us: fixed creation time (makes the output byte-for-byte reproducible).
-        force: replace an existing pack.
+        force: replace an existing pack (and abandon an interrupted run's partial pack).
         skip_bad: leave out sources that vanish, change or cannot be read while packing.
         self_check_frames: frames read back from disk and compared before publishing.
         workers: reader threads (default: 2 when sources average 16 KiB or more, else 1).
+        checkpoints: checkpoint cadence (default ``CheckpointPolicy()``).
+        collect_options: how ``sources`` were collected (args, globs...), kept for ``resume``.
+        handle_signals: stop cleanly on SIGINT/SIGTERM with a checkpoint (main thread only).
         on_progress: called with (frames_done, bytes_done) after each frame.
+        on_event: called with one line per event (start, checkpoint, skipped, done).
         after_seal: called with the sealed, unpublished pack before the self-check
             (fault injection in tests; monitoring).
+        pack_uuid: a fixed pack UUID (``resume`` uses the one chosen when the run started).
 
     Raises:
-        InputError: a bad source (without ``skip_bad``) or an existing output.
+        InputError: a bad source (without ``skip_bad``), an existing output, or an interrupted
+            run's partial pack (without ``force``: use ``resume_pack``).
         IntegrityError: the self-check failed; nothing was published.
         PackLocked: another run is writing ``output``.
+        Interrupted: SIGINT/SIGTERM; a checkpoint was written.
     """
-    start = time.perf_counter()
-    skipped = list(sources.rejected)
+    policy = checkpoints or CheckpointPolicy()
+    out = os.fspath(output)
+    if not force and checkpoint_paths(out).checkpoint.exists():
+        if not os.path.exists(out):
+            raise InputError(
+                f"{out}: an interrupted run left {out}.partial; continue it with 'hframe resume {out}' "
+                "or start over with --force"
+            )
+    if created_us is None:
+        created_us = time.time_ns() // 1000
+        pack_uuid = pack_uuid or str(uuid_mod.uuid4())
+    # with a fixed creation time and no fixed UUID, the UUID is derived from the frames at seal
+    # time, so the same inputs give the same bytes
+    if os.path.exists(out) and not force:
+        raise InputError(f"{out}: already exists (use --force to replace it)")
+    ckpt = Checkpoint(
+        output=out,
+        phase="packing",
+        options={
+            "alignment": alignment,
+            "created_us": created_us,
+            "pack_uuid": pack_uuid,
+            "skip_bad": skip_bad,
+            "self_check_frames": self_check_frames,
+            "collect": collect_options or {},
+        },
+        fingerprint=source_fingerprint(sources.sources),
+        source_count=len(sources.sources),
+        committed_bytes=HEADER_SIZE,
+    )
+    with OutputLock(out) as lock:
+        if policy.enabled:  # the intent, on disk before the partial pack exists
+            save_sources(out, sources)
+            ckpt.save(out)
+        writer = PackWriter(
+            output, alignment=alignment, created_us=created_us, pack_uuid=pack_uuid, force=force, lock=lock
+        )
+        with writer:
+            writer.commit()
+            with _abandon_on_bad_data(out):
+                return _run(
+                    writer,
+                    sources,
+                    ckpt,
+                    policy,
+                    start_source=0,
+                    skipped=list(sources.rejected),
+                    skip_bad=skip_bad,
+                    self_check_frames=self_check_frames,
+                    workers=workers,
+                    handle_signals=handle_signals,
+                    on_progress=on_progress,
+                    on_event=on_event,
+                    after_seal=after_seal,
+                )
+
+
+@contextmanager
+def _abandon_on_bad_data(out: str) -> Iterator[None]:
+    """A run that fails on bad input or a failed self-check is not resumable: drop its checkpoint.
+
+    Crashes, signals and storage errors (disk full) keep it, so ``resume`` can continue. The
+    partial pack of a failed self-check stays for inspection; that of a bad input is removed.
+    """
+    try:
+        yield
+    except (InputError, IntegrityError) as e:
+        remove_checkpoint_files(out)
+        if isinstance(e, InputError):
+            with suppress(FileNotFoundError):
+                os.unlink(out + ".partial")
+        raise
+
+
+def _run(
+    writer: PackWriter,
+    sources: SourceList,
+    ckpt: Checkpoint,
+    policy: CheckpointPolicy,
+    *,
+    start_source: int,
+    skipped: list[Rejected],
+    skip_bad: bool,
+    self_check_frames: int,
+    workers: int | None,
+    handle_signals: bool,
+    on_progress: ProgressFn | None,
+    on_event: EventFn | None,
+    after_seal: Callable[[SealedPack], None] | None,
+    resumed_from: int | None = None,
+) -> PackResult:
+    """The packing loop shared by ``pack_sources`` and ``resume_pack``."""
+    t0 = time.perf_counter()
+    out = os.fspath(writer.path)
+    todo = sources.sources[start_source:]
     if workers is None:
         # threads pay off when hashing and copying dominate; for small files the per-file Python
         # work dominates and a second thread only contends for the GIL
         mean = sources.total_bytes // max(1, len(sources.sources))
         workers = 1 if mean < _THREADS_ABOVE_MEAN else min(2, os.cpu_count() or 1)
-    n_workers = workers
     done_bytes = 0
-    with PackWriter(output, alignment=alignment, created_us=created_us, force=force) as writer:
-        for item in _loaded_in_order(sources.sources, n_workers):
+    last_frames, last_bytes, last_time = len(writer), writer.position, time.monotonic()
+
+    def checkpoint(next_source: int, why: str) -> None:
+        nonlocal last_frames, last_bytes, last_time
+        if not policy.enabled:
+            return
+        ckpt.frames, ckpt.committed_bytes = writer.commit()
+        ckpt.next_source = next_source
+        ckpt.skipped = [[r.path, r.reason] for r in skipped]
+        ckpt.save(out)
+        last_frames, last_bytes, last_time = ckpt.frames, ckpt.committed_bytes, time.monotonic()
+        if why != "all frames written":  # that one is followed at once by the summary line
+            _note(on_event, f"checkpoint: {ckpt.frames} frames, {ckpt.committed_bytes} bytes committed ({why})")
+
+    with _StopSignals(handle_signals) as stop:
+        for k, item in enumerate(_loaded_in_order(todo, workers), start=start_source):
             src = item.source
             if item.stream:
                 try:
@@ -230,20 +410,43 @@ def pack_sources(
             if item.error is not None:
                 if not skip_bad:
                     raise InputError(f"{src.path}: {item.error} (use --skip-bad to leave it out)")
-                skipped.append(Rejected(src.path, item.error))
-                continue
-            done_bytes += src.size
-            if on_progress is not None:
-                on_progress(len(writer), done_bytes)
-        if len(writer) == 0:
-            raise InputError("nothing to pack: every input was skipped")
-        sealed = writer.seal()
-        if after_seal is not None:
-            after_seal(sealed)
-        checked = self_check(sealed.partial_path, sealed.partial_index_path, self_check_frames)
-        writer.publish()
+                skipped.append(Rejected(src.path, item.error))  # listed in the summary
+            else:
+                done_bytes += src.size
+                if on_progress is not None:
+                    on_progress(len(writer), done_bytes)
+            fault_point("after-frame")
+            if stop.signum is not None:
+                checkpoint(k + 1, f"stopped by {signal.Signals(stop.signum).name}")
+                raise Interrupted(
+                    f"{out}: interrupted by {signal.Signals(stop.signum).name} after {len(writer)} frames; "
+                    + (
+                        f"checkpoint kept: run 'hframe resume {out}' to continue"
+                        if policy.enabled
+                        else "no checkpoint (checkpoints are off)"
+                    )
+                )
+            if policy.enabled and (
+                (policy.every_frames and len(writer) - last_frames >= policy.every_frames)
+                or (policy.every_bytes and writer.position - last_bytes >= policy.every_bytes)
+                or (policy.every_seconds and time.monotonic() - last_time >= policy.every_seconds)
+            ):
+                checkpoint(k + 1, "periodic")
+    if len(writer) == 0:
+        raise InputError("nothing to pack: every input was skipped")
+    checkpoint(len(sources.sources), "all frames written")
+    sealed = writer.seal()
+    fault_point("after-seal")
+    if after_seal is not None:
+        after_seal(sealed)
+    checked = self_check(sealed.partial_path, sealed.partial_index_path, self_check_frames)
+    if policy.enabled:
+        ckpt.phase = "publishing"
+        ckpt.save(out)
+    writer.publish()
+    remove_checkpoint_files(out)
     return PackResult(
-        path=os.fspath(output),
+        path=out,
         index_path=os.fspath(writer.index_path),
         uuid=sealed.uuid,
         frame_count=sealed.frame_count,
@@ -251,9 +454,204 @@ def pack_sources(
         pack_bytes=sealed.pack_bytes,
         pack_time=sealed.pack_time,
         self_checked=checked,
-        elapsed_s=time.perf_counter() - start,
+        elapsed_s=time.perf_counter() - t0,
         skipped=skipped,
+        resumed_from_frame=resumed_from,
     )
+
+
+def _describe_changes(saved: list[Source], current: list[Source]) -> list[str]:
+    old = {s.name: s for s in saved}
+    new = {s.name: s for s in current}
+    added = sorted(set(new) - set(old))
+    removed = sorted(set(old) - set(new))
+    changed = sorted(n for n in set(old) & set(new) if (old[n].size, old[n].mtime_ns) != (new[n].size, new[n].mtime_ns))
+    lines = []
+    for label, names in (("added", added), ("removed", removed), ("changed", changed)):
+        if names:
+            more = f" (and {len(names) - 5} more)" if len(names) > 5 else ""
+            shown = ", ".join(n.decode("utf-8", "backslashreplace") for n in names[:5])
+            lines.append(f"{len(names)} {label}: {shown}{more}")
+    return lines
+
+
+def _current_sources(saved: SourceList, collect: dict[str, Any]) -> list[Source]:
+    """The sources as they are now: folders walked again, listed files stat-ed again."""
+    from .inputs import collect_sources
+
+    folders = [a for a in collect.get("folders", []) if os.path.isdir(a)]
+    now: dict[bytes, Source] = {}
+    if folders:
+        found = (
+            collect_sources(
+                folders,
+                include=collect.get("include", ()),
+                exclude=collect.get("exclude", ()),
+                base=collect.get("base"),
+                skip_bad=True,
+                allow_empty=collect.get("allow_empty", False),
+                max_frame_bytes=collect.get("max_frame_bytes", 1 << 30),
+                output=collect.get("output"),
+            )
+            if any(os.scandir(f) for f in folders)
+            else SourceList()
+        )
+        now.update({s.name: s for s in found.sources})
+    for s in saved.sources:
+        if s.name in now:
+            continue
+        if collect.get("folders") and s.path.startswith(tuple(collect["folders"])):
+            continue  # it was found by walking a folder and is gone now
+        try:
+            st = os.stat(s.path)
+        except OSError:
+            continue
+        now[s.name] = Source(s.path, s.name, st.st_size, st.st_mtime_ns)
+    return sorted(now.values(), key=lambda s: s.name)
+
+
+@dataclass
+class ResumeResult:
+    """What ``resume_pack`` did: ``status`` is resumed, restarted or already_complete."""
+
+    status: str
+    result: PackResult | None
+    notes: list[str] = field(default_factory=list)
+
+
+def resume_pack(
+    output: str | os.PathLike[str],
+    *,
+    rescan: bool = False,
+    workers: int | None = None,
+    checkpoints: CheckpointPolicy | None = None,
+    handle_signals: bool = False,
+    on_progress: ProgressFn | None = None,
+    on_event: EventFn | None = None,
+) -> ResumeResult:
+    """Continue an interrupted ``pack`` from its last checkpoint.
+
+    The partial pack is cut back to the last committed offset, its rows are rebuilt from the
+    record headers, the inputs are checked against the list saved at the start, and packing
+    continues; the result is byte-identical to an uninterrupted run.
+
+    Args:
+        rescan: if the inputs changed since the run started, start over with the current
+            inputs instead of refusing.
+
+    Raises:
+        NothingToResume: no partial pack, checkpoint or finished pack at ``output``.
+        InputError: the inputs changed (without ``rescan``), listing what changed.
+        PackLocked: another run holds the output.
+    """
+    out = os.fspath(output)
+    policy = checkpoints or CheckpointPolicy()
+    ckpt, notes = load_checkpoint(out)  # notes (a torn checkpoint) are returned with the result
+    partial = out + ".partial"
+    if ckpt is None:
+        if os.path.exists(partial):
+            raise FormatError(
+                f"{out}: {partial} exists but no usable checkpoint does; start over with "
+                f"'hframe pack ... -o {out} --force'"
+            )
+        if os.path.exists(out) and get_index_path(out).exists():
+            _note(on_event, f"{out}: already complete; nothing to resume")
+            return ResumeResult("already_complete", None, notes)
+        raise NothingToResume(f"{out}: nothing to resume (no partial pack, checkpoint or finished pack)")
+    opts = ckpt.options
+    if ckpt.phase == "publishing":
+        with OutputLock(out):
+            publish_partials(out)
+            remove_checkpoint_files(out)
+        _note(on_event, f"resume: finished publishing {out} (the pack was complete and self-checked)")
+        return ResumeResult("resumed", None, notes)
+    saved = load_sources(out)
+    if source_fingerprint(saved.sources) != ckpt.fingerprint:
+        raise FormatError(f"{out}: the saved source list does not match the checkpoint; start over with --force")
+    current = _current_sources(saved, opts.get("collect", {}))
+    changes = _describe_changes(saved.sources, current)
+    if changes and not rescan:
+        raise InputError(
+            f"{out}: inputs changed since the run started: {'; '.join(changes)}; "
+            "run 'hframe resume --rescan' to start over with the current inputs"
+        )
+    if changes:
+        _note(on_event, f"resume: inputs changed ({'; '.join(changes)}); starting over (--rescan)")
+        fresh = SourceList(current, [])
+        res = pack_sources(
+            fresh,
+            out,
+            alignment=opts["alignment"],
+            created_us=opts["created_us"] if opts["pack_uuid"] is None else None,
+            force=True,
+            skip_bad=opts["skip_bad"],
+            self_check_frames=opts["self_check_frames"],
+            workers=workers,
+            checkpoints=policy,
+            collect_options=opts.get("collect"),
+            handle_signals=handle_signals,
+            on_progress=on_progress,
+            on_event=on_event,
+        )
+        res.resumed_from_frame = 0
+        return ResumeResult("restarted", res, notes)
+    if ckpt.frames == 0 or not os.path.exists(partial):
+        # killed before the first frame was committed: the same run again from the saved list
+        _note(on_event, f"resume: {out}: nothing committed yet; packing the saved source list from the start")
+        res = pack_sources(
+            saved,
+            out,
+            alignment=opts["alignment"],
+            created_us=opts["created_us"],
+            force=True,
+            skip_bad=opts["skip_bad"],
+            self_check_frames=opts["self_check_frames"],
+            workers=workers,
+            checkpoints=policy,
+            collect_options=opts.get("collect"),
+            handle_signals=handle_signals,
+            on_progress=on_progress,
+            on_event=on_event,
+            pack_uuid=opts["pack_uuid"],
+        )
+        res.resumed_from_frame = 0
+        return ResumeResult("resumed", res, notes)
+    writer = PackWriter(
+        out,
+        alignment=opts["alignment"],
+        created_us=opts["created_us"],
+        pack_uuid=opts["pack_uuid"],
+        resume_at=ckpt.committed_bytes,
+    )
+    with writer:
+        if len(writer) != ckpt.frames:
+            raise FormatError(
+                f"{partial}: {len(writer)} frames before the committed offset, checkpoint says {ckpt.frames}"
+            )
+        _note(
+            on_event,
+            f"resume: {out} from frame {ckpt.frames} (source {ckpt.next_source} of {ckpt.source_count}, "
+            f"{ckpt.committed_bytes} bytes kept)",
+        )
+        skipped = ckpt.skipped_rejects
+        with _abandon_on_bad_data(out):
+            res = _run(
+                writer,
+                saved,
+                ckpt,
+                policy,
+                start_source=ckpt.next_source,
+                skipped=skipped,
+                skip_bad=opts["skip_bad"],
+                self_check_frames=opts["self_check_frames"],
+                workers=workers,
+                handle_signals=handle_signals,
+                on_progress=on_progress,
+                on_event=on_event,
+                after_seal=None,
+                resumed_from=ckpt.frames,
+            )
+    return ResumeResult("resumed", res, notes)
 
 
 def pack(

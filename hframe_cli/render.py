@@ -98,6 +98,44 @@ def progress(total_frames: int, total_bytes: int, quiet: bool, label: str = "pac
         bar.close()
 
 
+def event_logger(quiet: bool) -> Callable[[str], None] | None:
+    """One line per event (start, checkpoint, resume point, skipped, done) on stderr, when not
+    quiet and not on a terminal (a terminal shows the progress bar instead)."""
+    if quiet or interactive(sys.stderr):
+        return None
+
+    def log(message: str) -> None:
+        sys.stderr.write(f"hframe: {message}\n")
+        sys.stderr.flush()
+
+    return log
+
+
+def resume_summary(outcome: Any, output: str, as_json: bool, quiet: bool) -> None:
+    res = outcome.result
+    if not quiet:
+        for line in outcome.notes:  # warnings (a torn checkpoint): stderr, even with --json
+            note(line)
+    if as_json:
+        doc = res.to_dict() if res is not None else {"ok": True, "pack": output, "resumed_from_frame": None}
+        doc["status"] = outcome.status
+        print_json(doc)
+        return
+    if res is None:
+        if not quiet:
+            note(
+                f"{output}: "
+                + (
+                    "already complete; nothing to resume"
+                    if outcome.status == "already_complete"
+                    else "publishing finished"
+                )
+            )
+        return
+    verb = {"resumed": f"resumed from frame {res.resumed_from_frame}:", "restarted": "started over:"}[outcome.status]
+    pack_summary(res, False, quiet, verb=f"{verb} packed")
+
+
 def pack_summary(result: Any, as_json: bool, quiet: bool, verb: str = "packed") -> None:
     if as_json:
         print_json(result.to_dict())

@@ -99,6 +99,7 @@ class PackWriter:
         pack_uuid: a fixed UUID (used when resuming a pack whose UUID was chosen at the start).
         force: replace an existing pack at ``path``.
         resume_at: continue an existing ``.partial`` pack, cut back to this committed offset.
+        lock: the output lock, already held by the caller (else the writer takes it itself).
     """
 
     def __init__(
@@ -110,6 +111,7 @@ class PackWriter:
         pack_uuid: str | None = None,
         force: bool = False,
         resume_at: int | None = None,
+        lock: OutputLock | None = None,
     ) -> None:
         if alignment < 1 or alignment & (alignment - 1) or alignment > 1 << 24:
             raise InputError(f"--align must be a power of two between 1 and 16777216 (got {alignment})")
@@ -123,7 +125,8 @@ class PackWriter:
         self.fixed_uuid = uuid.UUID(pack_uuid) if pack_uuid else None
         self.force = force
         self.resume_at = resume_at
-        self.lock = OutputLock(self.path)
+        self.own_lock = lock is None
+        self.lock = lock if lock is not None else OutputLock(self.path)
         self._fd = -1
         self._chunks: list[bytes | memoryview] = []
         self._pending = 0
@@ -151,7 +154,8 @@ class PackWriter:
             raise InputError(f"{self.path}: already exists (use --force to replace it)")
         if not self.path.parent.is_dir():
             raise InputError(f"{self.path}: folder {self.path.parent} does not exist")
-        self.lock.acquire()
+        if self.own_lock:
+            self.lock.acquire()
         try:
             flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
             try:
@@ -173,7 +177,8 @@ class PackWriter:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        self.lock.release()
+        if self.own_lock:
+            self.lock.release()
 
     def _header(self, pack_uuid: uuid.UUID) -> Header:
         return Header(pack_uuid, self.created_us, self.alignment, FORMAT_VERSION)

@@ -1,0 +1,231 @@
+"""Crash safety: SIGKILL at many moments then ``resume`` gives byte-identical output; SIGTERM,
+changed inputs, torn checkpoints, disk full, and ``resume`` with nothing (or everything) done."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import hframe_bin, run_bin
+
+import hframe_cli as h
+
+FRAMES = 40
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("resume-src") / "data"
+    rng = random.Random(9)
+    for i in range(FRAMES):
+        p = root / f"d{i % 4}" / f"{i:03d}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rng.randbytes(rng.randrange(1, 20_000)))
+    return root
+
+
+@pytest.fixture(scope="module")
+def clean(src, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("clean") / "clean.hframe"
+    r = run_bin(["pack", str(src), "-o", str(out), "--created", "1700000000", "-q"])
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def same(a: Path, b: Path) -> bool:
+    return (
+        a.read_bytes() == b.read_bytes()
+        and Path(f"{a}.index.parquet").read_bytes() == Path(f"{b}.index.parquet").read_bytes()
+    )
+
+
+def leftovers(out: Path) -> list[str]:
+    return sorted(
+        p.name
+        for p in out.parent.iterdir()
+        if p.name.startswith(out.name) and p != out and p.name != f"{out.name}.index.parquet"
+    )
+
+
+KILLS = (
+    [f"after-frame:{k}" for k in random.Random(4).sample(range(1, FRAMES + 1), 12)]
+    + [f"checkpoint-before-rename:{k}" for k in (2, 3, 5)]
+    + [f"checkpoint-between-renames:{k}" for k in (2, 4, 6)]
+    + ["after-seal", "publish-between-renames"]
+)
+
+
+@pytest.mark.parametrize("fault", KILLS)
+def test_sigkill_then_resume_is_byte_identical(src, clean, tmp_path, fault):
+    out = tmp_path / "k.hframe"
+    args = ["pack", str(src), "-o", str(out), "--created", "1700000000", "--checkpoint-every", "3", "-q"]
+    r = run_bin(args, env={"HFRAME_FAULT": fault})
+    assert r.returncode == -signal.SIGKILL, (fault, r.stderr)
+    assert not (out.exists() and Path(f"{out}.index.parquet").exists()) or fault == "publish-between-renames"
+    r = run_bin(["resume", str(out), "--json"])
+    assert r.returncode == 0, (fault, r.stderr)
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "resumed"
+    if fault.startswith("after-frame"):
+        k = int(fault.split(":")[1])
+        assert doc["resumed_from_frame"] == ((k - 1) // 3) * 3  # the last checkpoint before the kill
+    assert same(out, clean), fault
+    assert leftovers(out) == []
+
+
+@pytest.mark.parametrize("fault", ["checkpoint-before-rename:1", "checkpoint-between-renames:1"])
+def test_kill_while_recording_the_intent_leaves_nothing_to_resume(src, clean, tmp_path, fault):
+    out = tmp_path / "intent.hframe"
+    args = ["pack", str(src), "-o", str(out), "--created", "1700000000", "-q"]
+    assert run_bin(args, env={"HFRAME_FAULT": fault}).returncode == -signal.SIGKILL
+    assert not Path(f"{out}.partial").exists()  # no frame was written before the intent was on disk
+    r = run_bin(["resume", str(out)])
+    assert r.returncode == 5 and b"nothing to resume" in r.stderr
+    assert run_bin(args).returncode == 0
+    assert same(out, clean) and leftovers(out) == []
+
+
+def test_kill_before_anything_was_committed_and_random_uuid_mode(src, tmp_path):
+    out = tmp_path / "r.hframe"
+    r = run_bin(["pack", str(src), "-o", str(out), "--checkpoint-every", "100"], env={"HFRAME_FAULT": "after-frame:2"})
+    assert r.returncode == -signal.SIGKILL
+    ckpt = json.loads(Path(f"{out}.ckpt").read_text())["hframe_checkpoint"]
+    assert ckpt["frames"] == 0 and ckpt["options"]["pack_uuid"]
+    r = run_bin(["resume", str(out), "--json"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["resumed_from_frame"] == 0
+    with h.open_pack(out) as p:
+        assert len(p) == FRAMES and p.info.uuid == ckpt["options"]["pack_uuid"]
+    assert h.verify_pack(out).ok
+
+
+def test_sigterm_stops_cleanly_and_resumes(src, clean, tmp_path):
+    out = tmp_path / "t.hframe"
+    proc = subprocess.Popen(
+        [
+            hframe_bin(),
+            "pack",
+            str(src),
+            "-o",
+            str(out),
+            "--created",
+            "1700000000",
+            "--checkpoint-every",
+            "1",
+            "--workers",
+            "1",
+        ],
+        stderr=subprocess.PIPE,
+        env={**os.environ, "HFRAME_TTY": "0", "HFRAME_FAULT": "none"},
+    )
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # the first checkpoint line: it is mid-pack now
+    assert b"checkpoint: 1 frames" in first
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 130
+    assert b"interrupted by SIGTERM after" in rest and b"hframe resume" in rest and b"Traceback" not in rest
+    r = run_bin(["resume", str(out)])
+    assert r.returncode == 0, r.stderr
+    assert b"resume: " in r.stderr and b"resumed from frame" in r.stderr
+    assert same(out, clean)
+
+
+def test_changed_inputs_are_refused_then_rescanned(src, tmp_path):
+    data = tmp_path / "data"
+    import shutil
+
+    shutil.copytree(src, data)
+    out = tmp_path / "c.hframe"
+    r = run_bin(["pack", str(data), "-o", str(out), "--checkpoint-every", "2"], env={"HFRAME_FAULT": "after-frame:7"})
+    assert r.returncode == -signal.SIGKILL
+    (data / "d1" / "001.bin").write_bytes(b"changed!")
+    (data / "d0" / "new.bin").write_bytes(b"new file")
+    (data / "d2" / "002.bin").unlink()
+    r = run_bin(["resume", str(out)])
+    assert r.returncode == 2
+    err = r.stderr.decode()
+    assert (
+        "inputs changed since the run started: 1 added: d0/new.bin; 1 removed: d2/002.bin; 1 changed: d1/001.bin" in err
+    )
+    assert "--rescan" in err
+    r = run_bin(["resume", str(out), "--rescan", "--json"])
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "restarted" and doc["resumed_from_frame"] == 0 and doc["frame_count"] == FRAMES
+    with h.open_pack(out) as p:
+        assert p["d0/new.bin"] == b"new file" and p["d1/001.bin"] == b"changed!"
+
+
+def test_torn_checkpoint_falls_back_to_the_previous_one(src, clean, tmp_path):
+    out = tmp_path / "torn.hframe"
+    args = ["pack", str(src), "-o", str(out), "--created", "1700000000", "--checkpoint-every", "4"]
+    assert run_bin(args, env={"HFRAME_FAULT": "after-frame:30"}).returncode == -signal.SIGKILL
+    ck = Path(f"{out}.ckpt")
+    ck.write_text(ck.read_text()[:100])  # torn
+    r = run_bin(["resume", str(out), "--json"])
+    assert r.returncode == 0, r.stderr
+    assert b"torn or invalid checkpoint ignored" in r.stderr
+    assert json.loads(r.stdout)["resumed_from_frame"] == 24  # from .prev, one checkpoint earlier
+    assert same(out, clean)
+
+
+def test_resume_with_nothing_or_everything_done(src, tmp_path, packed):
+    r = run_bin(["resume", str(tmp_path / "none.hframe")])
+    assert r.returncode == 5 and b"nothing to resume" in r.stderr
+    r = run_bin(["resume", str(packed)])
+    assert r.returncode == 0 and b"already complete; nothing to resume" in r.stderr
+
+
+def test_pack_refuses_to_clobber_an_interrupted_run(src, tmp_path, cli):
+    out = tmp_path / "i.hframe"
+    args = ["pack", str(src), "-o", str(out), "--checkpoint-every", "2"]
+    assert run_bin(args, env={"HFRAME_FAULT": "after-frame:5"}).returncode == -signal.SIGKILL
+    r = cli(["pack", str(src), "-o", str(out)])
+    assert r.exit_code == 2 and "an interrupted run left" in r.stderr and f"hframe resume {out}" in r.stderr
+    r = cli(["pack", str(src), "-o", str(out), "--force", "-q"])
+    assert r.exit_code == 0 and leftovers(out) == []
+
+
+def _tmpfs(path: Path, size: str) -> bool:
+    path.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    return r.returncode == 0
+
+
+def test_disk_full_then_resume(src, clean, tmp_path):
+    small = tmp_path / "small"
+    real = os.geteuid() == 0 and _tmpfs(small, "200k")
+    if not real:
+        small.mkdir(exist_ok=True)
+    out = small / "full.hframe"
+    env = {} if real else {"HFRAME_FAULT": "enospc:200000"}
+    try:
+        r = run_bin(["pack", str(src), "-o", str(out), "--created", "1700000000", "--checkpoint-every", "2"], env=env)
+        assert r.returncode == 3, r.stderr
+        err = r.stderr.decode()
+        assert "disk full (no space left on device;" in err and "free); the partial pack and its last checkpoint" in err
+        assert Path(f"{out}.ckpt").exists()
+        if real:  # free some space: grow the filesystem
+            subprocess.run(["mount", "-o", "remount,size=4m", str(small)], check=True)
+        r = run_bin(["resume", str(out), "--json"])
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["resumed_from_frame"] > 0
+        assert same(out, clean)
+    finally:
+        if real:
+            subprocess.run(["umount", str(small)], capture_output=True)
+
+
+def test_checkpoints_off_leaves_nothing_to_resume(src, tmp_path):
+    out = tmp_path / "off.hframe"
+    r = run_bin(["pack", str(src), "-o", str(out), "--no-checkpoint"], env={"HFRAME_FAULT": "after-frame:5"})
+    assert r.returncode == -signal.SIGKILL
+    assert not Path(f"{out}.ckpt").exists()
+    r = run_bin(["resume", str(out)])
+    assert r.returncode == 1 and b"no usable checkpoint" in r.stderr
