@@ -120,6 +120,16 @@ def pack(
             "--resume", help="Continue an interrupted run of this output instead (same as 'hframe resume OUTPUT')."
         ),
     ] = False,
+    update: Annotated[
+        bool,
+        typer.Option(
+            "--update",
+            help="Bring an existing pack up to date: nothing changed => no rewrite; new files => appended (old frame ids kept); changed or removed => full repack.",
+        ),
+    ] = False,
+    checksum: Annotated[
+        bool, typer.Option("--checksum", help="With --update, also compare md5s (reads every source).")
+    ] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -157,6 +167,29 @@ def pack(
         "max_frame_bytes": max_bytes,
         "output": os.path.abspath(output),
     }
+    if update:
+        from .packing import update_pack
+
+        with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
+            plan, maybe = update_pack(
+                srcs,
+                output,
+                checksum=checksum,
+                alignment=align,
+                created_us=created_us,
+                skip_bad=skip_bad,
+                self_check_frames=self_check,
+                workers=workers,
+                checkpoints=policy,
+                collect_options=collect,
+                handle_signals=True,
+                on_progress=on_progress,
+                on_event=render.event_logger(quiet or json_out),
+            )
+        render.update_summary(plan, maybe, os.fspath(output), json_out, quiet)
+        return
+    if checksum:
+        raise InputError("--checksum only applies with --update")
     with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
         result = pack_sources(
             srcs,

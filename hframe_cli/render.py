@@ -136,6 +136,21 @@ def resume_summary(outcome: Any, output: str, as_json: bool, quiet: bool) -> Non
     pack_summary(res, False, quiet, verb=f"{verb} packed")
 
 
+def update_summary(plan: Any, result: Any, output: str, as_json: bool, quiet: bool) -> None:
+    if as_json:
+        doc = result.to_dict() if result is not None else {"ok": True, "pack": output}
+        doc["update"] = plan.to_dict()
+        doc["changed"] = plan.status != "up_to_date"
+        print_json(doc)
+        return
+    if result is None:
+        if not quiet:
+            note(f"{output}: up to date ({plan.frames} frames; nothing changed, nothing written)")
+        return
+    verb = {"new": "packed", "append": f"appended {len(plan.added)} new files:", "repack": "repacked"}[plan.status]
+    pack_summary(result, False, quiet, verb=verb)
+
+
 def pack_summary(result: Any, as_json: bool, quiet: bool, verb: str = "packed") -> None:
     if as_json:
         print_json(result.to_dict())

@@ -10,6 +10,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from conftest import hframe_bin, run_bin
 
@@ -229,3 +230,46 @@ def test_checkpoints_off_leaves_nothing_to_resume(src, tmp_path):
     assert not Path(f"{out}.ckpt").exists()
     r = run_bin(["resume", str(out)])
     assert r.returncode == 1 and b"no usable checkpoint" in r.stderr
+
+
+def test_update_appends_new_files_and_keeps_old_frame_ids(tmp_path, photos, cli):
+    out = tmp_path / "u.hframe"
+    assert cli(["pack", str(photos), "-o", str(out), "-q"]).exit_code == 0
+    before = pq.read_table(f"{out}.index.parquet").select(["frame_id", "name", "offset", "md5"])
+    mtime = out.stat().st_mtime_ns
+    r = cli(["pack", str(photos), "-o", str(out), "--update"])
+    assert r.exit_code == 0 and r.stderr == f"hframe: {out}: up to date (30 frames; nothing changed, nothing written)\n"
+    assert out.stat().st_mtime_ns == mtime  # not rewritten
+    (photos / "cats" / "zzz.bin").write_bytes(b"new")
+    (photos / "aaa.bin").write_bytes(b"first by name")
+    r = cli(["pack", str(photos), "-o", str(out), "--update", "--json"])
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 0 and doc["changed"] is True
+    assert doc["update"] == {"status": "append", "added": 2, "changed": 0, "removed": 0, "existing_frames": 30}
+    after = pq.read_table(f"{out}.index.parquet").select(["frame_id", "name", "offset", "md5"])
+    assert after.slice(0, 30).equals(before)  # same ids, names, offsets
+    assert after.column("name").to_pylist()[30:] == ["aaa.bin", "cats/zzz.bin"]
+    assert h.verify_pack(out).ok
+
+
+def test_update_with_changed_or_removed_files_repacks(tmp_path, photos, cli):
+    out = tmp_path / "u.hframe"
+    assert cli(["pack", str(photos), "-o", str(out), "-q"]).exit_code == 0
+    (photos / "dogs" / "001.jpg").unlink()
+    r = cli(["pack", str(photos), "-o", str(out), "--update", "--json"])
+    assert r.exit_code == 0
+    assert json.loads(r.stdout)["update"]["status"] == "repack"
+    with h.open_pack(out) as p:
+        assert len(p) == 29
+    # --checksum catches a change that keeps size and mtime
+    victim = photos / "cats" / "003.jpg"
+    st = victim.stat()
+    data = bytearray(victim.read_bytes())
+    data[-3] ^= 1
+    victim.write_bytes(bytes(data))
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert json.loads(cli(["pack", str(photos), "-o", str(out), "--update", "--json"]).stdout)["changed"] is False
+    r = cli(["pack", str(photos), "-o", str(out), "--update", "--checksum", "--json"])
+    assert json.loads(r.stdout)["update"]["changed"] == 1
+    with h.open_pack(out) as p:
+        assert p["cats/003.jpg"] == bytes(data)
