@@ -120,6 +120,20 @@ def pack(
             "--resume", help="Continue an interrupted run of this output instead (same as 'hframe resume OUTPUT')."
         ),
     ] = False,
+    max_pack_bytes: Annotated[
+        str,
+        typer.Option(
+            "--max-pack-bytes",
+            help="Split the output into shards NAME-00000.hframe... of at most SIZE, with a dataset manifest NAME.hframe.dataset.json.",
+        ),
+    ] = "16GiB",
+    shard_of: Annotated[
+        Optional[str],
+        typer.Option(
+            "--shard-of",
+            help="Pack only part I of N of the sorted inputs, as NAME-0000I.hframe (job arrays; merge with 'hframe index NAME --merge').",
+        ),
+    ] = None,
     update: Annotated[
         bool,
         typer.Option(
@@ -190,23 +204,44 @@ def pack(
         return
     if checksum:
         raise InputError("--checksum only applies with --update")
+    common: dict[str, Any] = dict(
+        alignment=align,
+        created_us=created_us,
+        force=force,
+        skip_bad=skip_bad,
+        self_check_frames=self_check,
+        workers=workers,
+        checkpoints=policy,
+        collect_options=collect,
+        handle_signals=True,
+        on_event=render.event_logger(quiet or json_out),
+    )
+    if shard_of is not None:
+        from .inputs import SourceList
+        from .shards import parse_shard_of, shard_path, split_for_worker
+
+        i, n = parse_shard_of(shard_of)
+        part = SourceList(split_for_worker(srcs.sources, i, n), srcs.rejected if i == 0 else [])
+        if not part.sources:
+            raise InputError(f"--shard-of {shard_of}: part {i} of {n} is empty ({len(srcs.sources)} sources)")
+        with render.progress(len(part.sources), part.total_bytes, quiet or json_out) as on_progress:
+            result = pack_sources(part, shard_path(output, i), on_progress=on_progress, **common)
+        render.pack_summary(result, json_out, quiet)
+        return
+    from .packing import pack_sharded
+
     with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
-        result = pack_sources(
+        manifest, results = pack_sharded(
             srcs,
             output,
-            alignment=align,
-            created_us=created_us,
-            force=force,
-            skip_bad=skip_bad,
-            self_check_frames=self_check,
-            workers=workers,
-            checkpoints=policy,
-            collect_options=collect,
-            handle_signals=True,
+            max_pack_bytes=parse_size(max_pack_bytes, "--max-pack-bytes"),
             on_progress=on_progress,
-            on_event=render.event_logger(quiet or json_out),
+            **common,
         )
-    render.pack_summary(result, json_out, quiet)
+    if manifest is None:
+        render.pack_summary(results[0], json_out, quiet)
+    else:
+        render.sharded_summary(manifest, results, os.fspath(output), json_out, quiet)
 
 
 def _resume(output: Path, *, rescan: bool, workers: int | None, policy: Any, json_out: bool, quiet: bool) -> None:
@@ -409,6 +444,12 @@ def index(
     rebuild: Annotated[
         bool, typer.Option("--rebuild", help="Recreate PACK.index.parquet from the pack alone.")
     ] = False,
+    merge: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--merge", help="Write the dataset manifest PACK.dataset.json from these shard packs (globs; repeatable)."
+        ),
+    ] = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Print the index rows of PACK, or rebuild its index from the pack alone."""
@@ -416,6 +457,16 @@ def index(
     from .reader import open_pack
     from .scan import rebuild_index
 
+    if merge:
+        import glob
+
+        from .shards import write_manifest
+
+        parts = [p for m in merge for p in (sorted(glob.glob(m)) or [m])]
+        manifest = write_manifest(pack, parts)
+        if not quiet:
+            render.note(f"wrote {pack}.dataset.json: {len(manifest.shards)} shards, {manifest.frame_count} frames")
+        return
     if rebuild:
         meta = rebuild_index(pack, get_index_path(pack))
         if not quiet:

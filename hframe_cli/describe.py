@@ -13,6 +13,7 @@ from .errors import FormatError, HframeError, IncompletePack
 from .format import HEADER_SIZE, MAGIC, TRAILER_SIZE, Header, Trailer, sniff_media_type
 from .index import format_time_us, get_index_path, read_index_meta
 from .reader import FrameKey, PackReader
+from .shards import DatasetReader
 from .storage import open_storage
 
 __all__ = ["describe_pack", "frame_head"]
@@ -77,7 +78,7 @@ def describe_pack(path: str | os.PathLike[str], index_path: str | os.PathLike[st
         storage.close()
 
 
-def frame_head(reader: PackReader, key: FrameKey, nbytes: int) -> dict[str, Any]:
+def frame_head(reader: PackReader | DatasetReader, key: FrameKey, nbytes: int) -> dict[str, Any]:
     """The first ``nbytes`` bytes of a frame, hex-dumped, with where they lie and their type."""
     i = reader.frame_id(key)
     offset, length = reader.range_of(i)

@@ -530,6 +530,7 @@ class ResumeResult:
     status: str
     result: PackResult | None
     notes: list[str] = field(default_factory=list)
+    manifest: Any = None  # set when a sharded run was resumed
 
 
 def resume_pack(
@@ -562,6 +563,30 @@ def resume_pack(
     ckpt, notes = load_checkpoint(out)  # notes (a torn checkpoint) are returned with the result
     partial = out + ".partial"
     if ckpt is None:
+        from .shards import load_plan
+
+        plan = load_plan(out)
+        if plan is not None:  # an interrupted sharded run
+            ranges, popts = plan
+            saved_all = load_sources(out)
+            _note(on_event, f"resume: sharded run of {out}: {len(ranges)} shards")
+            with OutputLock(out):
+                manifest, results = _run_shards(
+                    out,
+                    saved_all,
+                    ranges,
+                    on_event=on_event,
+                    force=False,
+                    resuming=True,
+                    alignment=popts["alignment"],
+                    created_us=popts["created_us"],
+                    **{k: popts[k] for k in _SHARD_OPTIONS if k in popts},
+                    workers=workers,
+                    checkpoints=policy,
+                    handle_signals=handle_signals,
+                    on_progress=on_progress,
+                )
+            return ResumeResult("resumed", results[-1] if results else None, notes, manifest)
         if os.path.exists(partial):
             raise FormatError(
                 f"{out}: {partial} exists but no usable checkpoint does; start over with "
@@ -836,3 +861,102 @@ def update_pack(
                     after_seal=None,
                 )
     return plan, res
+
+
+def pack_sharded(
+    sources: SourceList,
+    output: str | os.PathLike[str],
+    *,
+    max_pack_bytes: int,
+    alignment: int = 1,
+    created_us: int | None = None,
+    force: bool = False,
+    on_event: EventFn | None = None,
+    **options: Any,
+) -> tuple[Any, list[PackResult]]:
+    """Pack ``sources`` as shards ``NAME-00000.hframe``... of at most ``max_pack_bytes`` each,
+    plus the manifest ``NAME.dataset.json``; one plain pack when everything fits.
+
+    A sharded run saves its plan (the source list and shard ranges) first; if it is interrupted,
+    ``resume_pack(output)`` (``hframe resume``) keeps the finished shards, resumes the
+    interrupted one and packs the rest. Returns the manifest (None for a single pack) and the
+    shards' results.
+    """
+    from .shards import plan_shards, save_plan
+
+    out = os.fspath(output)
+    ranges = plan_shards(sources.sources, max_pack_bytes, alignment)
+    if len(ranges) == 1:
+        return None, [
+            pack_sources(
+                sources, out, alignment=alignment, created_us=created_us, force=force, on_event=on_event, **options
+            )
+        ]
+    from .shards import get_manifest_path, shard_path
+
+    if not force:
+        for p in [get_manifest_path(out), *(shard_path(out, k) for k in range(len(ranges)))]:
+            if os.path.exists(p):
+                raise InputError(f"{p}: already exists (use --force to replace the dataset)")
+    if created_us is None:
+        created_us = time.time_ns() // 1000  # one creation time for every shard
+    with OutputLock(out):
+        save_sources(out, sources)
+        save_plan(
+            out,
+            ranges,
+            {
+                "alignment": alignment,
+                "created_us": created_us,
+                "force": force,
+                **{k: v for k, v in options.items() if k in _SHARD_OPTIONS},
+            },
+        )
+        return _run_shards(
+            out, sources, ranges, alignment=alignment, created_us=created_us, force=force, on_event=on_event, **options
+        )
+
+
+_SHARD_OPTIONS = ("skip_bad", "self_check_frames", "collect_options")
+
+
+def _run_shards(
+    out: str,
+    sources: SourceList,
+    ranges: list[tuple[int, int]],
+    *,
+    on_event: EventFn | None,
+    force: bool,
+    resuming: bool = False,
+    **options: Any,
+) -> tuple[Any, list[PackResult]]:
+    from .shards import remove_plan, shard_path, write_manifest
+
+    # a shard holds a fixed part of the planned sources: on resume its files are checked for
+    # changes, but folders are not walked again (new files belong to the next run)
+    options = {**options, "collect_options": None}
+    results = []
+    paths = []
+    for k, (a, b) in enumerate(ranges):
+        path = shard_path(out, k)
+        paths.append(path)
+        part = SourceList(sources.sources[a:b], list(sources.rejected) if k == 0 else [])
+        if checkpoint_paths(path).checkpoint.exists():
+            _note(on_event, f"shard {k + 1} of {len(ranges)}: resuming {path}")
+            outcome = resume_pack(
+                path,
+                on_event=on_event,
+                **{x: options[x] for x in ("workers", "checkpoints", "handle_signals", "on_progress") if x in options},
+            )
+            if outcome.result is not None:
+                results.append(outcome.result)
+            continue
+        if resuming and os.path.exists(path) and get_index_path(path).exists():
+            _note(on_event, f"shard {k + 1} of {len(ranges)}: {path} already complete")  # published by this plan
+            continue
+        _note(on_event, f"shard {k + 1} of {len(ranges)}: {b - a} sources -> {path}")
+        results.append(pack_sources(part, path, force=force or resuming, on_event=on_event, **options))
+    manifest = write_manifest(out, paths)
+    remove_plan(out)
+    remove_checkpoint_files(out)
+    return manifest, results

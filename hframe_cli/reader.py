@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,6 +27,9 @@ from .errors import FrameOutOfRange, IncompletePack, InputError, NotFound
 from .format import HEADER_SIZE, TRAILER_SIZE, Header, Trailer
 from .index import IndexMeta, format_time_us, get_index_path, read_index, read_index_meta
 from .storage import LocalFile, open_storage
+
+if TYPE_CHECKING:
+    from .shards import DatasetReader
 
 __all__ = [
     "DEFAULT_COALESCE_GAP",
@@ -448,6 +451,17 @@ def _int64_column(table: pa.Table, name: str) -> array[int]:
 
 def open_pack(
     path: str | os.PathLike[str], index_path: str | os.PathLike[str] | None = None, **options: Any
-) -> PackReader:
-    """Open a pack for reading; see ``PackReader`` for the options."""
+) -> PackReader | DatasetReader:
+    """Open a pack for reading; see ``PackReader`` for the options.
+
+    If ``path`` is not a file but ``path.dataset.json`` exists (a sharded dataset), the shards
+    are opened as one ``shards.DatasetReader`` with the same API over global frame ids.
+    """
+    if index_path is None and not os.path.exists(path):
+        from .shards import get_manifest_path
+
+        if get_manifest_path(path).exists():
+            from .shards import DatasetReader
+
+            return DatasetReader(path, **options)
     return PackReader(path, index_path, **options)

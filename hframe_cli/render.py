@@ -151,6 +151,39 @@ def update_summary(plan: Any, result: Any, output: str, as_json: bool, quiet: bo
     pack_summary(result, False, quiet, verb=verb)
 
 
+def sharded_summary(manifest: Any, results: Any, output: str, as_json: bool, quiet: bool) -> None:
+    if as_json:
+        print_json(
+            {
+                "ok": True,
+                "dataset": output,
+                "manifest": f"{output}.dataset.json",
+                "frame_count": manifest.frame_count,
+                "shards": [
+                    {
+                        "path": e.path,
+                        "uuid": e.uuid,
+                        "frame_count": e.frame_count,
+                        "pack_bytes": e.pack_bytes,
+                        "first_frame": e.first_frame,
+                    }
+                    for e in manifest.shards
+                ],
+                "skipped": [{"path": r.path, "reason": r.reason} for res in results for r in res.skipped],
+            }
+        )
+        return
+    for res in results:
+        for r in res.skipped:
+            note(f"skipped {r.path}: {r.reason}")
+    if not quiet:
+        total = sum(e.pack_bytes for e in manifest.shards)
+        note(
+            f"packed {manifest.frame_count} frames into {len(manifest.shards)} shards ({format_bytes(total)}); "
+            f"dataset manifest {output}.dataset.json"
+        )
+
+
 def pack_summary(result: Any, as_json: bool, quiet: bool, verb: str = "packed") -> None:
     if as_json:
         print_json(result.to_dict())

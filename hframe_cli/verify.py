@@ -852,7 +852,14 @@ def _check_end(v: _Verifier, pos: int, size: int, end: int, trailer: Trailer | N
 
 
 def _expand(paths: Sequence[str]) -> Iterator[str]:
+    from .shards import Manifest, get_manifest_path
+
     for p in paths:
+        if not os.path.exists(p) and get_manifest_path(p).exists():  # a sharded dataset: its shards
+            manifest_path = get_manifest_path(p)
+            for e in Manifest.load(manifest_path).shards:
+                yield os.path.join(os.path.dirname(manifest_path), e.path)
+            continue
         if not os.path.exists(p) and any(c in p for c in "*?["):
             matches = sorted(glob.glob(p))
             if matches:

@@ -1,0 +1,77 @@
+"""Datasets of several packs: size-capped shards, job-array parts + merge, one reader, resume."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+from conftest import run_bin
+
+import hframe_cli as h
+from hframe_cli.inputs import Source
+from hframe_cli.shards import DatasetReader, parse_shard_of, plan_shards, split_for_worker
+
+
+def files_of(dataset: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(dataset.parent.iterdir()) if p.name.startswith(dataset.stem)}
+
+
+def test_plan_and_split_are_deterministic_and_cover_everything():
+    srcs = [Source(f"/x/{i}", b"%03d" % i, 1000 + i, 0) for i in range(100)]
+    ranges = plan_shards(srcs, 20_000)
+    assert ranges[0][0] == 0 and ranges[-1][1] == 100
+    assert all(a < b for a, b in ranges) and all(r[1] == s[0] for r, s in zip(ranges, ranges[1:]))
+    assert plan_shards(srcs, 20_000) == ranges and len(plan_shards(srcs, 1 << 40)) == 1
+    parts = [split_for_worker(srcs, i, 8) for i in range(8)]
+    assert [s for p in parts for s in p] == srcs and parse_shard_of("3/8") == (3, 8)
+
+
+def test_max_pack_bytes_makes_shards_read_as_one_dataset(cli, photos, tmp_path):
+    out = tmp_path / "ds.hframe"
+    r = cli(["pack", str(photos), "-o", str(out), "--max-pack-bytes", "15kB", "--json"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert len(doc["shards"]) > 2 and doc["frame_count"] == 30 and not out.exists()
+    assert all(e["pack_bytes"] <= 15_000 or e["frame_count"] == 1 for e in doc["shards"])
+    with h.open_pack(out) as ds:
+        assert isinstance(ds, DatasetReader) and len(ds) == 30
+        names = ds.table.column("name").to_pylist()
+        assert names == sorted(names) and ds.table.column("frame_id").to_pylist() == list(range(30))
+        for i, name in enumerate(names):
+            assert ds[i] == (photos / name).read_bytes() == ds[name]
+        assert ds.read_many([29, 0, 15, 15]) == [ds[29], ds[0], ds[15], ds[15]]
+    assert cli(["get", str(out), "dogs/001.jpg"]).stdout_bytes == (photos / "dogs/001.jpg").read_bytes()
+    rows = cli(["index", str(out), "-c", "frame_id,name,shard", "-f", "jsonl"]).stdout.splitlines()
+    assert len(rows) == 30 and json.loads(rows[-1])["shard"] == doc["shards"][-1]["path"]
+    r = cli(["verify", str(out), "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["packs_total"] == len(doc["shards"])
+
+
+def test_job_array_parts_then_merge(cli, photos, tmp_path):
+    out = tmp_path / "arr.hframe"
+    for i in range(3):
+        r = cli(["pack", str(photos), "-o", str(out), "--shard-of", f"{i}/3", "-q"])
+        assert r.exit_code == 0, r.stderr
+    r = cli(["index", str(out), "--merge", str(tmp_path / "arr-*.hframe")])
+    assert r.exit_code == 0 and "3 shards, 30 frames" in r.stderr
+    with h.open_pack(out) as ds:
+        names = ds.table.column("name").to_pylist()
+        assert names == sorted(names) and len(set(names)) == 30
+    assert cli(["pack", str(photos), "-o", str(out), "--shard-of", "3/3"]).exit_code == 2
+
+
+def test_interrupted_sharded_run_resumes_to_the_same_bytes(photos, tmp_path):
+    clean = tmp_path / "clean" / "ds.hframe"
+    clean.parent.mkdir()
+    args = ["pack", str(photos), "--max-pack-bytes", "15kB", "--created", "0", "--checkpoint-every", "2", "-q"]
+    assert run_bin([*args, "-o", str(clean)]).returncode == 0
+    out = tmp_path / "run" / "ds.hframe"
+    out.parent.mkdir()
+    r = run_bin([*args, "-o", str(out)], env={"HFRAME_FAULT": "after-frame:17"})
+    assert r.returncode == -signal.SIGKILL
+    r = run_bin(["resume", str(out)])
+    assert r.returncode == 0, r.stderr
+    assert b"already complete" in r.stderr and b"resuming" in r.stderr
+    assert files_of(out) == files_of(clean)
+    assert sorted(p.name for p in out.parent.iterdir()) == sorted(p.name for p in clean.parent.iterdir())
