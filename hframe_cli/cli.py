@@ -181,29 +181,6 @@ def pack(
         "max_frame_bytes": max_bytes,
         "output": os.path.abspath(output),
     }
-    if update:
-        from .packing import update_pack
-
-        with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
-            plan, maybe = update_pack(
-                srcs,
-                output,
-                checksum=checksum,
-                alignment=align,
-                created_us=created_us,
-                skip_bad=skip_bad,
-                self_check_frames=self_check,
-                workers=workers,
-                checkpoints=policy,
-                collect_options=collect,
-                handle_signals=True,
-                on_progress=on_progress,
-                on_event=render.event_logger(quiet or json_out),
-            )
-        render.update_summary(plan, maybe, os.fspath(output), json_out, quiet)
-        return
-    if checksum:
-        raise InputError("--checksum only applies with --update")
     common: dict[str, Any] = dict(
         alignment=align,
         created_us=created_us,
@@ -216,6 +193,21 @@ def pack(
         handle_signals=True,
         on_event=render.event_logger(quiet or json_out),
     )
+    if update:
+        from .packing import update_pack
+
+        with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
+            plan, maybe = update_pack(
+                srcs,
+                output,
+                checksum=checksum,
+                on_progress=on_progress,
+                **{k: v for k, v in common.items() if k != "force"},
+            )
+        render.update_summary(plan, maybe, os.fspath(output), json_out, quiet)
+        return
+    if checksum:
+        raise InputError("--checksum only applies with --update")
     if shard_of is not None:
         from .inputs import SourceList
         from .shards import parse_shard_of, shard_path, split_for_worker

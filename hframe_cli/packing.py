@@ -613,14 +613,12 @@ def resume_pack(
             f"{out}: inputs changed since the run started: {'; '.join(changes)}; "
             "run 'hframe resume --rescan' to start over with the current inputs"
         )
-    if changes:
-        _note(on_event, f"resume: inputs changed ({'; '.join(changes)}); starting over (--rescan)")
-        fresh = SourceList(current, [])
+
+    def start_over(srcs: SourceList, status: str, keep_identity: bool) -> ResumeResult:
         res = pack_sources(
-            fresh,
+            srcs,
             out,
             alignment=opts["alignment"],
-            created_us=opts["created_us"] if opts["pack_uuid"] is None else None,
             force=True,
             skip_bad=opts["skip_bad"],
             self_check_frames=opts["self_check_frames"],
@@ -630,30 +628,20 @@ def resume_pack(
             handle_signals=handle_signals,
             on_progress=on_progress,
             on_event=on_event,
+            # the same run again keeps its creation time and UUID; new inputs keep only a fixed time
+            created_us=opts["created_us"] if keep_identity or opts["pack_uuid"] is None else None,
+            pack_uuid=opts["pack_uuid"] if keep_identity else None,
         )
         res.resumed_from_frame = 0
-        return ResumeResult("restarted", res, notes)
+        return ResumeResult(status, res, notes)
+
+    if changes:
+        _note(on_event, f"resume: inputs changed ({'; '.join(changes)}); starting over (--rescan)")
+        return start_over(SourceList(current, []), "restarted", keep_identity=False)
     if ckpt.frames == 0 or not os.path.exists(partial):
         # killed before the first frame was committed: the same run again from the saved list
         _note(on_event, f"resume: {out}: nothing committed yet; packing the saved source list from the start")
-        res = pack_sources(
-            saved,
-            out,
-            alignment=opts["alignment"],
-            created_us=opts["created_us"],
-            force=True,
-            skip_bad=opts["skip_bad"],
-            self_check_frames=opts["self_check_frames"],
-            workers=workers,
-            checkpoints=policy,
-            collect_options=opts.get("collect"),
-            handle_signals=handle_signals,
-            on_progress=on_progress,
-            on_event=on_event,
-            pack_uuid=opts["pack_uuid"],
-        )
-        res.resumed_from_frame = 0
-        return ResumeResult("resumed", res, notes)
+        return start_over(saved, "resumed", keep_identity=True)
     writer = PackWriter(
         out,
         alignment=opts["alignment"],
