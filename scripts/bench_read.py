@@ -2,6 +2,7 @@
 """Benchmark random frame reads: ``PackReader.read_many`` against bare preads and loose files.
 
 Usage: python scripts/bench_read.py DATA_DIR [--frames 256] [--batches 10] [--seed 1] [--cold]
+       [--fio-runtime 5]
 
 DATA_DIR holds ``jpegs/`` and ``blobs/`` from ``scripts/make_bench_data.py``. The packs are
 the ones ``bench_pack.py`` leaves in ``DATA_DIR/_bench_out/`` (made here if missing): the
@@ -16,14 +17,27 @@ with ``--seed``; every method reads the same ids:
 * ``loose``:      the original files, open/read/close each;
 * ``read_many_default`` (information only): ``read_many(ids)`` with its default thread count.
 
+``--cold`` adds, on the same random batches: ``read_many_w8`` (``workers=8``), ``seed_t8`` and
+``loose_t8`` (the seed reader and loose files on a pool of 8 threads, one frame per task);
+then ``read_many_blocklocal`` / ``read_many_w8_blocklocal`` on batches from the block-local
+sampler (``hframe_cli.bench.sample_batches``: blocks of 1000 neighbouring frames, shuffled
+inside, blocks in random order, consecutive ids per batch, same seed); and, if ``fio`` is
+installed, ``fio --rw=randread`` (buffered, psync, bs = median frame size, 1 and 8 jobs, page
+cache dropped first) on the hframe pack, for its IOPS: ``fio_Njobs`` reads as many frames as one
+method does here (batches x frames, capped at ``--fio-runtime`` seconds), the ratio's basis;
+``fio_Njobs_timed`` reads for ``--fio-runtime`` seconds (information: it warms the cache as it goes).
+
 Warm (default): each batch is read once untimed by every method, then timed. ``--cold``:
-before each timed method the pack files and the batch's loose files are evicted from the
-page cache with ``posix_fadvise(DONTNEED)`` (on a VM the host may still cache them).
+before each timed method and batch the page cache is emptied with ``sync; echo 3 >
+/proc/sys/vm/drop_caches`` (needs root; else the pack files and the batch's loose files are
+evicted with ``posix_fadvise(DONTNEED)``; on a VM the host may still cache them).
 Correctness is checked once per data set: md5 of every ``read_many`` frame equals the index
 md5, and all methods return the same bytes.
 
-Targets (reported, not enforced; exit status 0 unless something errors):
-  read_many_vs_bare_pread >= 0.8 (frames/s ratio); read_many_vs_loose is reported without one.
+Targets (reported, not enforced; exit status 0 unless something errors), frames/s ratios:
+  read_many_vs_bare_pread >= 0.8 (warm); read_many_vs_loose is reported without one.
+  --cold: hframe_vs_loose >= 2.0 and hframe_vs_seed >= 1.0, each at 1 and 8 workers/threads;
+  blocklocal_vs_random >= 1.5 (1 and 8 workers); read_many_w8_vs_fio_8jobs aim >= 0.8 (report only).
 """
 
 from __future__ import annotations
@@ -33,13 +47,18 @@ import hashlib
 import json
 import os
 import random
+import shutil
+import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from bench_pack import DATASETS, seed_pack
 
 import hframe_cli
+from hframe_cli.bench import sample_batches
 
 #: A read method: (frame ids, their (offset, length) ranges from the index) -> frame bytes.
 Method = Callable[[list[int], list[tuple[int, int]]], list[bytes]]
@@ -51,6 +70,23 @@ def evict(path: str) -> None:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+
+
+def drop_caches() -> bool:
+    """Empty the whole page cache (and dentry/inode caches); False if not permitted."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError:
+        return False
+    return True
+
+
+def make_cold(paths: list[str]) -> None:
+    if not drop_caches():
+        for p in paths:
+            evict(p)
 
 
 def ensure_packs(data_dir: str, name: str) -> tuple[str, str]:
@@ -67,8 +103,9 @@ def ensure_packs(data_dir: str, name: str) -> tuple[str, str]:
     return hf, seed
 
 
-def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int,
-                seed_index: list[dict], paths: list[str]) -> dict[str, Method]:
+def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int, seed_index: list[dict],
+                paths: list[str], pool: ThreadPoolExecutor | None,
+                reader8: hframe_cli.PackReader | None = None) -> dict[str, Method]:
     def read_many(ids: list[int], ranges: list[tuple[int, int]]) -> list[bytes]:
         return reader.read_many(ids, workers=1)
 
@@ -82,6 +119,14 @@ def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int,
             out.append(os.pread(seed_fd, e["length"], e["offset"]))
         return out
 
+    def seed_one(i: int) -> bytes:
+        e = seed_index[i]
+        return os.pread(seed_fd, e["length"], e["offset"])
+
+    def loose_one(i: int) -> bytes:
+        with open(paths[i], "rb") as f:
+            return f.read()
+
     def loose(ids: list[int], ranges: list[tuple[int, int]]) -> list[bytes]:
         out = []
         for i in ids:
@@ -92,8 +137,60 @@ def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int,
     def read_many_default(ids: list[int], ranges: list[tuple[int, int]]) -> list[bytes]:
         return reader.read_many(ids)
 
-    return {"read_many": read_many, "bare_pread": bare_pread, "seed": seed, "loose": loose,
-            "read_many_default": read_many_default}
+    methods: dict[str, Method] = {"read_many": read_many, "bare_pread": bare_pread, "seed": seed, "loose": loose,
+                                  "read_many_default": read_many_default}
+    if pool is not None and reader8 is not None:  # --cold: the 8-thread variants
+        methods["read_many_w8"] = lambda ids, ranges: reader8.read_many(ids, workers=8)
+        methods["seed_t8"] = lambda ids, ranges: list(pool.map(seed_one, ids))
+        methods["loose_t8"] = lambda ids, ranges: list(pool.map(loose_one, ids))
+    return methods
+
+
+def time_methods(methods: dict[str, Method], batches: list[list[int]], reader: hframe_cli.PackReader,
+                 cold_paths: list[str], paths: list[str], cold: bool) -> tuple[dict[str, float], int]:
+    """Seconds per method over all batches (cold: evicted before each method and batch), bytes per pass."""
+    seconds = dict.fromkeys(methods, 0.0)
+    nbytes = 0
+    for ids in batches:
+        ranges = [reader.range_of(i) for i in ids]
+        nbytes += sum(n for _, n in ranges)
+        for method, fn in methods.items():
+            if cold:
+                make_cold([*cold_paths, *(paths[i] for i in ids)])
+            else:
+                fn(ids, ranges)  # untimed warm-up read of this batch
+            t0 = time.perf_counter()
+            fn(ids, ranges)
+            seconds[method] += time.perf_counter() - t0
+    return seconds, nbytes
+
+
+def fio_iops(path: str, bs: int, jobs: int, runtime: int, seed: int, ios: int | None) -> float | None:
+    """IOPS of ``fio --rw=randread`` (buffered pread) on ``path`` after dropping the page cache.
+
+    ``ios``: reads in all (split over the jobs), else ``runtime`` seconds of reads; a long run
+    warms the page cache as it goes (a 5 s run reads the jpegs pack several times over).
+    """
+    if not shutil.which("fio"):
+        return None
+    make_cold([path])
+    cmd = ["fio", "--name=randread", f"--filename={path}", "--rw=randread", f"--bs={bs}", f"--numjobs={jobs}",
+           "--ioengine=psync", "--direct=0", "--readonly", "--invalidate=1", f"--runtime={runtime}",
+           "--group_reporting", f"--randseed={seed}", "--output-format=json"]
+    cmd.append(f"--number_ios={max(1, ios // jobs)}" if ios else "--time_based")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return float(json.loads(proc.stdout[proc.stdout.index("{"):])["jobs"][0]["read"]["iops"])
+
+
+def report(mode: str, name: str, seconds: dict[str, float], frames: int, nbytes: int) -> dict[str, float]:
+    fps = {}
+    for method, s in seconds.items():
+        fps[method] = frames / s
+        print(f"bench=read mode={mode} dataset={name} method={method} frames={frames} seconds={s:.4f} "
+              f"frames_per_s={fps[method]:.0f} mb_per_s={nbytes / 1e6 / s:.1f}", flush=True)
+    return fps
 
 
 def bench_dataset(data_dir: str, name: str, args: argparse.Namespace) -> dict[str, float]:
@@ -107,48 +204,60 @@ def bench_dataset(data_dir: str, name: str, args: argparse.Namespace) -> dict[st
         raise RuntimeError(f"{name}: the hframe and seed packs list different frames")
     paths = [os.path.join(src, n) for n in names]
     pack_fd, seed_fd = os.open(hf, os.O_RDONLY), os.open(seed_path, os.O_RDONLY)
-    methods = methods_for(reader, pack_fd, seed_fd, seed_index, paths)
+    pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="bench-read") if args.cold else None
+    # its own reader: read_many(workers=8) on a reader whose pool already has 16 threads
+    # (read_many_default) would run up to 16 reads at once
+    reader8 = hframe_cli.open_pack(hf) if args.cold else None
+    methods = methods_for(reader, pack_fd, seed_fd, seed_index, paths, pool, reader8)
 
     rng = random.Random(args.seed)
     batches = [rng.sample(range(len(reader)), min(args.frames, len(reader))) for _ in range(args.batches)]
+    block_batches = (sample_batches(len(reader), min(args.frames, len(reader)), args.batches, "block-local",
+                                    args.seed) if args.cold else [])
 
     # Correctness, once: read_many matches the index md5, and every method matches read_many.
-    ids = batches[0]
-    got = reader.read_many(ids, workers=1)
     md5s = reader.table.column("md5")
-    bad = [i for i, data in zip(ids, got) if hashlib.md5(data).hexdigest() != md5s[i].as_py()]
-    ranges = [reader.range_of(i) for i in ids]
-    others = {m: fn(ids, ranges) for m, fn in methods.items()}
-    bad += [m for m, data in others.items() if data != got]
-    if bad:
-        raise RuntimeError(f"{name}: read mismatch: {bad[:10]}")
-    print(f"bench=read dataset={name} check=md5 frames={len(ids)} result=ok", flush=True)
+    for ids in batches[:1] + block_batches[:1]:
+        got = reader.read_many(ids, workers=1)
+        bad = [i for i, data in zip(ids, got) if hashlib.md5(data).hexdigest() != md5s[i].as_py()]
+        ranges = [reader.range_of(i) for i in ids]
+        others = {m: fn(ids, ranges) for m, fn in methods.items()}
+        bad += [m for m, data in others.items() if data != got]
+        if bad:
+            raise RuntimeError(f"{name}: read mismatch: {bad[:10]}")
+    print(f"bench=read dataset={name} check=md5 frames={len(batches[0])} result=ok", flush=True)
 
     mode = "cold" if args.cold else "warm"
-    seconds = dict.fromkeys(methods, 0.0)
-    nbytes = 0
-    for ids in batches:
-        ranges = [reader.range_of(i) for i in ids]
-        nbytes += sum(n for _, n in ranges)
-        for method, fn in methods.items():
-            if args.cold:
-                for p in (hf, seed_path, *(paths[i] for i in ids)):
-                    evict(p)
-            else:
-                fn(ids, ranges)  # untimed warm-up read of this batch
-            t0 = time.perf_counter()
-            fn(ids, ranges)
-            seconds[method] += time.perf_counter() - t0
     total = len(batches) * len(batches[0])
-    fps = {}
-    for method, s in seconds.items():
-        fps[method] = total / s
-        print(f"bench=read mode={mode} dataset={name} method={method} frames={total} seconds={s:.4f} "
-              f"frames_per_s={fps[method]:.0f} mb_per_s={nbytes / 1e6 / s:.1f}", flush=True)
+    cold_paths = [hf, seed_path]
+    seconds, nbytes = time_methods(methods, batches, reader, cold_paths, paths, args.cold)
+    fps = report(mode, name, seconds, total, nbytes)
+    if args.cold:
+        block_methods = {"read_many_blocklocal": methods["read_many"],
+                         "read_many_w8_blocklocal": methods["read_many_w8"]}
+        seconds, nbytes = time_methods(block_methods, block_batches, reader, cold_paths, paths, True)
+        fps.update(report(mode, name, seconds, total, nbytes))
+        bs = int(statistics.median(reader.range_of(i)[1] for i in range(len(reader))))
+        for jobs in (1, 8):
+            for key, ios in ((f"fio_{jobs}jobs", total), (f"fio_{jobs}jobs_timed", None)):
+                iops = fio_iops(hf, bs, jobs, args.fio_runtime, args.seed, ios)
+                if iops is None:
+                    print(f"bench=read mode=cold dataset={name} method={key} result=skipped (fio not installed)")
+                    continue
+                fps[key] = iops
+                print(f"bench=read mode=cold dataset={name} method={key} bs={bs} ios={ios or 'all'} "
+                      f"runtime_cap_s={args.fio_runtime} iops={iops:.0f} mb_per_s={iops * bs / 1e6:.1f}", flush=True)
+        pool.shutdown()
+        reader8.close()
     os.close(pack_fd)
     os.close(seed_fd)
     reader.close()
     return fps
+
+
+def verdict(key: str, value: float, target: float, extra: str = "", report_only: bool = False) -> None:
+    result = "PASS" if value >= target else "FAIL"
+    print(f"{key}={value:.3f}{extra} target=>={target} result={result}{' report_only=1' if report_only else ''}")
 
 
 def main() -> int:
@@ -157,18 +266,37 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=256, help="random frames per batch (default 256)")
     ap.add_argument("--batches", type=int, default=10, help="batches per data set (default 10)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the frame-id generator (default 1)")
-    ap.add_argument("--cold", action="store_true", help="evict packs and loose files before each timed read")
+    ap.add_argument("--cold", action="store_true", help="drop the page cache before each timed read")
+    ap.add_argument("--fio-runtime", type=int, default=5, help="seconds per fio run in --cold (default 5)")
     args = ap.parse_args()
     if args.frames < 1 or args.batches < 1:
         ap.error("--frames and --batches must be at least 1")
+    mode = "cold" if args.cold else "warm"
+    if args.cold:
+        how = "drop_caches" if drop_caches() else "fadvise"
+        print(f"bench=read mode=cold eviction={how} cpus={os.cpu_count()} load1={os.getloadavg()[0]:.2f}", flush=True)
 
     results = {name: bench_dataset(args.data_dir, name, args) for name in DATASETS}
-    mode = "cold" if args.cold else "warm"
     for name, fps in results.items():
         ratio = fps["read_many"] / fps["bare_pread"]
         print(f"read_many_vs_bare_pread={ratio:.3f} mode={mode} dataset={name} target=>=0.8 "
               f"result={'PASS' if ratio >= 0.8 else 'FAIL'}")
         print(f"read_many_vs_loose={fps['read_many'] / fps['loose']:.3f} mode={mode} dataset={name} target=none")
+        if not args.cold:
+            continue
+        for w, hf, seed, loose in ((1, "read_many", "seed", "loose"), (8, "read_many_w8", "seed_t8", "loose_t8")):
+            verdict("hframe_vs_loose", fps[hf] / fps[loose], 2.0, f" workers={w} mode=cold dataset={name}")
+            verdict("hframe_vs_seed", fps[hf] / fps[seed], 1.0, f" workers={w} mode=cold dataset={name}")
+        for w, hf in ((1, "read_many"), (8, "read_many_w8")):
+            verdict("blocklocal_vs_random", fps[f"{hf}_blocklocal"] / fps[hf], 1.5,
+                    f" workers={w} mode=cold dataset={name}")
+        if "fio_8jobs" in fps:
+            verdict("read_many_w8_vs_fio_8jobs", fps["read_many_w8"] / fps["fio_8jobs"], 0.8,
+                    f" mode=cold dataset={name}", report_only=True)
+            print(f"read_many_vs_fio_1job={fps['read_many'] / fps['fio_1jobs']:.3f} mode=cold dataset={name} "
+                  "target=none")
+            print(f"read_many_w8_vs_fio_8jobs_timed={fps['read_many_w8'] / fps['fio_8jobs_timed']:.3f} mode=cold "
+                  f"dataset={name} target=none")
     return 0
 
 
