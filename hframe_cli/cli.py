@@ -280,7 +280,7 @@ def verify(
     decode: Annotated[bool, typer.Option("--decode", help="Also decode every image fully with Pillow.")] = False,
     no_index: Annotated[bool, typer.Option("--no-index", help="Check from the pack's record headers alone.")] = False,
     max_errors: Annotated[Optional[int], typer.Option("--max-errors", help="Stop after N problems.", min=1)] = None,
-    workers: Annotated[int, typer.Option("--workers", help="Hashing threads.", min=1)] = 2,
+    workers: Annotated[Optional[int], typer.Option("--workers", help="Hashing threads (default: 1 for frames under 16 KiB on average, else up to 4).", min=1)] = None,
     junit: Annotated[
         Optional[Path], typer.Option("--junit", help="Also write a JUnit XML report (one testcase per pack).")
     ] = None,

@@ -55,6 +55,7 @@ HEADER_SIZE = _HEADER.size  # 128
 #         name_len, extra_len, flags, crc32; followed by name, extra, zero padding
 _RECORD = struct.Struct("<4sIQQQ16sqHHIIII")
 RECORD_FIXED = _RECORD.size  # 76
+RECORD_STRUCT = _RECORD
 
 # trailer: magic, major, minor, trailer_size, frame_count, payload_bytes, data_end, uuid,
 #          flags, crc32
