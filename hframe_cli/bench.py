@@ -28,17 +28,17 @@ __all__ = ["CACHE_METHODS", "SAMPLERS", "BenchResult", "ReadSide", "evict", "run
 
 SAMPLERS = ("random", "block-local", "sequential")
 CACHE_METHODS = ("auto", "drop_caches", "fadvise", "none")
-DEFAULT_BLOCK_SIZE = 1000
 
 
 def sample_batches(
-    n: int, frames: int, batches: int, sampler: str, seed: int, block_size: int = DEFAULT_BLOCK_SIZE
+    n: int, frames: int, batches: int, sampler: str, seed: int, block_size: int | None = None
 ) -> list[list[int]]:
     """Frame ids for each batch, from one generator seeded once.
 
     - ``random``: each batch draws ``frames`` distinct ids uniformly;
-    - ``block-local``: blocks of ``block_size`` neighbouring frames in random order, shuffled
-      inside each block; batches take consecutive ids from that order (a new order when used up);
+    - ``block-local``: blocks of ``block_size`` neighbouring frames (default: one batch) in random
+      order, shuffled inside each block; batches take consecutive ids from that order (a new
+      order when used up);
     - ``sequential``: frames in order, wrapping around.
     """
     if sampler not in SAMPLERS:
@@ -47,6 +47,8 @@ def sample_batches(
         raise InputError(f"--frames and --batches must be at least 1 (got {frames} and {batches})")
     if n < frames:
         raise InputError(f"the pack has {n} frames, fewer than one batch of --frames {frames}")
+    if block_size is None:
+        block_size = frames  # a batch reads one block: its frames are neighbours, reads merge
     if block_size < 1:
         raise InputError(f"--block-size must be at least 1 (got {block_size})")
     rng = random.Random(seed)
@@ -248,7 +250,7 @@ def run_bench(
     batches: int = 10,
     seed: int = 0,
     sampler: str = "random",
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    block_size: int | None = None,
     workers: int | None = None,
     coalesce_gap: int = DEFAULT_COALESCE_GAP,
     max_read: int = DEFAULT_MAX_READ,
@@ -360,7 +362,7 @@ def run_bench(
             batches,
             seed,
             sampler,
-            block_size,
+            block_size or frames,
             w,
             coalesce_gap,
             max_read,

@@ -280,7 +280,12 @@ def verify(
     decode: Annotated[bool, typer.Option("--decode", help="Also decode every image fully with Pillow.")] = False,
     no_index: Annotated[bool, typer.Option("--no-index", help="Check from the pack's record headers alone.")] = False,
     max_errors: Annotated[Optional[int], typer.Option("--max-errors", help="Stop after N problems.", min=1)] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", help="Hashing threads (default: 1 for frames under 16 KiB on average, else up to 4).", min=1)] = None,
+    workers: Annotated[
+        Optional[int],
+        typer.Option(
+            "--workers", help="Hashing threads (default: 1 for frames under 16 KiB on average, else up to 4).", min=1
+        ),
+    ] = None,
     junit: Annotated[
         Optional[Path], typer.Option("--junit", help="Also write a JUnit XML report (one testcase per pack).")
     ] = None,
@@ -338,8 +343,9 @@ def _bench_command(mode: str) -> Any:
         seed: Annotated[int, typer.Option("--seed", help="Sampler seed (the generator is seeded once).")] = 0,
         sampler: Annotated[Sampler, typer.Option("--sampler", help="How frame ids are drawn.")] = Sampler.random,
         block_size: Annotated[
-            int, typer.Option("--block-size", help="Frames per block for --sampler block-local.")
-        ] = 1000,
+            Optional[int],
+            typer.Option("--block-size", help="Frames per block for --sampler block-local (default: --frames).", min=1),
+        ] = None,
         workers: Annotated[
             Optional[int], typer.Option("--workers", help="Read threads (default min(16, max(1, frames // 4))).")
         ] = None,

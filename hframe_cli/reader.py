@@ -268,7 +268,12 @@ class PackReader:
             if longest <= self.max_read and near * 16 <= n:
                 # (almost) no frames close enough to merge, the usual random sample: merging a
                 # pair or two would save less than planning costs, so one pread each
-                blobs = list(map(os.pread, repeat(self._storage.fileno(), n), lens, offs))
+                fd = self._storage.fileno()
+                t0 = time.perf_counter()
+                first = os.pread(fd, lens[0], offs[0])
+                if n > 2 and _looks_cold(time.perf_counter() - t0, lens[0]):
+                    _prefetch(fd, offs[1:], lens[1:])
+                blobs = [first, *map(os.pread, repeat(fd, n - 1), lens[1:], offs[1:])]
                 if sum(map(len, blobs)) == sum(lens):
                     return blobs
             return self._read_inline(sorted(range(n), key=offs.__getitem__), offs, lens, n)
@@ -294,11 +299,18 @@ class PackReader:
         read_at = self._storage.read_at
         if stats is not None:
             return self._read_plans_timed(plans, n, w, stats)
-        if len(plans) == 1:
-            blobs = [self._read_plan(read_at, plans[0][0], plans[0][1])]
-        else:
+        t0 = time.perf_counter()
+        blobs = [self._read_plan(read_at, plans[0][0], plans[0][1])]
+        if len(plans) > 2 and _looks_cold(time.perf_counter() - t0, plans[0][1]):
+            _prefetch(self._storage.fileno(), [p[0] for p in plans[1:]], [p[1] for p in plans[1:]])
+        if len(plans) > 1:
+            # one task per worker, each reading a contiguous share of the sorted ranges
+            rest = plans[1:]
+            k = min(w, len(rest))
+            shares = [rest[i * len(rest) // k : (i + 1) * len(rest) // k] for i in range(k)]
             pool = self._get_pool(w)
-            blobs = list(pool.map(lambda p: self._read_plan(read_at, p[0], p[1]), plans))
+            for part in pool.map(lambda share: [self._read_plan(read_at, p[0], p[1]) for p in share], shares):
+                blobs.extend(part)
         out: list[bytes] = [b""] * n
         for (off, ln, parts), blob in zip(plans, blobs):
             if len(blob) != ln:
@@ -364,7 +376,11 @@ class PackReader:
             blob = self._read_plan(read_at, plan[0], plan[1])
             return blob, clock() - t0
 
-        results = [timed(p) for p in plans] if w <= 1 or len(plans) == 1 else list(self._get_pool(w).map(timed, plans))
+        results = [timed(plans[0])]
+        if len(plans) > 2 and _looks_cold(results[0][1], plans[0][1]):
+            _prefetch(self._storage.fileno(), [p[0] for p in plans[1:]], [p[1] for p in plans[1:]])
+        rest = plans[1:]
+        results += [timed(p) for p in rest] if w <= 1 or len(rest) <= 1 else list(self._get_pool(w).map(timed, rest))
         out: list[bytes] = [b""] * n
         for (off, ln, parts), (blob, dt) in zip(plans, results):
             if len(blob) != ln:
@@ -386,7 +402,7 @@ class PackReader:
     def _get_pool(self, workers: int) -> ThreadPoolExecutor:
         with self._pool_lock:
             pid = os.getpid()
-            if self._pool is None or self._pool_pid != pid or self._pool._max_workers < workers:
+            if self._pool is None or self._pool_pid != pid or self._pool._max_workers != min(workers, 64):
                 if self._pool is not None and self._pool_pid == pid:
                     self._pool.shutdown(wait=False)
                 self._pool = ThreadPoolExecutor(max_workers=min(workers, 64), thread_name_prefix="hframe-read")
@@ -411,6 +427,23 @@ class PackReader:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state.pop("path"), state.pop("index_path"), **state)  # type: ignore[misc]
+
+
+_COLD_FIXED_S = 100e-6
+_COLD_BYTES_PER_S = 2e9
+
+
+def _looks_cold(seconds: float, nbytes: int) -> bool:
+    """A read slower than a page-cache copy could be: the batch is probably not in memory."""
+    return seconds > _COLD_FIXED_S + nbytes / _COLD_BYTES_PER_S
+
+
+def _prefetch(fd: int, offsets: Sequence[int], lengths: Sequence[int]) -> None:
+    """Tell the kernel about the whole batch at once (WILLNEED), so one thread's reads overlap."""
+    if hasattr(os, "posix_fadvise"):
+        advise = os.posix_fadvise
+        for off, ln in zip(offsets, lengths):
+            advise(fd, off, ln, os.POSIX_FADV_WILLNEED)
 
 
 @dataclass

@@ -49,12 +49,12 @@ from .errors import (
 )
 from .format import (
     HEADER_SIZE,
+    MEDIA_TYPES,
     RECORD_FIXED,
     RECORD_MAGIC,
+    RECORD_STRUCT,
     TRAILER_MAGIC,
     TRAILER_SIZE,
-    MEDIA_TYPES,
-    RECORD_STRUCT,
     Header,
     Trailer,
     expected_magic,
@@ -426,8 +426,9 @@ class _Verifier:
         fast = idx is not None and not self.decode
         unpack = RECORD_STRUCT.unpack_from
         crc32 = zlib.crc32
-        offs, lens, rofs, names, media = (idx.offset, idx.length, idx.record_offset, idx.names, idx.media) if idx \
-            else ([], [], [], [], [])
+        offs, lens, rofs, names, media = (
+            (idx.offset, idx.length, idx.record_offset, idx.names, idx.media) if idx else ([], [], [], [], [])
+        )
         n_rows = len(offs)
         fast_frames = fast_bytes = 0
         try:
@@ -444,11 +445,16 @@ class _Verifier:
                         f = unpack(wb, at)
                         body = at + RECORD_FIXED
                         if (
-                            f[0] == RECORD_MAGIC and f[2] == i and f[3] == ln and pos + f[1] == off
+                            f[0] == RECORD_MAGIC
+                            and f[2] == i
+                            and f[3] == ln
+                            and pos + f[1] == off
                             and crc32(wb[body : body + f[9] + f[10]], crc32(wb[at : body - 4])) == f[12]
                             and wb[body : body + f[9]] == names[i]
-                            and (f[1] == RECORD_FIXED + f[9] + f[10]
-                                 or not wb[body + f[9] + f[10] : at + f[1]].strip(b"\0"))
+                            and (
+                                f[1] == RECORD_FIXED + f[9] + f[10]
+                                or not wb[body + f[9] + f[10] : at + f[1]].strip(b"\0")
+                            )
                         ):
                             p0 = off - ws
                             magic = _MAGICS.get(media[i])
@@ -600,8 +606,11 @@ class _Verifier:
             first, last = meta[0][0], meta[-1][0]
             if digests == b"".join([m[1] for m in meta]) and (
                 idx is None
-                or (last - first + 1 == len(meta) and last < len(idx.offset)
-                    and digests == idx.md5[first * 16 : last * 16 + 16])
+                or (
+                    last - first + 1 == len(meta)
+                    and last < len(idx.offset)
+                    and digests == idx.md5[first * 16 : last * 16 + 16]
+                )
             ):
                 return
         for (digest, decode_err), (i, rec_md5, offset, length) in zip(results, meta):
