@@ -15,6 +15,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING
+
 from .errors import (
     ChecksumMismatch,
     FormatError,
@@ -34,13 +36,49 @@ from .errors import (
     UnsupportedVersion,
 )
 from .format import FORMAT_VERSION
-from .index import get_index_path
-from .inputs import collect_sources
-from .packing import CheckpointPolicy, PackResult, pack, pack_sources, resume_pack
-from .reader import PackReader, ReadStats, open_pack
-from .scan import rebuild_index
-from .verify import PackReport, VerifyReport, self_check, verify_pack, verify_packs
-from .writer import PackWriter
+
+# The rest of the public API loads on first use (PEP 562), so that `hframe --version` and a
+# failing command start fast and `import hframe_cli` costs little until a pack is touched.
+_LAZY = {
+    "get_index_path": "index",
+    "collect_sources": "inputs",
+    "CheckpointPolicy": "packing",
+    "PackResult": "packing",
+    "pack": "packing",
+    "pack_sources": "packing",
+    "resume_pack": "packing",
+    "PackReader": "reader",
+    "ReadStats": "reader",
+    "open_pack": "reader",
+    "rebuild_index": "scan",
+    "PackReport": "verify",
+    "VerifyReport": "verify",
+    "self_check": "verify",
+    "verify_pack": "verify",
+    "verify_packs": "verify",
+    "PackWriter": "writer",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hframe_cli' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from .index import get_index_path
+    from .inputs import collect_sources
+    from .packing import CheckpointPolicy, PackResult, pack, pack_sources, resume_pack
+    from .reader import PackReader, ReadStats, open_pack
+    from .scan import rebuild_index
+    from .verify import PackReport, VerifyReport, self_check, verify_pack, verify_packs
+    from .writer import PackWriter
 
 __all__ = [
     "FORMAT_VERSION",

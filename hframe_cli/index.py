@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import FormatError, IndexMismatch, InputError, UnsupportedVersion
@@ -253,6 +252,8 @@ class IndexBuilder:
 
         label_dict = pa.array([display_name(k) for k in self._labels], pa.string())
         label_idx = pa.array(self._label_idx, pa.int32())
+        import pyarrow.compute as pc  # imported here: verify and get never need it
+
         label_idx = pc.if_else(pc.less(label_idx, 0), pa.scalar(None, pa.int32()), label_idx)
         label = pa.DictionaryArray.from_arrays(label_idx, label_dict).cast(pa.string())
         md5_hex = binascii.hexlify(bytes(self._md5))
@@ -368,6 +369,8 @@ def select_rows(table: pa.Table, columns: list[str] | None = None, name_glob: st
         if unknown:
             raise InputError(f"unknown column {unknown[0]!r} (columns: {', '.join(table.column_names)})")
     if name_glob:
+        import pyarrow.compute as pc
+
         mask = pc.match_substring_regex(table.column("name"), glob_to_regex(name_glob))
         table = table.filter(mask)
     return table.select(columns) if columns else table
