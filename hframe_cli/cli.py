@@ -194,7 +194,7 @@ def pack(
         on_event=render.event_logger(quiet or json_out),
     )
     if update:
-        from .packing import update_pack
+        from .update import update_pack
 
         with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
             plan, maybe = update_pack(
@@ -220,7 +220,7 @@ def pack(
             result = pack_sources(part, shard_path(output, i), on_progress=on_progress, **common)
         render.pack_summary(result, json_out, quiet)
         return
-    from .packing import pack_sharded
+    from .shards import pack_sharded
 
     with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
         manifest, results = pack_sharded(

@@ -1,9 +1,11 @@
-"""``pack``: sources in, a self-checked, published pack and index out.
+"""``pack`` and ``resume``: sources in, a self-checked, published pack and index out.
 
 Sources are read and hashed on a small thread pool (file reads and md5 release the GIL)
 while the calling thread appends them in sorted order, with a bounded number of batches in
 flight, so memory stays flat however many files there are. Frames larger than
-``_STREAM_ABOVE`` are streamed in chunks instead of being held in memory.
+``_STREAM_ABOVE`` are streamed in chunks instead of being held in memory. The same loop
+(``_run``) serves a fresh run and a resumed one; checkpoints are written as ``CheckpointPolicy``
+says (see ``checkpoint.py`` for the files and their durability order).
 """
 
 from __future__ import annotations
@@ -21,8 +23,6 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
-
-import pyarrow as pa
 
 from .checkpoint import (
     Checkpoint,
@@ -46,13 +46,10 @@ __all__ = [
     "CheckpointPolicy",
     "PackResult",
     "ResumeResult",
-    "UpdatePlan",
     "pack",
     "pack_sources",
     "parse_created",
-    "plan_update",
     "resume_pack",
-    "update_pack",
 ]
 
 _STREAM_ABOVE = 32 << 20
@@ -563,7 +560,7 @@ def resume_pack(
     ckpt, notes = load_checkpoint(out)  # notes (a torn checkpoint) are returned with the result
     partial = out + ".partial"
     if ckpt is None:
-        from .shards import load_plan
+        from .shards import SHARD_OPTIONS, load_plan, run_shards
 
         plan = load_plan(out)
         if plan is not None:  # an interrupted sharded run
@@ -571,7 +568,7 @@ def resume_pack(
             saved_all = load_sources(out)
             _note(on_event, f"resume: sharded run of {out}: {len(ranges)} shards")
             with OutputLock(out):
-                manifest, results = _run_shards(
+                manifest, results = run_shards(
                     out,
                     saved_all,
                     ranges,
@@ -580,7 +577,7 @@ def resume_pack(
                     resuming=True,
                     alignment=popts["alignment"],
                     created_us=popts["created_us"],
-                    **{k: popts[k] for k in _SHARD_OPTIONS if k in popts},
+                    **{k: popts[k] for k in SHARD_OPTIONS if k in popts},
                     workers=workers,
                     checkpoints=policy,
                     handle_signals=handle_signals,
@@ -710,241 +707,3 @@ def pack(
         max_frame_bytes=max_frame_bytes if max_frame_bytes is not None else DEFAULT_MAX_FRAME_BYTES,
     )
     return pack_sources(sources, output, skip_bad=skip_bad, **options)  # type: ignore[arg-type]
-
-
-@dataclass
-class UpdatePlan:
-    """What ``--update`` found: ``status`` is new, up_to_date, append or repack."""
-
-    status: str
-    added: list[Source] = field(default_factory=list)
-    changed: list[bytes] = field(default_factory=list)
-    removed: list[bytes] = field(default_factory=list)
-    frames: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "added": len(self.added),
-            "changed": len(self.changed),
-            "removed": len(self.removed),
-            "existing_frames": self.frames,
-        }
-
-
-def plan_update(sources: SourceList, output: str | os.PathLike[str], *, checksum: bool = False) -> UpdatePlan:
-    """Compare ``sources`` with the published pack's index (size + mtime, md5 with ``checksum``)."""
-    from .reader import PackReader
-
-    out = os.fspath(output)
-    if not os.path.exists(out):
-        return UpdatePlan("new", list(sources.sources))
-    with PackReader(out) as reader:  # refuses an incomplete pack or a mismatched index
-        table = reader.table
-        t = table.select(["name", "name_raw", "source_size", "md5"]).to_pydict()
-        mtimes_us = table.column("source_mtime").cast(pa.int64()).to_pylist()
-    old: dict[bytes, tuple[int, int, str]] = {}
-    for name, raw, size, us, md5 in zip(t["name"], t["name_raw"], t["source_size"], mtimes_us, t["md5"]):
-        old[raw if raw is not None else name.encode()] = (size, us, md5)
-    current = {s.name: s for s in sources.sources}
-    added = [s for s in sources.sources if s.name not in old]
-    removed = sorted(n for n in old if n not in current)
-    changed = []
-    for name, s in current.items():
-        if name not in old:
-            continue
-        size, us, md5 = old[name]
-        if s.size != size or s.mtime_ns // 1000 != us:
-            changed.append(name)
-        elif checksum:
-            with open(s.path, "rb") as f:
-                if hashlib.file_digest(f, "md5").hexdigest() != md5:
-                    changed.append(name)
-    status = "append" if added else "up_to_date"
-    if changed or removed:
-        status = "repack"
-    return UpdatePlan(status, added, sorted(changed), removed, len(old))
-
-
-def update_pack(
-    sources: SourceList,
-    output: str | os.PathLike[str],
-    *,
-    checksum: bool = False,
-    alignment: int = 1,
-    created_us: int | None = None,
-    skip_bad: bool = False,
-    self_check_frames: int = DEFAULT_SELF_CHECK,
-    workers: int | None = None,
-    checkpoints: CheckpointPolicy | None = None,
-    collect_options: dict[str, Any] | None = None,
-    handle_signals: bool = False,
-    on_progress: ProgressFn | None = None,
-    on_event: EventFn | None = None,
-) -> tuple[UpdatePlan, PackResult | None]:
-    """Bring a published pack up to date with ``sources`` (``pack --update``).
-
-    Policy (``man/hframe.1``, UPDATE): nothing changed ⇒ nothing is written; only new files ⇒ a
-    new pack with the existing records copied verbatim (same frame ids and offsets) and the new
-    files appended in name order; any file changed or removed ⇒ a full repack (frame ids follow
-    the sorted inputs again). The old pack stays published until the new one replaces it
-    atomically; an interrupted append is simply run again (it writes no checkpoints).
-    """
-    out = os.fspath(output)
-    plan = plan_update(sources, out, checksum=checksum)
-    if plan.status == "up_to_date":
-        return plan, None
-    if plan.status in ("new", "repack"):
-        if plan.status == "repack":
-            _note(on_event, f"update: {len(plan.changed)} changed, {len(plan.removed)} removed: full repack")
-        res = pack_sources(
-            sources,
-            out,
-            alignment=alignment,
-            created_us=created_us,
-            force=True,
-            skip_bad=skip_bad,
-            self_check_frames=self_check_frames,
-            workers=workers,
-            checkpoints=checkpoints,
-            collect_options=collect_options,
-            handle_signals=handle_signals,
-            on_progress=on_progress,
-            on_event=on_event,
-        )
-        return plan, res
-    if checkpoint_paths(out).checkpoint.exists():
-        raise InputError(f"{out}: an interrupted run left a checkpoint; finish it with 'hframe resume {out}' first")
-    from .reader import PackReader
-
-    with PackReader(out) as reader:
-        old_alignment, data_end = reader.info.header.alignment, reader.info.trailer.data_end
-    pack_uuid = None
-    if created_us is None:
-        created_us = time.time_ns() // 1000
-        pack_uuid = str(uuid_mod.uuid4())
-    _note(on_event, f"update: appending {len(plan.added)} new files to {plan.frames} existing frames")
-    added = SourceList(plan.added, list(sources.rejected))
-    ckpt = Checkpoint(output=out, phase="packing", options={}, fingerprint="", source_count=len(plan.added))
-    with OutputLock(out) as lock:
-        writer = PackWriter(
-            out, alignment=old_alignment, created_us=created_us, pack_uuid=pack_uuid, force=True, lock=lock
-        )
-        with writer:
-            writer.copy_records_from(out, data_end)
-            with _abandon_on_bad_data(out):
-                res = _run(
-                    writer,
-                    added,
-                    ckpt,
-                    CheckpointPolicy(enabled=False),
-                    start_source=0,
-                    skipped=list(sources.rejected),
-                    skip_bad=skip_bad,
-                    self_check_frames=self_check_frames,
-                    workers=workers,
-                    handle_signals=handle_signals,
-                    on_progress=on_progress,
-                    on_event=on_event,
-                    after_seal=None,
-                )
-    return plan, res
-
-
-def pack_sharded(
-    sources: SourceList,
-    output: str | os.PathLike[str],
-    *,
-    max_pack_bytes: int,
-    alignment: int = 1,
-    created_us: int | None = None,
-    force: bool = False,
-    on_event: EventFn | None = None,
-    **options: Any,
-) -> tuple[Any, list[PackResult]]:
-    """Pack ``sources`` as shards ``NAME-00000.hframe``... of at most ``max_pack_bytes`` each,
-    plus the manifest ``NAME.dataset.json``; one plain pack when everything fits.
-
-    A sharded run saves its plan (the source list and shard ranges) first; if it is interrupted,
-    ``resume_pack(output)`` (``hframe resume``) keeps the finished shards, resumes the
-    interrupted one and packs the rest. Returns the manifest (None for a single pack) and the
-    shards' results.
-    """
-    from .shards import plan_shards, save_plan
-
-    out = os.fspath(output)
-    ranges = plan_shards(sources.sources, max_pack_bytes, alignment)
-    if len(ranges) == 1:
-        return None, [
-            pack_sources(
-                sources, out, alignment=alignment, created_us=created_us, force=force, on_event=on_event, **options
-            )
-        ]
-    from .shards import get_manifest_path, shard_path
-
-    if not force:
-        for p in [get_manifest_path(out), *(shard_path(out, k) for k in range(len(ranges)))]:
-            if os.path.exists(p):
-                raise InputError(f"{p}: already exists (use --force to replace the dataset)")
-    if created_us is None:
-        created_us = time.time_ns() // 1000  # one creation time for every shard
-    with OutputLock(out):
-        save_sources(out, sources)
-        save_plan(
-            out,
-            ranges,
-            {
-                "alignment": alignment,
-                "created_us": created_us,
-                "force": force,
-                **{k: v for k, v in options.items() if k in _SHARD_OPTIONS},
-            },
-        )
-        return _run_shards(
-            out, sources, ranges, alignment=alignment, created_us=created_us, force=force, on_event=on_event, **options
-        )
-
-
-_SHARD_OPTIONS = ("skip_bad", "self_check_frames", "collect_options")
-
-
-def _run_shards(
-    out: str,
-    sources: SourceList,
-    ranges: list[tuple[int, int]],
-    *,
-    on_event: EventFn | None,
-    force: bool,
-    resuming: bool = False,
-    **options: Any,
-) -> tuple[Any, list[PackResult]]:
-    from .shards import remove_plan, shard_path, write_manifest
-
-    # a shard holds a fixed part of the planned sources: on resume its files are checked for
-    # changes, but folders are not walked again (new files belong to the next run)
-    options = {**options, "collect_options": None}
-    results = []
-    paths = []
-    for k, (a, b) in enumerate(ranges):
-        path = shard_path(out, k)
-        paths.append(path)
-        part = SourceList(sources.sources[a:b], list(sources.rejected) if k == 0 else [])
-        if checkpoint_paths(path).checkpoint.exists():
-            _note(on_event, f"shard {k + 1} of {len(ranges)}: resuming {path}")
-            outcome = resume_pack(
-                path,
-                on_event=on_event,
-                **{x: options[x] for x in ("workers", "checkpoints", "handle_signals", "on_progress") if x in options},
-            )
-            if outcome.result is not None:
-                results.append(outcome.result)
-            continue
-        if resuming and os.path.exists(path) and get_index_path(path).exists():
-            _note(on_event, f"shard {k + 1} of {len(ranges)}: {path} already complete")  # published by this plan
-            continue
-        _note(on_event, f"shard {k + 1} of {len(ranges)}: {b - a} sources -> {path}")
-        results.append(pack_sources(part, path, force=force or resuming, on_event=on_event, **options))
-    manifest = write_manifest(out, paths)
-    remove_plan(out)
-    remove_checkpoint_files(out)
-    return manifest, results

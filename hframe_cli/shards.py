@@ -14,21 +14,27 @@ import bisect
 import hashlib
 import json
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from .checkpoint import checkpoint_paths, fsync_dir
+from .checkpoint import OutputLock, checkpoint_paths, fsync_dir, remove_checkpoint_files, save_sources
 from .errors import FormatError, InputError, NotFound, UnsupportedVersion
 from .format import HEADER_SIZE, RECORD_FIXED, TRAILER_SIZE
-from .inputs import Source
+from .index import get_index_path
+from .inputs import Source, SourceList
 from .reader import FrameKey, PackReader
+
+if TYPE_CHECKING:
+    from .packing import EventFn, PackResult
 
 __all__ = [
     "DEFAULT_MAX_PACK_BYTES",
+    "pack_sharded",
     "DatasetReader",
     "Manifest",
     "get_manifest_path",
@@ -327,3 +333,106 @@ def open_dataset_or_pack(path: str | os.PathLike[str], **options: Any) -> PackRe
     if not os.path.exists(path) and get_manifest_path(path).exists():
         return DatasetReader(path, **options)
     return PackReader(path, **options)
+
+
+# -- packing a dataset (the driver behind pack --max-pack-bytes and resume) ---------------
+
+
+def pack_sharded(
+    sources: SourceList,
+    output: str | os.PathLike[str],
+    *,
+    max_pack_bytes: int,
+    alignment: int = 1,
+    created_us: int | None = None,
+    force: bool = False,
+    on_event: EventFn | None = None,
+    **options: Any,
+) -> tuple[Any, list[PackResult]]:
+    """Pack ``sources`` as shards ``NAME-00000.hframe``... of at most ``max_pack_bytes`` each,
+    plus the manifest ``NAME.dataset.json``; one plain pack when everything fits.
+
+    A sharded run saves its plan (the source list and shard ranges) first; if it is interrupted,
+    ``resume_pack(output)`` (``hframe resume``) keeps the finished shards, resumes the
+    interrupted one and packs the rest. Returns the manifest (None for a single pack) and the
+    shards' results.
+    """
+
+    from .packing import pack_sources
+
+    out = os.fspath(output)
+    ranges = plan_shards(sources.sources, max_pack_bytes, alignment)
+    if len(ranges) == 1:
+        return None, [
+            pack_sources(
+                sources, out, alignment=alignment, created_us=created_us, force=force, on_event=on_event, **options
+            )
+        ]
+
+    if not force:
+        for p in [get_manifest_path(out), *(shard_path(out, k) for k in range(len(ranges)))]:
+            if os.path.exists(p):
+                raise InputError(f"{p}: already exists (use --force to replace the dataset)")
+    if created_us is None:
+        created_us = time.time_ns() // 1000  # one creation time for every shard
+    with OutputLock(out):
+        save_sources(out, sources)
+        save_plan(
+            out,
+            ranges,
+            {
+                "alignment": alignment,
+                "created_us": created_us,
+                "force": force,
+                **{k: v for k, v in options.items() if k in SHARD_OPTIONS},
+            },
+        )
+        return run_shards(
+            out, sources, ranges, alignment=alignment, created_us=created_us, force=force, on_event=on_event, **options
+        )
+
+
+SHARD_OPTIONS = ("skip_bad", "self_check_frames", "collect_options")
+
+
+def run_shards(
+    out: str,
+    sources: SourceList,
+    ranges: list[tuple[int, int]],
+    *,
+    on_event: EventFn | None,
+    force: bool,
+    resuming: bool = False,
+    **options: Any,
+) -> tuple[Any, list[PackResult]]:
+
+    from .packing import _note, pack_sources, resume_pack
+
+    # a shard holds a fixed part of the planned sources: on resume its files are checked for
+    # changes, but folders are not walked again (new files belong to the next run)
+    options = {**options, "collect_options": None}
+    results = []
+    paths = []
+    for k, (a, b) in enumerate(ranges):
+        path = shard_path(out, k)
+        paths.append(path)
+        part = SourceList(sources.sources[a:b], list(sources.rejected) if k == 0 else [])
+        if checkpoint_paths(path).checkpoint.exists():
+            _note(on_event, f"shard {k + 1} of {len(ranges)}: resuming {path}")
+            outcome = resume_pack(
+                path,
+                on_event=on_event,
+                **{x: options[x] for x in ("workers", "checkpoints", "handle_signals", "on_progress") if x in options},
+            )
+            if outcome.result is not None:
+                results.append(outcome.result)
+            continue
+        if resuming and os.path.exists(path) and get_index_path(path).exists():
+            _note(on_event, f"shard {k + 1} of {len(ranges)}: {path} already complete")  # published by this plan
+            continue
+        _note(on_event, f"shard {k + 1} of {len(ranges)}: {b - a} sources -> {path}")
+        results.append(pack_sources(part, path, force=force or resuming, on_event=on_event, **options))
+    manifest = write_manifest(out, paths)
+    remove_plan(out)
+    remove_checkpoint_files(out)
+    return manifest, results

@@ -1,0 +1,174 @@
+"""``pack --update``: bring a published pack up to date with its sources (for cron).
+
+Policy (``man/hframe.1``, UPDATE): nothing changed => nothing is written; only new files => a new
+pack with the existing records copied verbatim (frame ids and offsets kept) and the new files
+appended in name order; any file changed or removed => a full repack.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import uuid as uuid_mod
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from .checkpoint import Checkpoint, OutputLock, checkpoint_paths
+from .errors import InputError
+from .inputs import Source, SourceList
+from .packing import (
+    CheckpointPolicy,
+    EventFn,
+    PackResult,
+    ProgressFn,
+    _abandon_on_bad_data,
+    _note,
+    _run,
+    pack_sources,
+)
+from .verify import DEFAULT_SELF_CHECK
+from .writer import PackWriter
+
+__all__ = ["UpdatePlan", "plan_update", "update_pack"]
+
+
+@dataclass
+class UpdatePlan:
+    """What ``--update`` found: ``status`` is new, up_to_date, append or repack."""
+
+    status: str
+    added: list[Source] = field(default_factory=list)
+    changed: list[bytes] = field(default_factory=list)
+    removed: list[bytes] = field(default_factory=list)
+    frames: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "added": len(self.added),
+            "changed": len(self.changed),
+            "removed": len(self.removed),
+            "existing_frames": self.frames,
+        }
+
+
+def plan_update(sources: SourceList, output: str | os.PathLike[str], *, checksum: bool = False) -> UpdatePlan:
+    """Compare ``sources`` with the published pack's index (size + mtime, md5 with ``checksum``)."""
+    from .reader import PackReader
+
+    out = os.fspath(output)
+    if not os.path.exists(out):
+        return UpdatePlan("new", list(sources.sources))
+    with PackReader(out) as reader:  # refuses an incomplete pack or a mismatched index
+        table = reader.table
+        t = table.select(["name", "name_raw", "source_size", "md5"]).to_pydict()
+        mtimes_us = table.column("source_mtime").cast(pa.int64()).to_pylist()
+    old: dict[bytes, tuple[int, int, str]] = {}
+    for name, raw, size, us, md5 in zip(t["name"], t["name_raw"], t["source_size"], mtimes_us, t["md5"]):
+        old[raw if raw is not None else name.encode()] = (size, us, md5)
+    current = {s.name: s for s in sources.sources}
+    added = [s for s in sources.sources if s.name not in old]
+    removed = sorted(n for n in old if n not in current)
+    changed = []
+    for name, s in current.items():
+        if name not in old:
+            continue
+        size, us, md5 = old[name]
+        if s.size != size or s.mtime_ns // 1000 != us:
+            changed.append(name)
+        elif checksum:
+            with open(s.path, "rb") as f:
+                if hashlib.file_digest(f, "md5").hexdigest() != md5:
+                    changed.append(name)
+    status = "append" if added else "up_to_date"
+    if changed or removed:
+        status = "repack"
+    return UpdatePlan(status, added, sorted(changed), removed, len(old))
+
+
+def update_pack(
+    sources: SourceList,
+    output: str | os.PathLike[str],
+    *,
+    checksum: bool = False,
+    alignment: int = 1,
+    created_us: int | None = None,
+    skip_bad: bool = False,
+    self_check_frames: int = DEFAULT_SELF_CHECK,
+    workers: int | None = None,
+    checkpoints: CheckpointPolicy | None = None,
+    collect_options: dict[str, Any] | None = None,
+    handle_signals: bool = False,
+    on_progress: ProgressFn | None = None,
+    on_event: EventFn | None = None,
+) -> tuple[UpdatePlan, PackResult | None]:
+    """Bring a published pack up to date with ``sources`` (``pack --update``).
+
+    Policy (``man/hframe.1``, UPDATE): nothing changed ⇒ nothing is written; only new files ⇒ a
+    new pack with the existing records copied verbatim (same frame ids and offsets) and the new
+    files appended in name order; any file changed or removed ⇒ a full repack (frame ids follow
+    the sorted inputs again). The old pack stays published until the new one replaces it
+    atomically; an interrupted append is simply run again (it writes no checkpoints).
+    """
+    out = os.fspath(output)
+    plan = plan_update(sources, out, checksum=checksum)
+    if plan.status == "up_to_date":
+        return plan, None
+    if plan.status in ("new", "repack"):
+        if plan.status == "repack":
+            _note(on_event, f"update: {len(plan.changed)} changed, {len(plan.removed)} removed: full repack")
+        res = pack_sources(
+            sources,
+            out,
+            alignment=alignment,
+            created_us=created_us,
+            force=True,
+            skip_bad=skip_bad,
+            self_check_frames=self_check_frames,
+            workers=workers,
+            checkpoints=checkpoints,
+            collect_options=collect_options,
+            handle_signals=handle_signals,
+            on_progress=on_progress,
+            on_event=on_event,
+        )
+        return plan, res
+    if checkpoint_paths(out).checkpoint.exists():
+        raise InputError(f"{out}: an interrupted run left a checkpoint; finish it with 'hframe resume {out}' first")
+    from .reader import PackReader
+
+    with PackReader(out) as reader:
+        old_alignment, data_end = reader.info.header.alignment, reader.info.trailer.data_end
+    pack_uuid = None
+    if created_us is None:
+        created_us = time.time_ns() // 1000
+        pack_uuid = str(uuid_mod.uuid4())
+    _note(on_event, f"update: appending {len(plan.added)} new files to {plan.frames} existing frames")
+    added = SourceList(plan.added, list(sources.rejected))
+    ckpt = Checkpoint(output=out, phase="packing", options={}, fingerprint="", source_count=len(plan.added))
+    with OutputLock(out) as lock:
+        writer = PackWriter(
+            out, alignment=old_alignment, created_us=created_us, pack_uuid=pack_uuid, force=True, lock=lock
+        )
+        with writer:
+            writer.copy_records_from(out, data_end)
+            with _abandon_on_bad_data(out):
+                res = _run(
+                    writer,
+                    added,
+                    ckpt,
+                    CheckpointPolicy(enabled=False),
+                    start_source=0,
+                    skipped=list(sources.rejected),
+                    skip_bad=skip_bad,
+                    self_check_frames=self_check_frames,
+                    workers=workers,
+                    handle_signals=handle_signals,
+                    on_progress=on_progress,
+                    on_event=on_event,
+                    after_seal=None,
+                )
+    return plan, res
