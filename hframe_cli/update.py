@@ -113,7 +113,11 @@ def update_pack(
     the sorted inputs again). The old pack stays published until the new one replaces it
     atomically; an interrupted append is simply run again (it writes no checkpoints).
     """
+    from .shards import get_manifest_path
+
     out = os.fspath(output)
+    if not os.path.exists(out) and get_manifest_path(out).exists():
+        raise InputError(f"{out}: --update of a sharded dataset is not supported yet; repack it with --force")
     plan = plan_update(sources, out, checksum=checksum)
     if plan.status == "up_to_date":
         return plan, None
