@@ -13,7 +13,12 @@ the sources are read once first (warm page cache), then each of these runs ``--r
   ``[{name, offset, length, md5}]``, fsync both), run as ``python bench_pack.py --seed-pack``
   so it pays interpreter start-up like the CLI does;
 * ``hframe``: ``hframe pack SRC -o OUT.hframe --force`` (includes fsync, Parquet index and
-  the self-check), with its peak RSS from ``/usr/bin/time`` (or ``getrusage``).
+  the self-check), with its peak RSS from ``/usr/bin/time`` (or ``getrusage``);
+* ``hframe_nockpt``: the same with ``--no-checkpoint`` (to a separate output, removed at the
+  end), for the cost of checkpoints (default: on);
+* ``hframe_update_noop`` (blobs only): ``hframe pack SRC -o OUT.hframe --update`` on the pack
+  the ``hframe`` run just wrote, nothing having changed (no rewrite expected; the script fails
+  if the pack's size or mtime changes).
 
 Index lookup at 1,000,000 frames: a real pack of 1M tiny frames is written once through
 ``hframe_cli.PackWriter`` (no million files on disk), plus the matching JSON list. Timed
@@ -22,7 +27,9 @@ followed by list indexing and a linear name search.
 
 Targets (reported, not enforced; the exit status is 0 unless something errors):
   pack_vs_tar_sync <= 1.5, pack_vs_seed <= 1.0, rss_200k_vs_20k <= 2.0,
-  index_lookup_speedup_vs_json >= 10.
+  index_lookup_speedup_vs_json >= 10, checkpoint_overhead (hframe / hframe_nockpt - 1) <= 0.05
+  on both sets, update_noop_vs_full (hframe_update_noop / hframe on blobs) <= 0.10.
+The first line names the ``hframe_cli`` the ``hframe`` command imports (PYTHONPATH applies).
 Output: one ``key=value`` line per measurement, then one line per ratio with PASS/FAIL.
 """
 
@@ -43,6 +50,7 @@ import time
 HFRAME = os.path.join(os.path.dirname(sys.executable), "hframe")
 GNU_TIME = "/usr/bin/time"
 DATASETS = ("jpegs", "blobs")
+UPDATE_DATASETS = ("blobs",)  # where the no-op ``--update`` is timed
 INDEX_FRAMES = 1_000_000
 
 
@@ -117,17 +125,27 @@ def bench_dataset(data_dir: str, out_dir: str, name: str, repeat: int) -> dict[s
     tar_out = os.path.join(out_dir, f"{name}.tar")
     seed_out = os.path.join(out_dir, f"{name}.seed")
     hf_out = os.path.join(out_dir, f"{name}.hframe")
+    nockpt_out = os.path.join(out_dir, f"{name}.nockpt.hframe")
     methods = {
         "tar": ([tar_out], ["sh", "-c", f'tar cf "{tar_out}" -C "{src}" . && sync']),
         "seed": ([seed_out, seed_out + ".json"],
                  [sys.executable, os.path.abspath(__file__), "--seed-pack", src, seed_out]),
         "hframe": ([hf_out, hf_out + ".index.parquet"], [HFRAME, "pack", src, "-o", hf_out, "--force"]),
     }
+    if name in UPDATE_DATASETS:  # right after "hframe", on the pack it wrote; nothing is removed
+        methods["hframe_update_noop"] = ([], [HFRAME, "pack", src, "-o", hf_out, "--update"])
+    methods["hframe_nockpt"] = ([nockpt_out, nockpt_out + ".index.parquet"],
+                                [HFRAME, "pack", src, "-o", nockpt_out, "--force", "--no-checkpoint"])
     runs: dict[str, list[tuple[float, float]]] = {m: [] for m in methods}
     for r in range(1, repeat + 1):
         for method, (outputs, cmd) in methods.items():
             remove(*outputs)
+            before = os.stat(hf_out) if method == "hframe_update_noop" else None
             wall, rss = timed(cmd)
+            if before is not None:
+                after = os.stat(hf_out)
+                if (after.st_size, after.st_mtime_ns, after.st_ino) != (before.st_size, before.st_mtime_ns, before.st_ino):
+                    raise RuntimeError(f"--update rewrote {hf_out} although nothing changed")
             runs[method].append((wall, rss))
             print(f"bench=pack dataset={name} method={method} run={r} wall_s={wall:.3f} peak_rss_mb={rss:.1f}",
                   flush=True)
@@ -139,6 +157,7 @@ def bench_dataset(data_dir: str, out_dir: str, name: str, repeat: int) -> dict[s
         print(f"bench=pack dataset={name} method={method} files={len(files)} bytes={nbytes} "
               f"wall_s_median={wall:.3f} mb_per_s={nbytes / 1e6 / wall:.1f} files_per_s={len(files) / wall:.0f} "
               f"peak_rss_mb_median={rss:.1f}", flush=True)
+    remove(nockpt_out, nockpt_out + ".index.parquet")
     return medians
 
 
@@ -235,6 +254,10 @@ def main() -> int:
     out_dir = os.path.join(args.data_dir, "_bench_out")
     os.makedirs(out_dir, exist_ok=True)
 
+    which = subprocess.run([sys.executable, "-c", "import hframe_cli; print(hframe_cli.__file__)"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    print(f"bench=pack hframe={HFRAME} hframe_cli={os.path.dirname(which)} cpus={os.cpu_count()} "
+          f"load1={os.getloadavg()[0]:.2f}", flush=True)
     medians = {name: bench_dataset(args.data_dir, out_dir, name, args.repeat) for name in DATASETS}
     speedup = bench_index(out_dir, args.repeat, args.index_frames)
     for name in DATASETS:
@@ -244,6 +267,15 @@ def main() -> int:
     verdict("rss_200k_vs_20k", medians["blobs"]["hframe"][1] / medians["jpegs"]["hframe"][1], 2.0, False,
             f" rss_20k_mb={medians['jpegs']['hframe'][1]:.1f} rss_200k_mb={medians['blobs']['hframe'][1]:.1f}")
     verdict("index_lookup_speedup_vs_json", speedup, 10.0, True, f" frames={args.index_frames}")
+    for name in DATASETS:
+        m = medians[name]
+        verdict("checkpoint_overhead", m["hframe"][0] / m["hframe_nockpt"][0] - 1, 0.05, False,
+                f" dataset={name} on_s={m['hframe'][0]:.3f} off_s={m['hframe_nockpt'][0]:.3f}")
+    for name in UPDATE_DATASETS:
+        m = medians[name]
+        verdict("update_noop_vs_full", m["hframe_update_noop"][0] / m["hframe"][0], 0.10, False,
+                f" dataset={name} update_s={m['hframe_update_noop'][0]:.3f} full_s={m['hframe'][0]:.3f}")
+    print(f"bench=pack load_avg={' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     return 0
 
 
