@@ -149,7 +149,7 @@ def pack(
 ) -> None:
     """Pack files into OUTPUT and its index OUTPUT.index.parquet, self-check, then publish."""
     from .inputs import collect_sources
-    from .packing import CheckpointPolicy, pack_sources, parse_created
+    from .packing import CheckpointPolicy, parse_created
     from .units import parse_size
 
     policy = CheckpointPolicy(
@@ -209,15 +209,10 @@ def pack(
     if checksum:
         raise InputError("--checksum only applies with --update")
     if shard_of is not None:
-        from .inputs import SourceList
-        from .shards import parse_shard_of, shard_path, split_for_worker
+        from .shards import pack_part
 
-        i, n = parse_shard_of(shard_of)
-        part = SourceList(split_for_worker(srcs.sources, i, n), srcs.rejected if i == 0 else [])
-        if not part.sources:
-            raise InputError(f"--shard-of {shard_of}: part {i} of {n} is empty ({len(srcs.sources)} sources)")
-        with render.progress(len(part.sources), part.total_bytes, quiet or json_out) as on_progress:
-            result = pack_sources(part, shard_path(output, i), on_progress=on_progress, **common)
+        with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
+            result = pack_part(srcs, output, shard_of, on_progress=on_progress, **common)
         render.pack_summary(result, json_out, quiet)
         return
     from .shards import pack_sharded

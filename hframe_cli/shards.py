@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_PACK_BYTES",
+    "pack_part",
     "pack_sharded",
     "DatasetReader",
     "Manifest",
@@ -94,6 +95,17 @@ def parse_shard_of(text: str) -> tuple[int, int]:
     if n < 1 or not 0 <= i < n:
         raise InputError(f"--shard-of {text}: I must be in 0..N-1 and N at least 1")
     return i, n
+
+
+def pack_part(sources: SourceList, output: str | os.PathLike[str], shard_of: str, **options: Any) -> PackResult:
+    """``pack --shard-of I/N``: pack part I of N of the sorted sources as ``NAME-0000I.hframe``."""
+    from .packing import pack_sources
+
+    i, n = parse_shard_of(shard_of)
+    part = SourceList(split_for_worker(sources.sources, i, n), sources.rejected if i == 0 else [])
+    if not part.sources:
+        raise InputError(f"--shard-of {shard_of}: part {i} of {n} is empty ({len(sources.sources)} sources)")
+    return pack_sources(part, shard_path(output, i), **options)
 
 
 def split_for_worker(sources: Sequence[Source], i: int, n: int) -> list[Source]:
