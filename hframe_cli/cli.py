@@ -278,7 +278,9 @@ def verify(
     workers: Annotated[
         Optional[int],
         typer.Option(
-            "--workers", help="Hashing threads (default: 1 for frames under 16 KiB on average, else up to 4).", min=1
+            "--workers",
+            help="Parts of a large pack checked at once, in parallel processes (default: one per core, at most 4).",
+            min=1,
         ),
     ] = None,
     junit: Annotated[

@@ -18,12 +18,16 @@ after evicting the pack from the page cache, raising on the first problem.
 from __future__ import annotations
 
 import binascii
+import bisect
+import contextlib
 import glob
 import hashlib
 import io
 import math
 import os
+import pickle
 import random
+import signal
 import time
 import zlib
 from collections import deque
@@ -80,7 +84,7 @@ CHUNK_BYTES = 16 << 20
 SAMPLE_BLOCK_BYTES = 1 << 20  # sampled frames come in runs of neighbours about this many bytes long
 _IMAGE_TYPES = frozenset({"jpeg", "png", "gif", "webp", "bmp", "tiff"})
 _MAGICS = {m: expected_magic(m) for m in MEDIA_TYPES}
-_THREADS_ABOVE_MEAN = 16 << 10
+_PARALLEL_ABOVE = 64 << 20  # walk packs with more data than this in parallel
 
 ProgressFn = Callable[[int], None]
 
@@ -366,6 +370,7 @@ class _Verifier:
         self.on_progress = on_progress
         self._pool: ThreadPoolExecutor | None = None
         self.auto_workers = False
+        self.processes = 1
 
     def get_pool(self) -> ThreadPoolExecutor | None:
         """One hashing pool for every run this verifier walks."""
@@ -406,6 +411,8 @@ class _Verifier:
         the data ends. Returns the position after the last record walked.
         """
         win = _Window(self.storage, read_end if read_end is not None else end)
+        if hasattr(os, "posix_fadvise"):  # bigger read-ahead for this descriptor: the walk is sequential
+            os.posix_fadvise(self.storage.fileno(), start_pos, 0, os.POSIX_FADV_SEQUENTIAL)
         pool = self.get_pool()
         pending: deque[
             tuple[
@@ -814,7 +821,8 @@ def verify_pack(
         frames: check only frames [A, B).
         decode: also decode image frames fully with Pillow (decompression-bomb limits on).
         max_errors: stop after this many problems.
-        workers: hashing threads (default: 1 for frames averaging under 16 KiB, else up to 4).
+        workers: parts of a large pack (over 64 MiB of data) walked at once in forked processes
+            (default: one per core, at most 4); smaller packs and samples are walked in one.
 
     Raises:
         InputError: bad arguments (for example --sample without an index).
@@ -832,6 +840,8 @@ def verify_pack(
         return report
     v = _Verifier(report, storage, max_errors, workers or 1, decode, on_progress)
     v.auto_workers = workers is None
+    if workers is not None:  # explicit: that many parts walked at once, each hashing inline
+        v.processes, v.workers = workers, 1
     try:
         _verify_open(v, report, storage, ipath, use_index, sample, seed, frames)
     except _TooManyProblems:
@@ -841,6 +851,8 @@ def verify_pack(
     finally:
         v.close()
         storage.close()
+        # pack-level problems first, then by frame (md5 results arrive in batches, after layout ones)
+        report.problems.sort(key=lambda p: -1 if p.frame_id is None else p.frame_id)
         report.elapsed_s = time.perf_counter() - t0
     return report
 
@@ -901,16 +913,20 @@ def _verify_open(
                 f"({'truncated' if size < meta.pack_bytes else 'bytes appended'}?)",
             )
     n = rows if use_index else (trailer.frame_count if trailer is not None else 0)
-    if v.auto_workers and trailer is not None and trailer.frame_count:
-        # hashing threads pay off for large frames; for small ones the per-frame handoff costs more
-        mean = trailer.payload_bytes // trailer.frame_count
-        v.workers = 1 if mean < _THREADS_ABOVE_MEAN else min(4, os.cpu_count() or 1)
+    if v.auto_workers:
+        # a big pack is walked as one part per core, in forked processes, each hashing inline
+        v.processes = min(4, os.cpu_count() or 1)
+        v.workers = 1
     report.frames_total = n
     data_end_known = trailer is not None
     end = trailer.data_end if trailer is not None else size
     if trailer is None and tail[:8] == TRAILER_MAGIC and size >= HEADER_SIZE + TRAILER_SIZE:
         end, data_end_known = size - TRAILER_SIZE, True  # trailer bytes damaged, but it is where it should be
     if use_index and idx is not None:
+        if report.selection == "full" and v.processes > 1 and n > 1 and end - HEADER_SIZE >= _PARALLEL_ABOVE:
+            stop_pos = _walk_in_parallel(v, idx, n, end, data_end_known)
+            _check_end(v, stop_pos, size, end, trailer, data_end_known)
+            ranges = []
         for a, b in ranges:
             if a >= b:
                 continue
@@ -925,6 +941,103 @@ def _verify_open(
         if trailer is not None and v.next_id != trailer.frame_count:
             v.add("trailer", f"{where}: found {v.next_id} records, trailer says {trailer.frame_count}")
         _check_end(v, stop_pos, size, end, trailer, data_end_known)
+
+
+def _walk_in_parallel(v: _Verifier, idx: _IndexCols, n: int, end: int, data_end_known: bool) -> int:
+    """Walk the pack as ``v.processes`` contiguous parts at once: forked children take parts
+    1.., this process part 0; problems come back in frame order. Returns where the last part
+    ended. Falls back to one walk if the index's record offsets are not in order."""
+    rofs = idx.record_offset
+    if any(b < a for a, b in zip(rofs, rofs[1:])):
+        return v.walk(HEADER_SIZE, 0, n, end, data_end_known, idx)
+    parts_n = min(v.processes, n)
+    cuts = [0]
+    for k in range(1, parts_n):
+        target = HEADER_SIZE + (end - HEADER_SIZE) * k // parts_n
+        cuts.append(max(cuts[-1] + 1, min(n - (parts_n - k), bisect.bisect_left(rofs, target))))
+    cuts.append(n)
+    parts = [(cuts[k], cuts[k + 1]) for k in range(parts_n) if cuts[k] < cuts[k + 1]]
+    children: list[tuple[int, int]] = []
+    try:
+        for a, b in parts[1:]:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: walk its part, send back what it found, exit without cleanup
+                os.close(r)
+                code = 0
+                try:
+                    child = _Verifier(
+                        PackReport(v.r.pack, v.r.index, v.r.mode, v.r.selection),
+                        v.storage,
+                        v.max_errors,
+                        1,
+                        v.decode,
+                        None,
+                    )
+                    pos = -1
+                    try:
+                        pos = child.walk(rofs[a], a, b, end, data_end_known, idx, read_end=rofs[b] if b < n else end)
+                    except _TooManyProblems:
+                        pass
+                    payload = pickle.dumps(
+                        (child.r.problems, child.r.frames_checked, child.r.bytes_checked, pos, child.r.stopped_early)
+                    )
+                    view = memoryview(payload)
+                    while view:
+                        view = view[os.write(w, view) :]
+                except BaseException:  # noqa: BLE001 - report by exit status; the parent re-walks the part
+                    code = 1
+                finally:
+                    os._exit(code)
+            os.close(w)
+            children.append((pid, r))
+        pos = v.walk(
+            HEADER_SIZE,
+            0,
+            parts[0][1],
+            end,
+            data_end_known,
+            idx,
+            read_end=rofs[parts[0][1]] if parts[0][1] < n else end,
+        )
+        for (pid, r), (a, b) in zip(children, parts[1:]):
+            chunks = []
+            while True:
+                data = os.read(r, 1 << 20)
+                if not data:
+                    break
+                chunks.append(data)
+            os.close(r)
+            _, status = os.waitpid(pid, 0)
+            children = [c for c in children if c[0] != pid]
+            if status != 0 or not chunks:  # the child failed: walk its part here
+                pos = v.walk(rofs[a], a, b, end, data_end_known, idx)
+                continue
+            problems, frames, nbytes, pos, stopped = pickle.loads(b"".join(chunks))
+            v.r.frames_checked += frames
+            v.r.bytes_checked += nbytes
+            for p in problems:
+                v.add(
+                    p.check,
+                    p.message,
+                    p.frame_id,
+                    name=p.name,
+                    offset=p.offset,
+                    length=p.length,
+                    expected=p.expected,
+                    found=p.found,
+                )
+            if stopped:
+                v.r.stopped_early = True
+                raise _TooManyProblems
+        return pos
+    finally:
+        for pid, r in children:  # stopped early: do not wait for the rest
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                os.close(r)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
 
 
 def _check_end(v: _Verifier, pos: int, size: int, end: int, trailer: Trailer | None, data_end_known: bool) -> None:

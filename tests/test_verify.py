@@ -246,3 +246,26 @@ def test_bad_flags_and_quiet(vpack, cli):
         assert r.exit_code == 2 and msg in (r.stderr + r.stdout), (args, r.stderr, r.stdout)
     r = cli(["verify", str(vpack), "-q"])
     assert (r.exit_code, r.stdout, r.stderr) == (0, "", "")
+
+
+def test_large_pack_is_checked_in_parallel_parts_with_exact_results(tmp_path):
+    out = tmp_path / "big.hframe"
+    rng = random.Random(11)
+    with PackWriter(out) as w:  # 72 frames of ~1 MiB: above the 64 MiB parallel threshold
+        for i in range(72):
+            w.add(b"%03d.bin" % i, rng.randbytes(1_000_000 + rng.randrange(100_000)))
+        w.seal()
+        w.publish()
+    clean = verify_pack(out, workers=2)
+    assert clean.ok and clean.frames_checked == 72 and clean.bytes_checked == sum(r["length"] for r in rows(out))
+    rs = rows(out)
+    damaged = {3, 40, 41, 70}
+    for i in (3, 40, 70):
+        flip(out, rs[i]["offset"] + rs[i]["length"] // 3)
+    flip(out, rs[41]["record_offset"] + 10)  # a record header in the second half
+    for workers in (1, 2, 3):
+        rep = verify_pack(out, workers=workers)
+        assert set(rep.bad_frames) == damaged, (workers, rep.problems)
+        assert [p.frame_id for p in rep.problems] == sorted(p.frame_id for p in rep.problems)  # frame order
+    rep = verify_pack(out, workers=2, max_errors=2)
+    assert len(rep.problems) == 2 and rep.stopped_early
