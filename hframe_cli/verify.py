@@ -1,7 +1,8 @@
 """Verify packs: every check a pack can fail, reported per frame; and the packing self-check.
 
 ``verify_pack`` walks the chain of record headers sequentially in large chunks (the pack's own
-structure, independent of the index), hashes payloads on worker threads, and compares each
+structure, independent of the index), hashing every payload (a large pack as one part per
+core, in forked processes), and compares each
 record with its index row. Problems are attributed to exactly the frames they damage:
 
 - header / trailer: magic, version, checksum, position, UUID (pack-level, no frame id);
