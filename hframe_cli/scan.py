@@ -18,7 +18,7 @@ from .index import INDEX_SCHEMA, IndexBuilder, IndexMeta, write_index
 from .reader import PackInfo, read_pack_info
 from .storage import LocalFile, open_storage
 
-__all__ = ["ScannedRecord", "iter_records", "rebuild_index"]
+__all__ = ["ScannedRecord", "iter_records", "rebuild_index", "walk_records"]
 
 _PROBE = 4096
 
@@ -35,9 +35,22 @@ class ScannedRecord:
 
 def iter_records(storage: LocalFile, info: PackInfo) -> Iterator[ScannedRecord]:
     """Yield every record between the header and the trailer, checking each header."""
+    count = 0
+    for rec in walk_records(storage, info.trailer.data_end):
+        count += 1
+        yield rec
+    if count != info.trailer.frame_count:
+        raise FormatError(f"{storage.location}: found {count} records, trailer says {info.trailer.frame_count}")
+
+
+def walk_records(storage: LocalFile, end: int) -> Iterator[ScannedRecord]:
+    """Yield the records from the header up to byte ``end``, which must fall between records.
+
+    Every record header's checksum and frame id are checked; also used to pick up a partial pack
+    (``end`` = the committed offset) when resuming.
+    """
     where = storage.location
     pos = HEADER_SIZE
-    end = info.trailer.data_end
     expected_id = 0
     while pos < end:
         probe = storage.read_at(pos, min(_PROBE, end - pos))
@@ -67,8 +80,6 @@ def iter_records(storage: LocalFile, info: PackInfo) -> Iterator[ScannedRecord]:
         yield ScannedRecord(pos, offset, header, sniff_media_type(head[: header.length]))
         pos = offset + header.length
         expected_id += 1
-    if expected_id != info.trailer.frame_count:
-        raise FormatError(f"{where}: found {expected_id} records, trailer says {info.trailer.frame_count}")
 
 
 def rebuild_index(

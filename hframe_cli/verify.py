@@ -625,30 +625,17 @@ class _Verifier:
             want = idx.md5[i * 16 : i * 16 + 16] if idx is not None and i < len(idx.offset) else rec_md5
             if digest != want or digest != rec_md5:
                 name = _show(idx.names[i]) if idx is not None and i < len(idx.names) else None
+                where = self.frame_where(i, offset, length)
                 if digest == rec_md5:  # payload intact, the index row's md5 is wrong
-                    self.add(
+                    check, message = (
                         "index",
-                        f"{self.frame_where(i, offset, length)}: index md5 {want.hex()} differs from "
-                        f"record header and payload ({digest.hex()})",
-                        i,
-                        name=name,
-                        offset=offset,
-                        length=length,
-                        expected=want.hex(),
-                        found=digest.hex(),
+                        f"{where}: index md5 {want.hex()} differs from record header and payload ({digest.hex()})",
                     )
                 else:
-                    self.add(
-                        "md5",
-                        f"{self.frame_where(i, offset, length)}: md5 mismatch (index {want.hex()}, read "
-                        f"{digest.hex()})",
-                        i,
-                        name=name,
-                        offset=offset,
-                        length=length,
-                        expected=want.hex(),
-                        found=digest.hex(),
-                    )
+                    check, message = "md5", f"{where}: md5 mismatch (index {want.hex()}, read {digest.hex()})"
+                self.add(
+                    check, message, i, name=name, offset=offset, length=length, expected=want.hex(), found=digest.hex()
+                )
             if decode_err is not None:
                 self.add(
                     "decode",

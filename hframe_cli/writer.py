@@ -43,8 +43,6 @@ from .format import (
     Header,
     Trailer,
     encode_record,
-    record_crc,
-    record_fields,
     record_header_size,
     sniff_media_type,
 )
@@ -57,6 +55,8 @@ from .index import (
     get_index_path,
     write_index,
 )
+from .scan import walk_records
+from .storage import open_storage
 
 __all__ = ["PackWriter", "SealedPack"]
 
@@ -189,29 +189,24 @@ class PackWriter:
         if size < committed or committed < HEADER_SIZE:
             raise FormatError(f"{self.partial_path}: {size} bytes on disk, the checkpoint committed {committed}")
         os.ftruncate(self._fd, committed)
-        pos = HEADER_SIZE
-        with open(self.partial_path, "rb", buffering=0) as f:
-            while pos < committed:
-                fixed = os.pread(f.fileno(), RECORD_FIXED + 65536, pos)
-                flds = record_fields(fixed, 0)
-                size_, fid, length, md5, mtime_ns, kind, nlen, elen = (
-                    flds[1],
-                    flds[2],
-                    flds[3],
-                    flds[5],
-                    flds[6],
-                    flds[8],
-                    flds[9],
-                    flds[10],
+        storage = open_storage(self.partial_path)
+        try:
+            for rec in walk_records(storage, committed):
+                h = rec.header
+                self._append_row(
+                    h.name,
+                    rec.record_offset,
+                    rec.offset - rec.record_offset,
+                    h.length,
+                    h.md5,
+                    h.mtime_ns,
+                    rec.media_type,
+                    h.kind,
                 )
-                if flds[0] != b"HFR1" or record_crc(fixed, 0, nlen, elen) != flds[12] or fid != len(self._index):
-                    raise FormatError(f"{self.partial_path}: record at offset {pos} is damaged; cannot resume from it")
-                name = bytes(fixed[RECORD_FIXED : RECORD_FIXED + nlen])
-                head = os.pread(f.fileno(), SNIFF_BYTES, pos + size_)
-                self._append_row(name, pos, size_, length, md5, mtime_ns, sniff_media_type(head), kind)
-                pos += size_ + length
-        if pos != committed:
-            raise FormatError(f"{self.partial_path}: records end at {pos}, the checkpoint committed {committed}")
+        except FormatError as e:
+            raise FormatError(f"{e}; cannot resume from this partial pack (start over with --force)") from e
+        finally:
+            storage.close()
         os.lseek(self._fd, committed, os.SEEK_SET)
         self._pos = self._flushed = committed
 
