@@ -46,6 +46,7 @@ __all__ = [
     "CheckpointPolicy",
     "PackResult",
     "ResumeResult",
+    "RunSettings",
     "pack",
     "pack_sources",
     "parse_created",
@@ -327,21 +328,10 @@ def pack_sources(
         with writer:
             writer.commit()
             with _abandon_on_bad_data(out):
-                return _run(
-                    writer,
-                    sources,
-                    ckpt,
-                    policy,
-                    start_source=0,
-                    skipped=list(sources.rejected),
-                    skip_bad=skip_bad,
-                    self_check_frames=self_check_frames,
-                    workers=workers,
-                    handle_signals=handle_signals,
-                    on_progress=on_progress,
-                    on_event=on_event,
-                    after_seal=after_seal,
+                settings = RunSettings(
+                    skip_bad, self_check_frames, workers, handle_signals, on_progress, on_event, after_seal
                 )
+                return _run(writer, sources, ckpt, policy, settings, skipped=list(sources.rejected))
 
 
 @contextmanager
@@ -361,24 +351,34 @@ def _abandon_on_bad_data(out: str) -> Iterator[None]:
         raise
 
 
+@dataclass
+class RunSettings:
+    """How the packing loop runs; one value passed from ``pack_sources``, ``resume_pack`` and
+    ``update_pack`` to ``_run``."""
+
+    skip_bad: bool = False
+    self_check_frames: int = DEFAULT_SELF_CHECK
+    workers: int | None = None
+    handle_signals: bool = False
+    on_progress: ProgressFn | None = None
+    on_event: EventFn | None = None
+    after_seal: Callable[[SealedPack], None] | None = None
+
+
 def _run(
     writer: PackWriter,
     sources: SourceList,
     ckpt: Checkpoint,
     policy: CheckpointPolicy,
+    settings: RunSettings,
     *,
-    start_source: int,
+    start_source: int = 0,
     skipped: list[Rejected],
-    skip_bad: bool,
-    self_check_frames: int,
-    workers: int | None,
-    handle_signals: bool,
-    on_progress: ProgressFn | None,
-    on_event: EventFn | None,
-    after_seal: Callable[[SealedPack], None] | None,
     resumed_from: int | None = None,
 ) -> PackResult:
-    """The packing loop shared by ``pack_sources`` and ``resume_pack``."""
+    """The packing loop shared by ``pack_sources``, ``resume_pack`` and ``update_pack``."""
+    skip_bad, self_check_frames, workers = settings.skip_bad, settings.self_check_frames, settings.workers
+    on_progress, on_event = settings.on_progress, settings.on_event
     t0 = time.perf_counter()
     out = os.fspath(writer.path)
     todo = sources.sources[start_source:]
@@ -402,7 +402,7 @@ def _run(
         if why != "all frames written":  # that one is followed at once by the summary line
             _note(on_event, f"checkpoint: {ckpt.frames} frames, {ckpt.committed_bytes} bytes committed ({why})")
 
-    with _StopSignals(handle_signals) as stop:
+    with _StopSignals(settings.handle_signals) as stop:
         for k, item in enumerate(_loaded_in_order(todo, workers), start=start_source):
             src = item.source
             if item.stream:
@@ -447,8 +447,8 @@ def _run(
     checkpoint(len(sources.sources), "all frames written")
     sealed = writer.seal()
     fault_point("after-seal")
-    if after_seal is not None:
-        after_seal(sealed)
+    if settings.after_seal is not None:
+        settings.after_seal(sealed)
     checked = self_check(sealed.partial_path, sealed.partial_index_path, self_check_frames)
     if policy.enabled:
         ckpt.phase = "publishing"
@@ -656,22 +656,18 @@ def resume_pack(
             f"resume: {out} from frame {ckpt.frames} (source {ckpt.next_source} of {ckpt.source_count}, "
             f"{ckpt.committed_bytes} bytes kept)",
         )
-        skipped = ckpt.skipped_rejects
         with _abandon_on_bad_data(out):
+            settings = RunSettings(
+                opts["skip_bad"], opts["self_check_frames"], workers, handle_signals, on_progress, on_event
+            )
             res = _run(
                 writer,
                 saved,
                 ckpt,
                 policy,
+                settings,
                 start_source=ckpt.next_source,
-                skipped=skipped,
-                skip_bad=opts["skip_bad"],
-                self_check_frames=opts["self_check_frames"],
-                workers=workers,
-                handle_signals=handle_signals,
-                on_progress=on_progress,
-                on_event=on_event,
-                after_seal=None,
+                skipped=ckpt.skipped_rejects,
                 resumed_from=ckpt.frames,
             )
     return ResumeResult("resumed", res, notes)

@@ -24,6 +24,7 @@ from .packing import (
     EventFn,
     PackResult,
     ProgressFn,
+    RunSettings,
     _abandon_on_bad_data,
     _note,
     _run,
@@ -44,6 +45,8 @@ class UpdatePlan:
     changed: list[bytes] = field(default_factory=list)
     removed: list[bytes] = field(default_factory=list)
     frames: int = 0
+    alignment: int = 1  # of the existing pack: appended records keep it
+    data_end: int = 0  # where the existing pack's records end
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -63,6 +66,7 @@ def plan_update(sources: SourceList, output: str | os.PathLike[str], *, checksum
     if not os.path.exists(out):
         return UpdatePlan("new", list(sources.sources))
     with PackReader(out) as reader:  # refuses an incomplete pack or a mismatched index
+        alignment, data_end = reader.info.header.alignment, reader.info.trailer.data_end
         table = reader.table
         t = table.select(["name", "name_raw", "source_size", "md5"]).to_pydict()
         mtimes_us = table.column("source_mtime").cast(pa.int64()).to_pylist()
@@ -80,13 +84,16 @@ def plan_update(sources: SourceList, output: str | os.PathLike[str], *, checksum
         if s.size != size or s.mtime_ns // 1000 != us:
             changed.append(name)
         elif checksum:
+            digest = hashlib.md5()
             with open(s.path, "rb") as f:
-                if hashlib.file_digest(f, "md5").hexdigest() != md5:
-                    changed.append(name)
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+            if digest.hexdigest() != md5:
+                changed.append(name)
     status = "append" if added else "up_to_date"
     if changed or removed:
         status = "repack"
-    return UpdatePlan(status, added, sorted(changed), removed, len(old))
+    return UpdatePlan(status, added, sorted(changed), removed, len(old), alignment, data_end)
 
 
 def update_pack(
@@ -142,10 +149,7 @@ def update_pack(
         return plan, res
     if checkpoint_paths(out).checkpoint.exists():
         raise InputError(f"{out}: an interrupted run left a checkpoint; finish it with 'hframe resume {out}' first")
-    from .reader import PackReader
 
-    with PackReader(out) as reader:
-        old_alignment, data_end = reader.info.header.alignment, reader.info.trailer.data_end
     pack_uuid = None
     if created_us is None:
         created_us = time.time_ns() // 1000
@@ -155,24 +159,13 @@ def update_pack(
     ckpt = Checkpoint(output=out, phase="packing", options={}, fingerprint="", source_count=len(plan.added))
     with OutputLock(out) as lock:
         writer = PackWriter(
-            out, alignment=old_alignment, created_us=created_us, pack_uuid=pack_uuid, force=True, lock=lock
+            out, alignment=plan.alignment, created_us=created_us, pack_uuid=pack_uuid, force=True, lock=lock
         )
         with writer:
-            writer.copy_records_from(out, data_end)
+            writer.copy_records_from(out, plan.data_end)
             with _abandon_on_bad_data(out):
+                settings = RunSettings(skip_bad, self_check_frames, workers, handle_signals, on_progress, on_event)
                 res = _run(
-                    writer,
-                    added,
-                    ckpt,
-                    CheckpointPolicy(enabled=False),
-                    start_source=0,
-                    skipped=list(sources.rejected),
-                    skip_bad=skip_bad,
-                    self_check_frames=self_check_frames,
-                    workers=workers,
-                    handle_signals=handle_signals,
-                    on_progress=on_progress,
-                    on_event=on_event,
-                    after_seal=None,
+                    writer, added, ckpt, CheckpointPolicy(enabled=False), settings, skipped=list(sources.rejected)
                 )
     return plan, res
