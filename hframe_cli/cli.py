@@ -172,15 +172,6 @@ def pack(
         max_frame_bytes=max_bytes,
         allow_empty=allow_empty,
     )
-    collect = {
-        "folders": [os.path.abspath(a) for a in sources if a != "-" and os.path.isdir(a)],
-        "include": include or [],
-        "exclude": exclude or [],
-        "base": os.path.abspath(base) if base else None,
-        "allow_empty": allow_empty,
-        "max_frame_bytes": max_bytes,
-        "output": os.path.abspath(output),
-    }
     common: dict[str, Any] = dict(
         alignment=align,
         created_us=created_us,
@@ -189,7 +180,6 @@ def pack(
         self_check_frames=self_check,
         workers=workers,
         checkpoints=policy,
-        collect_options=collect,
         handle_signals=True,
         on_event=render.event_logger(quiet or json_out),
     )

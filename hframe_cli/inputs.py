@@ -13,7 +13,7 @@ import os
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from .errors import InputError
 
@@ -49,6 +49,8 @@ class SourceList:
 
     sources: list[Source] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
+    #: how the list was collected (folders, globs, limits): ``resume`` walks the folders again
+    collect: dict[str, Any] = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:
@@ -181,6 +183,7 @@ def collect_sources(
     skip_bad: bool = False,
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     allow_empty: bool = False,
+    require_some: bool = True,
 ) -> SourceList:
     """Expand sources into a sorted list of files to pack.
 
@@ -192,6 +195,7 @@ def collect_sources(
         base: name every file relative to this folder.
         output: the pack being written; an output inside an input folder is refused.
         skip_bad: leave bad inputs out (listed in ``rejected``) instead of raising.
+        require_some: raise if no file is left (off to list folders that may be empty).
 
     Raises:
         InputError: a bad input (without ``skip_bad``), a duplicate name, or no input at all.
@@ -244,7 +248,16 @@ def collect_sources(
             continue
         kept.append(s)
     col.out.sources = kept
-    if not kept:
+    col.out.collect = {
+        "folders": [os.path.abspath(f) for f in folders],
+        "include": list(include),
+        "exclude": list(exclude),
+        "base": os.path.abspath(base) if base is not None else None,
+        "allow_empty": allow_empty,
+        "max_frame_bytes": max_frame_bytes,
+        "output": os.path.abspath(output) if output else None,
+    }
+    if not kept and require_some:
         raise InputError("nothing to pack: no input files" + (" left after --skip-bad" if col.out.rejected else ""))
     return col.out
 

@@ -251,7 +251,6 @@ def pack_sources(
     self_check_frames: int = DEFAULT_SELF_CHECK,
     workers: int | None = None,
     checkpoints: CheckpointPolicy | None = None,
-    collect_options: dict[str, Any] | None = None,
     handle_signals: bool = False,
     on_progress: ProgressFn | None = None,
     on_event: EventFn | None = None,
@@ -273,7 +272,6 @@ def pack_sources(
         self_check_frames: frames read back from disk and compared before publishing.
         workers: reader threads (default: 2 when sources average 16 KiB or more, else 1).
         checkpoints: checkpoint cadence (default ``CheckpointPolicy()``).
-        collect_options: how ``sources`` were collected (args, globs...), kept for ``resume``.
         handle_signals: stop cleanly on SIGINT/SIGTERM with a checkpoint (main thread only).
         on_progress: called with (frames_done, bytes_done) after each frame.
         on_event: called with one line per event (start, checkpoint, skipped, done).
@@ -312,7 +310,7 @@ def pack_sources(
             "pack_uuid": pack_uuid,
             "skip_bad": skip_bad,
             "self_check_frames": self_check_frames,
-            "collect": collect_options or {},
+            "collect": sources.collect,  # how they were found: resume walks the folders again
         },
         fingerprint=source_fingerprint(sources.sources),
         source_count=len(sources.sources),
@@ -490,28 +488,22 @@ def _current_sources(saved: SourceList, collect: dict[str, Any]) -> list[Source]
     from .inputs import collect_sources
 
     folders = [a for a in collect.get("folders", []) if os.path.isdir(a)]
-    now: dict[bytes, Source] = {}
-    if folders:
-        found = (
-            collect_sources(
-                folders,
-                include=collect.get("include", ()),
-                exclude=collect.get("exclude", ()),
-                base=collect.get("base"),
-                skip_bad=True,
-                allow_empty=collect.get("allow_empty", False),
-                max_frame_bytes=collect.get("max_frame_bytes", 1 << 30),
-                output=collect.get("output"),
-            )
-            if any(os.scandir(f) for f in folders)
-            else SourceList()
-        )
-        now.update({s.name: s for s in found.sources})
+    found = collect_sources(
+        folders,
+        include=collect.get("include", ()),
+        exclude=collect.get("exclude", ()),
+        base=collect.get("base"),
+        skip_bad=True,
+        allow_empty=collect.get("allow_empty", False),
+        max_frame_bytes=collect.get("max_frame_bytes", 1 << 30),
+        output=collect.get("output"),
+        require_some=False,
+    )
+    now = {s.name: s for s in found.sources}
+    walked = tuple(os.path.join(f, "") for f in collect.get("folders", []))
     for s in saved.sources:
-        if s.name in now:
-            continue
-        if collect.get("folders") and s.path.startswith(tuple(collect["folders"])):
-            continue  # it was found by walking a folder and is gone now
+        if s.name in now or (walked and os.path.abspath(s.path).startswith(walked)):
+            continue  # found again by the walk, or gone from a walked folder
         try:
             st = os.stat(s.path)
         except OSError:
@@ -601,6 +593,7 @@ def resume_pack(
         _note(on_event, f"resume: finished publishing {out} (the pack was complete and self-checked)")
         return ResumeResult("resumed", None, notes)
     saved = load_sources(out)
+    saved.collect = opts.get("collect", {})
     if source_fingerprint(saved.sources) != ckpt.fingerprint:
         raise FormatError(f"{out}: the saved source list does not match the checkpoint; start over with --force")
     current = _current_sources(saved, opts.get("collect", {}))
@@ -621,7 +614,6 @@ def resume_pack(
             self_check_frames=opts["self_check_frames"],
             workers=workers,
             checkpoints=policy,
-            collect_options=opts.get("collect"),
             handle_signals=handle_signals,
             on_progress=on_progress,
             on_event=on_event,
@@ -634,7 +626,7 @@ def resume_pack(
 
     if changes:
         _note(on_event, f"resume: inputs changed ({'; '.join(changes)}); starting over (--rescan)")
-        return start_over(SourceList(current, []), "restarted", keep_identity=False)
+        return start_over(SourceList(current, [], opts.get("collect", {})), "restarted", keep_identity=False)
     if ckpt.frames == 0 or not os.path.exists(partial):
         # killed before the first frame was committed: the same run again from the saved list
         _note(on_event, f"resume: {out}: nothing committed yet; packing the saved source list from the start")

@@ -404,7 +404,7 @@ def pack_sharded(
         )
 
 
-SHARD_OPTIONS = ("skip_bad", "self_check_frames", "collect_options")
+SHARD_OPTIONS = ("skip_bad", "self_check_frames")
 
 
 def run_shards(
@@ -420,9 +420,8 @@ def run_shards(
 
     from .packing import _note, pack_sources, resume_pack
 
-    # a shard holds a fixed part of the planned sources: on resume its files are checked for
-    # changes, but folders are not walked again (new files belong to the next run)
-    options = {**options, "collect_options": None}
+    # a shard holds a fixed part of the planned sources (a SourceList without ``collect``): on
+    # resume its files are checked for changes, but folders are not walked again
     results = []
     paths = []
     for k, (a, b) in enumerate(ranges):
