@@ -443,12 +443,9 @@ def index(
     from .scan import rebuild_index
 
     if merge:
-        import glob
-
         from .shards import write_manifest
 
-        parts = [p for m in merge for p in (sorted(glob.glob(m)) or [m])]
-        manifest = write_manifest(pack, parts)
+        manifest = write_manifest(pack, merge)
         if not quiet:
             render.note(f"wrote {pack}.dataset.json: {len(manifest.shards)} shards, {manifest.frame_count} frames")
         return

@@ -9,6 +9,7 @@ bytes, and the list is sorted by those bytes, so the same inputs always give the
 from __future__ import annotations
 
 import fnmatch
+import glob
 import os
 import stat
 from collections.abc import Iterable, Sequence
@@ -17,7 +18,7 @@ from typing import Any, BinaryIO
 
 from .errors import InputError
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "Rejected", "Source", "SourceList", "collect_sources"]
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "expand_globs", "Rejected", "Source", "SourceList", "collect_sources"]
 
 DEFAULT_MAX_FRAME_BYTES = 1 << 30  # 1 GiB: 4K wallpapers and raw arrays of tens of MB are normal
 
@@ -55,6 +56,16 @@ class SourceList:
     @property
     def total_bytes(self) -> int:
         return sum(s.size for s in self.sources)
+
+
+def expand_globs(patterns: Iterable[str]) -> list[str]:
+    """Each pattern's matches, sorted, for shells that did not expand them; a path that exists,
+    or a pattern that matches nothing, is kept as it is (so the error names it)."""
+    out: list[str] = []
+    for p in patterns:
+        matches = sorted(glob.glob(p)) if not os.path.exists(p) and any(c in p for c in "*?[") else []
+        out.extend(matches or [p])
+    return out
 
 
 def read_path_list(stream: BinaryIO, null_separated: bool) -> list[str]:

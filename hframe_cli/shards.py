@@ -26,7 +26,7 @@ from .checkpoint import OutputLock, checkpoint_paths, fsync_dir, remove_checkpoi
 from .errors import FormatError, InputError, NotFound, UnsupportedVersion
 from .format import HEADER_SIZE, RECORD_FIXED, TRAILER_SIZE
 from .index import get_index_path
-from .inputs import Source, SourceList
+from .inputs import Source, SourceList, expand_globs
 from .reader import FrameKey, PackReader
 
 if TYPE_CHECKING:
@@ -138,6 +138,11 @@ class Manifest:
         digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
         return json.dumps({**body, "sha256": digest}, indent=1, sort_keys=True) + "\n"
 
+    def shard_paths(self, manifest_path: str | os.PathLike[str]) -> list[str]:
+        """The shards' paths (they are stored relative to the manifest's folder)."""
+        folder = Path(manifest_path).parent
+        return [os.fspath(folder / e.path) for e in self.shards]
+
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Manifest:
         where = os.fspath(path)
@@ -163,7 +168,11 @@ class Manifest:
 
 
 def write_manifest(output: str | os.PathLike[str], shards: Sequence[str | os.PathLike[str]]) -> Manifest:
-    """Check every shard (header, trailer, index of that pack) and write the dataset manifest."""
+    """Check every shard (header, trailer, index of that pack) and write the dataset manifest.
+
+    ``shards`` may hold glob patterns (``hframe index OUT --merge 'NAME-*.hframe'``).
+    """
+    shards = expand_globs(os.fspath(s) for s in shards)
     mpath = get_manifest_path(output)
     folder = mpath.parent
     entries: list[ShardEntry] = []
@@ -204,8 +213,7 @@ class DatasetReader:
         self.path = os.fspath(output)
         self.manifest_path = get_manifest_path(output)
         self.manifest = Manifest.load(self.manifest_path)
-        folder = self.manifest_path.parent
-        self.shard_paths = [os.fspath(folder / e.path) for e in self.manifest.shards]
+        self.shard_paths = self.manifest.shard_paths(self.manifest_path)
         self._starts = [e.first_frame for e in self.manifest.shards]
         self._options = options
         self._readers: list[PackReader | None] = [None] * len(self.shard_paths)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import binascii
 import bisect
 import contextlib
-import glob
 import hashlib
 import io
 import math
@@ -67,6 +66,7 @@ from .format import (
     record_fields,
 )
 from .index import IndexMeta, current_format_version, get_index_path, read_index, read_index_meta
+from .inputs import expand_globs
 from .storage import LocalFile, evict_from_page_cache, open_storage
 
 __all__ = [
@@ -1050,20 +1050,15 @@ def _check_end(v: _Verifier, pos: int, size: int, end: int, trailer: Trailer | N
 
 
 def _expand(paths: Sequence[str]) -> Iterator[str]:
+    """Packs to check: globs expanded; a sharded dataset stands for its shards."""
     from .shards import Manifest, get_manifest_path
 
-    for p in paths:
-        if not os.path.exists(p) and get_manifest_path(p).exists():  # a sharded dataset: its shards
-            manifest_path = get_manifest_path(p)
-            for e in Manifest.load(manifest_path).shards:
-                yield os.path.join(os.path.dirname(manifest_path), e.path)
-            continue
-        if not os.path.exists(p) and any(c in p for c in "*?["):
-            matches = sorted(glob.glob(p))
-            if matches:
-                yield from matches
-                continue
-        yield p
+    for p in expand_globs(paths):
+        manifest = get_manifest_path(p)
+        if not os.path.exists(p) and manifest.exists():
+            yield from Manifest.load(manifest).shard_paths(manifest)
+        else:
+            yield p
 
 
 def verify_packs(
