@@ -8,7 +8,6 @@ lookup and nothing else. The points are listed in ``man/hframe.1`` (ENVIRONMENT)
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 
@@ -50,7 +49,3 @@ def enospc_limit() -> int | None:
     """The byte size past which pack writes fail with ENOSPC, if injected."""
     spec = _spec()
     return spec[1] if spec is not None and spec[0] == "enospc" else None
-
-
-def raise_enospc(path: str) -> None:
-    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)

@@ -195,10 +195,6 @@ class RecordHeader:
             self.flags,
         )
 
-    @staticmethod
-    def fixed_size() -> int:
-        return RECORD_FIXED
-
     @classmethod
     def decode(cls, fixed: bytes, read_rest: bytes | None, where: str) -> tuple[RecordHeader, int]:
         """Parse a record header.

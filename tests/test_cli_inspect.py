@@ -58,6 +58,8 @@ def test_index_csv_and_jsonl_match_parquet(cli, packed):
     docs = [json.loads(line) for line in r.stdout.splitlines()]
     assert [d["md5"] for d in docs] == [x["md5"] for x in t]
     assert docs[0]["source_mtime"].endswith("Z") and docs[0]["width"] is None
+    r = cli(["index", str(packed), "-f", "json", "-c", "frame_id,md5"])
+    assert json.loads(r.stdout) == [{"frame_id": x["frame_id"], "md5": x["md5"]} for x in t]
 
 
 def test_index_escapes_tabs_and_newlines_in_tsv(cli, tmp_path):

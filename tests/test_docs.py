@@ -63,3 +63,11 @@ def test_readme_opens_with_the_demo_and_test_commands_and_ci_runs_the_latter():
     assert lines == ["./scripts/demo.sh", "./scripts/test.sh"]
     ci = (ROOT / ".ci" / "run").read_text()
     assert "\n./scripts/test.sh\n" in ci
+
+
+def test_every_fault_point_is_documented():
+    from hframe_cli.faults import POINTS
+
+    section = plain(MAN1).split(".B HFRAME_FAULT", 1)[1].split(".TP", 1)[0]
+    for point in POINTS:
+        assert point in section, point

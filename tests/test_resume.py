@@ -273,3 +273,13 @@ def test_update_with_changed_or_removed_files_repacks(tmp_path, photos, cli):
     assert json.loads(r.stdout)["update"]["changed"] == 1
     with h.open_pack(out) as p:
         assert p["cats/003.jpg"] == bytes(data)
+
+
+def test_pack_resume_flag_is_resume(src, clean, tmp_path, cli):
+    out = tmp_path / "flag.hframe"
+    args = ["pack", str(src), "-o", str(out), "--created", "1700000000", "--checkpoint-every", "5"]
+    assert run_bin(args, env={"HFRAME_FAULT": "after-frame:12"}).returncode == -signal.SIGKILL
+    r = cli(["pack", str(src), "-o", str(out), "--resume", "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["resumed_from_frame"] == 10
+    assert same(out, clean)
