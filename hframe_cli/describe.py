@@ -13,7 +13,7 @@ from .errors import FormatError, HframeError, IncompletePack
 from .format import HEADER_SIZE, MAGIC, TRAILER_SIZE, Header, Trailer, sniff_media_type
 from .index import format_time_us, get_index_path, read_index_meta
 from .reader import FrameKey, PackReader
-from .shards import DatasetReader
+from .shards import DatasetReader, Manifest, get_manifest_path
 from .storage import open_storage
 
 __all__ = ["describe_pack", "frame_head"]
@@ -22,9 +22,22 @@ __all__ = ["describe_pack", "frame_head"]
 def describe_pack(path: str | os.PathLike[str], index_path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Header, trailer (or why there is none) and index metadata (or why it is unusable).
 
+    A sharded dataset (no file at ``path``, a manifest beside it) is described by its manifest.
+
     Raises:
         NotAPack / UnsupportedVersion / FormatError: the header itself is unreadable.
     """
+    manifest_path = get_manifest_path(path)
+    if index_path is None and not os.path.exists(path) and manifest_path.exists():
+        manifest = Manifest.load(manifest_path)
+        return {
+            "ok": True,
+            "dataset": os.fspath(path),
+            "manifest": os.fspath(manifest_path),
+            "manifest_version": manifest.version,
+            "frame_count": manifest.frame_count,
+            "shards": [e.__dict__ for e in manifest.shards],
+        }
     storage = open_storage(path)
     try:
         size = storage.size()

@@ -205,6 +205,9 @@ def _flatten(prefix: str, doc: Any, out: list[tuple[str, str]]) -> None:
     if isinstance(doc, dict):
         for k, v in doc.items():
             _flatten(f"{prefix}.{k}" if prefix else k, v, out)
+    elif isinstance(doc, list):
+        for k, v in enumerate(doc):
+            _flatten(f"{prefix}.{k}", v, out)
     else:
         text = "" if doc is None else str(doc).lower() if isinstance(doc, bool) else str(doc)
         out.append((prefix, text))

@@ -46,6 +46,8 @@ def test_max_pack_bytes_makes_shards_read_as_one_dataset(cli, photos, tmp_path):
     assert len(rows) == 30 and json.loads(rows[-1])["shard"] == doc["shards"][-1]["path"]
     r = cli(["verify", str(out), "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["packs_total"] == len(doc["shards"])
+    d = json.loads(cli(["dump-header", str(out), "--json"]).stdout)
+    assert d["frame_count"] == 30 and [s["uuid"] for s in d["shards"]] == [s["uuid"] for s in doc["shards"]]
 
 
 def test_job_array_parts_then_merge(cli, photos, tmp_path):
