@@ -42,6 +42,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from bench_pack import verdict
+
 import hframe_cli
 from hframe_cli.verify import verify_pack
 
@@ -133,12 +135,6 @@ def bench_dataset(out_dir: str, name: str, repeat: int) -> dict[tuple[str, str],
               f"wall_s_median={wall:.3f} gb_per_s={nbytes / 1e9 / wall:.3f}", flush=True)
     # throughput ratios are over the same pack bytes, so they are inverse time ratios
     return medians
-
-
-def verdict(key: str, value: float, target: float, higher_is_better: bool, extra: str = "") -> None:
-    ok = value >= target if higher_is_better else value <= target
-    print(f"{key}={value:.3f}{extra} target={'>=' if higher_is_better else '<='}{target} "
-          f"result={'PASS' if ok else 'FAIL'}")
 
 
 def main() -> int:
