@@ -483,10 +483,12 @@ def _describe_changes(saved: list[Source], current: list[Source]) -> list[str]:
     return lines
 
 
-def _current_sources(saved: SourceList, collect: dict[str, Any]) -> list[Source]:
-    """The sources as they are now: folders walked again, listed files stat-ed again."""
+def _current_sources(saved: SourceList) -> list[Source]:
+    """The sources as they are now: folders walked again (as ``saved.collect`` says), listed
+    files stat-ed again."""
     from .inputs import collect_sources
 
+    collect = saved.collect
     folders = [a for a in collect.get("folders", []) if os.path.isdir(a)]
     found = collect_sources(
         folders,
@@ -596,7 +598,7 @@ def resume_pack(
     saved.collect = opts.get("collect", {})
     if source_fingerprint(saved.sources) != ckpt.fingerprint:
         raise FormatError(f"{out}: the saved source list does not match the checkpoint; start over with --force")
-    current = _current_sources(saved, opts.get("collect", {}))
+    current = _current_sources(saved)
     changes = _describe_changes(saved.sources, current)
     if changes and not rescan:
         raise InputError(
@@ -626,7 +628,7 @@ def resume_pack(
 
     if changes:
         _note(on_event, f"resume: inputs changed ({'; '.join(changes)}); starting over (--rescan)")
-        return start_over(SourceList(current, [], opts.get("collect", {})), "restarted", keep_identity=False)
+        return start_over(SourceList(current, [], saved.collect), "restarted", keep_identity=False)
     if ckpt.frames == 0 or not os.path.exists(partial):
         # killed before the first frame was committed: the same run again from the saved list
         _note(on_event, f"resume: {out}: nothing committed yet; packing the saved source list from the start")
