@@ -32,6 +32,9 @@ app = typer.Typer(
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary; errors only.")]
+LabelOpt = Annotated[Optional[str], typer.Option("--label", help="Only frames with this label.")]
+SplitOpt = Annotated[Optional[str], typer.Option("--split", help="Only frames in this split (train, val, ...).")]
+KindOpt = Annotated[Optional[str], typer.Option("--kind", help="Only frames of this kind: image, video_frame or blob.")]
 
 
 class RowFormat(str, Enum):
@@ -144,6 +147,51 @@ def pack(
     checksum: Annotated[
         bool, typer.Option("--checksum", help="With --update, also compare md5s (reads every source).")
     ] = False,
+    compress: Annotated[
+        str,
+        typer.Option(
+            "--compress",
+            help="Per-frame compression: none or zstd[:LEVEL]. Frames that do not shrink (JPEG, PNG) are stored raw.",
+        ),
+    ] = "none",
+    zstd_dict: Annotated[
+        str,
+        typer.Option(
+            "--zstd-dict",
+            help="auto (train one on a sample of the inputs), none, or a dictionary FILE; stored in the pack.",
+        ),
+    ] = "none",
+    video_frames: Annotated[
+        Optional[str],
+        typer.Option(
+            "--video-frames",
+            help="Cut videos into frames: all, keyframes, every:N or fps:R (default: videos are packed as files).",
+        ),
+    ] = None,
+    frame_format: Annotated[
+        str, typer.Option("--frame-format", help="How video frames are stored: jpeg[:QUALITY] (default 90) or png.")
+    ] = "jpeg:90",
+    max_frames_per_video: Annotated[
+        Optional[int], typer.Option("--max-frames-per-video", help="Keep at most N frames of each video.", min=1)
+    ] = None,
+    label_from: Annotated[
+        str,
+        typer.Option("--label-from", help="Frame labels: parent (folder name), none, or a CSV file of name,label."),
+    ] = "parent",
+    split: Annotated[
+        Optional[str],
+        typer.Option(
+            "--split",
+            help="Assign splits by a hash of each name, e.g. train=0.9,val=0.1 (a video's frames stay together).",
+        ),
+    ] = None,
+    no_image_meta: Annotated[
+        bool, typer.Option("--no-image-meta", help="Do not read width, height and mode from image headers.")
+    ] = False,
+    strict_images: Annotated[
+        bool,
+        typer.Option("--strict-images", help="An image whose header cannot be read is bad input (default: a warning)."),
+    ] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -160,6 +208,20 @@ def pack(
         return
     created_us = parse_created(created)
     max_bytes = parse_size(max_frame_bytes, "--max-frame-bytes")
+    from .media import MediaOptions
+
+    media = MediaOptions(
+        compress=compress,
+        zstd_dict=zstd_dict,
+        video_frames=video_frames,
+        frame_format=frame_format,
+        max_frames_per_video=max_frames_per_video,
+        label_from=label_from,
+        split=split,
+        image_meta=not no_image_meta,
+        strict_images=strict_images,
+    )
+    media.check()
     srcs = collect_sources(
         sources,
         stdin=sys.stdin.buffer,
@@ -182,6 +244,7 @@ def pack(
         checkpoints=policy,
         handle_signals=True,
         on_event=render.event_logger(quiet or json_out),
+        media=media,
     )
     if update:
         from .update import update_pack
@@ -425,6 +488,9 @@ def index(
     ] = None,
     columns: Annotated[Optional[str], typer.Option("--columns", "-c", help="Comma-separated columns to print.")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Only frames whose name matches this glob.")] = None,
+    label: LabelOpt = None,
+    split: SplitOpt = None,
+    kind: KindOpt = None,
     no_header: Annotated[bool, typer.Option("--no-header", help="No header row in tsv/csv.")] = False,
     rebuild: Annotated[
         bool, typer.Option("--rebuild", help="Recreate PACK.index.parquet from the pack alone.")
@@ -456,26 +522,51 @@ def index(
         return
     cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
     with open_pack(pack) as reader:
-        table = select_rows(reader.table, cols, name)
+        table = select_rows(reader.table, cols, name, {"label": label, "split": split, "kind": kind})
     render.index_rows(table, fmt.value if fmt else None, header=not no_header)
 
 
 @app.command()
 def get(
     pack: Annotated[Path, typer.Argument(help="The pack file.")],
-    frame: Annotated[str, typer.Argument(help="Frame id, or name as stored in the index.")],
+    frame: Annotated[
+        Optional[str], typer.Argument(help="Frame id, or name as stored in the index (omit to select by filters).")
+    ] = None,
     output: Annotated[
-        Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")
+        Optional[Path],
+        typer.Option("--output", "-o", help="Write to this file (one frame) or folder (filters) instead of stdout."),
     ] = None,
     by_name: Annotated[bool, typer.Option("--name", help="Treat FRAME as a name even if it is all digits.")] = False,
+    match: Annotated[Optional[str], typer.Option("--match", help="Only frames whose name matches this glob.")] = None,
+    label: LabelOpt = None,
+    split: SplitOpt = None,
+    kind: KindOpt = None,
+    stored: Annotated[
+        bool, typer.Option("--stored", help="The bytes as stored in the pack (compressed frames stay compressed).")
+    ] = False,
+    quiet: QuietOpt = False,
 ) -> None:
-    """Write the exact bytes of one frame to stdout or -o FILE (never to a terminal)."""
+    """Write the bytes of one frame to stdout or -o FILE, or of every frame the filters select
+    into the folder -o DIR (never binary data to a terminal)."""
     from .reader import open_pack
 
+    filters = {"label": label, "split": split, "kind": kind}
+    if frame is None:
+        if output is None or not (match or any(filters.values())):
+            raise InputError("give a FRAME, or filters (--match/--label/--split/--kind) with -o FOLDER")
+        from .extract import extract_frames
+
+        n = extract_frames(pack, output, match, filters, stored=stored)
+        if not quiet:
+            render.note(f"wrote {n} frames under {output}")
+        return
+    if match or any(filters.values()):
+        raise InputError("--match/--label/--split/--kind select frames: give them without a FRAME")
     if output is None and render.interactive(sys.stdout):
         raise InputError("refusing to write binary frame data to a terminal; redirect stdout or use -o FILE")
     with open_pack(pack) as reader:
-        data = reader.read(_frame_key(frame, by_name))
+        key = _frame_key(frame, by_name)
+        data = reader.read_stored(key) if stored else reader.read(key)
     if output is None:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()

@@ -40,7 +40,10 @@ __all__ = [
 ]
 
 #: (major, minor). Readers accept any minor of a supported major; a new major is refused.
+#: A pack is written as 1.0 unless it uses what 1.1 added (per-frame compression, the extra
+#: field of record headers), so packs without those stay byte-identical to 1.0 ones.
 FORMAT_VERSION = (1, 0)
+FORMAT_VERSION_EXTRAS = (1, 1)
 SUPPORTED_MAJOR = (1,)
 
 MAGIC = b"\x89HFRAME\n"  # 8 bytes; the high bit and \n catch 7-bit and newline-mangling transfers
@@ -63,6 +66,10 @@ _TRAILER = struct.Struct("<8sHHIQQQ16sII")
 TRAILER_SIZE = _TRAILER.size  # 64
 
 FLAG_ALIGNED = 1  # header flag: payloads start on multiples of ``alignment``
+FLAG_COMPRESSED = 2  # header flag (1.1): some frames are stored with a codec other than none
+FLAG_DICT = 4  # header flag (1.1): record 0's extra field holds a zstd dictionary
+
+RECORD_FLAG_DICT = 1  # record flag (1.1): the payload was compressed with the pack's dictionary
 
 #: Codec ids stored in record headers (the registry of names lives in the index schema).
 CODEC_IDS = {"none": 0, "zstd": 1}
@@ -73,6 +80,39 @@ CODEC_NAMES = {v: k for k, v in CODEC_IDS.items()}
 
 MAX_NAME_BYTES = 65535
 MAX_EXTRA_BYTES = 1 << 20
+
+
+# The extra field (1.1): a sequence of entries, each u16 tag, u32 length, value. Readers skip
+# tags they do not know.
+_EXTRA_ENTRY = struct.Struct("<HI")
+EXTRA_META = 1  # per-frame metadata: compact JSON object (see man/hframe.5)
+EXTRA_ZSTD_DICT = 2  # the pack's zstd dictionary (only in record 0)
+
+
+def encode_extra(meta: bytes | None = None, zstd_dict: bytes | None = None) -> bytes:
+    """The extra field of a record header: the frame's metadata JSON and/or the pack dictionary."""
+    parts = []
+    for tag, value in ((EXTRA_META, meta), (EXTRA_ZSTD_DICT, zstd_dict)):
+        if value:
+            parts.append(_EXTRA_ENTRY.pack(tag, len(value)))
+            parts.append(value)
+    return b"".join(parts)
+
+
+def decode_extra(extra: bytes | memoryview, where: str = "record") -> dict[int, bytes]:
+    """The entries of an extra field, by tag (unknown tags are kept, callers ignore them)."""
+    out: dict[int, bytes] = {}
+    pos = 0
+    while pos < len(extra):
+        if pos + _EXTRA_ENTRY.size > len(extra):
+            raise FormatError(f"{where}: extra field truncated")
+        tag, n = _EXTRA_ENTRY.unpack_from(extra, pos)
+        pos += _EXTRA_ENTRY.size
+        if pos + n > len(extra):
+            raise FormatError(f"{where}: extra field entry {tag} runs past the field")
+        out[tag] = bytes(extra[pos : pos + n])
+        pos += n
+    return out
 
 
 def _crc(data: bytes) -> int:

@@ -8,6 +8,7 @@ object per frame, so memory grows by tens of bytes per frame, not kilobytes.
 from __future__ import annotations
 
 import binascii
+import math
 import os
 import re
 from array import array
@@ -21,6 +22,7 @@ import pyarrow.parquet as pq
 
 from .errors import FormatError, IndexMismatch, InputError, UnsupportedVersion
 from .format import CODEC_NAMES, FORMAT_VERSION, KIND_NAMES, MEDIA_TYPES
+from .labels import parent_label
 
 __all__ = [
     "INDEX_SCHEMA",
@@ -37,7 +39,7 @@ __all__ = [
 
 INDEX_SUFFIX = ".index.parquet"
 #: (major, minor) of the index schema; readers refuse a newer major.
-INDEX_SCHEMA_VERSION = (1, 0)
+INDEX_SCHEMA_VERSION = (1, 1)  # 1.1 added the mode column
 INDEX_SCHEMA = f"{INDEX_SCHEMA_VERSION[0]}.{INDEX_SCHEMA_VERSION[1]}"
 ROW_GROUP_SIZE = 1 << 20
 
@@ -64,8 +66,11 @@ SCHEMA = pa.schema(
         pa.field("pts_s", pa.float64()),
         pa.field("keyframe", pa.bool_()),
         pa.field("record_offset", pa.int64(), nullable=False),
+        pa.field("mode", pa.string()),  # 1.1
     ]
 )
+#: Columns added by a minor version: an older index reads them as nulls.
+ADDED_COLUMNS = {"mode": (1, 1)}
 COLUMNS = tuple(SCHEMA.names)
 
 _META_PREFIX = "hframe."
@@ -134,10 +139,7 @@ class IndexMeta:
 
 def label_of(name: bytes) -> bytes | None:
     """The ImageFolder-style label of a frame: the name of its parent folder, if any."""
-    cut = name.rfind(b"/")
-    if cut <= 0:
-        return None
-    return name[name.rfind(b"/", 0, cut) + 1 : cut]
+    return parent_label(name)
 
 
 def display_name(name: bytes) -> str:
@@ -159,6 +161,10 @@ class IndexBuilder:
         self._codes = {k: array("b") for k in ("media_type", "kind", "codec")}
         self._labels: dict[bytes, int] = {}
         self._label_idx = array("i")
+        # per-frame metadata (images, video frames, labels, splits): filled only when some frame
+        # has any, with -1 / NaN for null
+        self._meta_rows = 0
+        self._meta: _MetaColumns | None = None
 
     def __len__(self) -> int:
         return len(self._label_idx)
@@ -177,8 +183,13 @@ class IndexBuilder:
         source_size: int,
         mtime_ns: int,
         record_offset: int,
+        meta: dict[str, Any] | None = None,
     ) -> None:
-        """Add the row for the next frame (its frame id is the current length)."""
+        """Add the row for the next frame (its frame id is the current length).
+
+        ``meta`` holds the frame's metadata as stored in its record header (``FRAME_META_KEYS``);
+        a ``label`` key, even None, overrides the parent-folder label.
+        """
         row = len(self)
         self._name_data += name
         self._name_offsets.append(len(self._name_data))
@@ -190,18 +201,30 @@ class IndexBuilder:
         ints["offset"].append(offset)
         ints["length"].append(length)
         ints["raw_length"].append(raw_length)
-        ints["source_size"].append(source_size)
+        ints["source_size"].append(meta["source_size"] if meta and "source_size" in meta else source_size)
         ints["mtime_us"].append(mtime_ns // 1000)
         ints["record_offset"].append(record_offset)
         self._md5 += md5
+        if meta and "media_type" in meta and meta["media_type"] in MEDIA_TYPES:
+            media_type = meta["media_type"]  # a compressed frame's type, sniffed before compression
         self._codes["media_type"].append(MEDIA_TYPES.index(media_type))
         self._codes["kind"].append(kind)
         self._codes["codec"].append(codec)
-        label = label_of(name)
+        if meta and "label" in meta:
+            value = meta["label"]
+            label = None if value is None else str(value).encode()
+        else:
+            label = parent_label(name)
         if label is None:
             self._label_idx.append(-1)
         else:
             self._label_idx.append(self._labels.setdefault(label, len(self._labels)))
+        if meta:
+            if self._meta is None:
+                self._meta = _MetaColumns()
+            self._meta.fill(row)
+            self._meta.add(meta)
+            self._meta_rows = row + 1
 
     def truncate(self, rows: int) -> None:
         """Drop rows past ``rows`` (used when a frame is abandoned mid-write)."""
@@ -213,6 +236,9 @@ class IndexBuilder:
                 c.pop()
             self._name_offsets.pop()
             self._invalid_names.pop(len(self), None)
+        if self._meta is not None:
+            self._meta.truncate(rows)
+            self._meta_rows = min(self._meta_rows, rows)
         del self._name_data[self._name_offsets[-1] :]
         del self._md5[rows * 16 :]
 
@@ -276,17 +302,84 @@ class IndexBuilder:
             "source_size": ints("source_size"),
             "source_mtime": ints("mtime_us").view(pa.timestamp("us", tz="UTC")),
             "label": label,
-            "split": pa.nulls(n, pa.string()),
-            "width": pa.nulls(n, pa.int32()),
-            "height": pa.nulls(n, pa.int32()),
-            "source": pa.nulls(n, pa.string()),
-            "frame_index": pa.nulls(n, pa.int64()),
-            "pts_s": pa.nulls(n, pa.float64()),
-            "keyframe": pa.nulls(n, pa.bool_()),
             "record_offset": ints("record_offset"),
         }
+        if self._meta is not None:
+            self._meta.fill(n)
+            columns.update(self._meta.to_arrays())
+        else:
+            columns.update({c: pa.nulls(n, SCHEMA.field(c).type) for c in _MetaColumns.COLUMNS})
         table = pa.table(columns, schema=SCHEMA)
         return table.replace_schema_metadata(meta.to_metadata())
+
+
+#: Keys of the per-frame metadata (record header extra, ``man/hframe.5``) that are index columns.
+FRAME_META_KEYS = ("width", "height", "mode", "source", "frame_index", "pts_s", "keyframe", "label", "split")
+
+
+class _MetaColumns:
+    """Typed arrays for the optional per-frame columns; -1 (ints), NaN (pts) and -1 codes are null."""
+
+    COLUMNS = ("split", "width", "height", "source", "frame_index", "pts_s", "keyframe", "mode")
+    _CODED = ("split", "source", "mode")
+
+    def __init__(self) -> None:
+        self.width = array("i")
+        self.height = array("i")
+        self.frame_index = array("q")
+        self.pts_s = array("d")
+        self.keyframe = array("b")
+        self.codes = {k: array("i") for k in self._CODED}
+        self.values: dict[str, dict[str, int]] = {k: {} for k in self._CODED}
+
+    def __len__(self) -> int:
+        return len(self.width)
+
+    def fill(self, rows: int) -> None:
+        """Null rows up to ``rows`` (frames without metadata)."""
+        while len(self) < rows:
+            self.add({})
+
+    def add(self, meta: dict[str, Any]) -> None:
+        def num(key: str) -> Any:
+            v = meta.get(key)
+            return -1 if v is None else v
+
+        self.width.append(int(num("width")))
+        self.height.append(int(num("height")))
+        self.frame_index.append(int(num("frame_index")))
+        pts = meta.get("pts_s")
+        self.pts_s.append(math.nan if pts is None else float(pts))
+        key = meta.get("keyframe")
+        self.keyframe.append(-1 if key is None else int(bool(key)))
+        for k in self._CODED:
+            v = meta.get(k)
+            self.codes[k].append(-1 if v is None else self.values[k].setdefault(str(v), len(self.values[k])))
+
+    def truncate(self, rows: int) -> None:
+        arrays: list[array[Any]] = [self.width, self.height, self.frame_index, self.pts_s, self.keyframe]
+        for a in arrays + list(self.codes.values()):
+            del a[rows:]
+
+    def to_arrays(self) -> dict[str, pa.Array]:
+        import pyarrow.compute as pc
+
+        def masked(values: array[Any], typ: pa.DataType) -> pa.Array:
+            arr = pa.array(values, typ)
+            return pc.if_else(pc.equal(arr, -1), pa.scalar(None, typ), arr)
+
+        out = {
+            "width": masked(self.width, pa.int32()),
+            "height": masked(self.height, pa.int32()),
+            "frame_index": masked(self.frame_index, pa.int64()),
+            "keyframe": pc.equal(masked(self.keyframe, pa.int8()), 1),
+        }
+        pts = pa.array(self.pts_s, pa.float64())
+        out["pts_s"] = pc.if_else(pc.is_nan(pts), pa.scalar(None, pa.float64()), pts)
+        for k in self._CODED:
+            idx = masked(self.codes[k], pa.int32())
+            out[k] = pa.DictionaryArray.from_arrays(idx, pa.array(list(self.values[k]), pa.string())).cast(pa.string())
+        return out
 
 
 def write_index(table: pa.Table, path: str | os.PathLike[str]) -> None:
@@ -320,11 +413,27 @@ def read_index(path: str | os.PathLike[str], columns: list[str] | None = None) -
     """Read index rows (all columns, or only ``columns``)."""
     where = os.fspath(path)
     try:
-        return pq.read_table(path, columns=columns)
+        if columns is None:
+            return _with_added_columns(pq.read_table(path))
+        have = set(pq.read_schema(path).names)
+        table = pq.read_table(path, columns=[c for c in columns if c in have])
+        missing = [c for c in columns if c not in have and c in ADDED_COLUMNS]
+        if missing:  # an index written before these columns existed: they read as nulls
+            table = _with_added_columns(table, missing)
+            table = table.select([c for c in columns if c in table.column_names])
+        return table
     except FileNotFoundError as e:
         raise InputError(f"{where}: index not found (rebuild it with 'hframe index PACK --rebuild')") from e
     except (pa.ArrowInvalid, OSError) as e:
         raise FormatError(f"{where}: not a readable Parquet index ({e})") from e
+
+
+def _with_added_columns(table: pa.Table, names: list[str] | None = None) -> pa.Table:
+    """``table`` with the columns added by later minor versions appended as nulls where absent."""
+    for name in names if names is not None else list(ADDED_COLUMNS):
+        if name not in table.column_names:
+            table = table.append_column(SCHEMA.field(name), pa.nulls(table.num_rows, SCHEMA.field(name).type))
+    return table
 
 
 def current_format_version() -> str:
@@ -358,19 +467,32 @@ def glob_to_regex(glob: str) -> str:
     return "".join(out)
 
 
-def select_rows(table: pa.Table, columns: list[str] | None = None, name_glob: str | None = None) -> pa.Table:
-    """Index rows whose name matches ``name_glob``, with only ``columns`` (in that order).
+#: Columns ``index`` and ``get`` can filter on by equality (``--label``, ``--split``, ``--kind``).
+FILTER_COLUMNS = ("label", "split", "kind")
+
+
+def select_rows(
+    table: pa.Table,
+    columns: list[str] | None = None,
+    name_glob: str | None = None,
+    equal: dict[str, str | None] | None = None,
+) -> pa.Table:
+    """Index rows whose name matches ``name_glob`` and whose ``equal`` columns have the given
+    values, with only ``columns`` (in that order).
 
     Raises:
         InputError: an unknown column name (the message lists the valid ones).
     """
+    import pyarrow.compute as pc
+
     if columns:
         unknown = [c for c in columns if c not in table.column_names]
         if unknown:
             raise InputError(f"unknown column {unknown[0]!r} (columns: {', '.join(table.column_names)})")
     if name_glob:
-        import pyarrow.compute as pc
-
         mask = pc.match_substring_regex(table.column("name"), glob_to_regex(name_glob))
         table = table.filter(mask)
+    for col, value in (equal or {}).items():
+        if value is not None:
+            table = table.filter(pc.fill_null(pc.equal(table.column(col), pa.scalar(value, pa.string())), False))
     return table.select(columns) if columns else table

@@ -39,6 +39,7 @@ from .faults import fault_point
 from .format import HEADER_SIZE
 from .index import get_index_path
 from .inputs import Rejected, Source, SourceList
+from .media import FramePrep, MediaOptions, PreparedFrame
 from .verify import DEFAULT_SELF_CHECK, self_check
 from .writer import PackWriter, SealedPack, publish_partials
 
@@ -78,6 +79,8 @@ class PackResult:
     elapsed_s: float
     skipped: list[Rejected] = field(default_factory=list)
     resumed_from_frame: int | None = None
+    #: inputs packed with a problem noted (an unreadable image header, a video damaged part-way)
+    warnings: list[Rejected] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
         from .index import current_format_version
@@ -95,6 +98,7 @@ class PackResult:
             "self_checked": self.self_checked,
             "elapsed_s": round(self.elapsed_s, 6),
             "skipped": [{"path": r.path, "reason": r.reason} for r in self.skipped],
+            "warnings": [{"path": r.path, "reason": r.reason} for r in self.warnings],
             "resumed_from_frame": self.resumed_from_frame,
         }
 
@@ -132,6 +136,33 @@ class _Loaded:
     md5: bytes | None = None
     error: str | None = None
     stream: bool = False
+    video: bool = False
+    frame: PreparedFrame | None = None
+
+
+def _load_prepared(src: Source, prep: FramePrep | None, videos: bool) -> _Loaded:
+    """``_load``, then (on the same reader thread) sniff videos and prepare the frame."""
+    if videos:
+        from .video import SNIFF_VIDEO_BYTES, has_video_extension, sniff_video
+
+        if has_video_extension(src.name):
+            return _Loaded(src, video=True)
+        if src.size > _STREAM_ABOVE:
+            try:
+                with open(src.path, "rb") as f:
+                    head = f.read(SNIFF_VIDEO_BYTES)
+            except OSError:
+                head = b""
+            return _Loaded(src, video=True) if sniff_video(head) else _Loaded(src, stream=True)
+    item = _load(src)
+    if item.data is not None and videos:
+        from .video import sniff_video
+
+        if sniff_video(item.data[:200]):
+            item.video = True  # confirmed (or refuted) when the container is opened
+    if prep is not None and item.data is not None and not item.video:
+        item.frame = prep.prepare(src.name, item.data, item.md5)
+    return item
 
 
 def _load(src: Source) -> _Loaded:
@@ -182,18 +213,21 @@ def _batches(sources: Sequence[Source]) -> Iterator[list[Source]]:
         yield batch
 
 
-def _loaded_in_order(sources: Sequence[Source], workers: int) -> Iterator[_Loaded]:
-    """Load sources on ``workers`` threads, yielding them in order, few batches in flight."""
+def _loaded_in_order(
+    sources: Sequence[Source], workers: int, prep: FramePrep | None = None, videos: bool = False
+) -> Iterator[_Loaded]:
+    """Load (and prepare) sources on ``workers`` threads, yielding them in order, few batches
+    in flight."""
     if workers <= 1:
         for s in sources:
-            yield _load(s)
+            yield _load_prepared(s, prep, videos)
         return
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hframe-pack") as pool:
         pending: deque[Future[list[_Loaded]]] = deque()
         batches = _batches(sources)
         try:
             for batch in batches:
-                pending.append(pool.submit(lambda b: [_load(s) for s in b], batch))
+                pending.append(pool.submit(lambda b: [_load_prepared(s, prep, videos) for s in b], batch))
                 if len(pending) >= 2 * workers:
                     yield from pending.popleft().result()
             while pending:
@@ -256,6 +290,7 @@ def pack_sources(
     on_event: EventFn | None = None,
     after_seal: Callable[[SealedPack], None] | None = None,
     pack_uuid: str | None = None,
+    media: MediaOptions | None = None,
 ) -> PackResult:
     """Write ``sources`` into a pack at ``output``, self-check it, and publish it.
 
@@ -278,6 +313,7 @@ def pack_sources(
         after_seal: called with the sealed, unpublished pack before the self-check
             (fault injection in tests; monitoring).
         pack_uuid: a fixed pack UUID (``resume`` uses the one chosen when the run started).
+        media: compression, dictionary, video, image-metadata, label and split options.
 
     Raises:
         InputError: a bad source (without ``skip_bad``), an existing output, or an interrupted
@@ -287,6 +323,8 @@ def pack_sources(
         Interrupted: SIGINT/SIGTERM; a checkpoint was written.
     """
     policy = checkpoints or CheckpointPolicy()
+    media = media or MediaOptions()
+    media.check()
     out = os.fspath(output)
     if not force and checkpoint_paths(out).checkpoint.exists():
         if not os.path.exists(out):
@@ -311,6 +349,7 @@ def pack_sources(
             "skip_bad": skip_bad,
             "self_check_frames": self_check_frames,
             "collect": sources.collect,  # how they were found: resume walks the folders again
+            "media": media.to_dict(),
         },
         fingerprint=source_fingerprint(sources.sources),
         source_count=len(sources.sources),
@@ -320,14 +359,21 @@ def pack_sources(
         if policy.enabled:  # the intent, on disk before the partial pack exists
             save_sources(out, sources)
             ckpt.save(out)
+        dictionary = _dictionary_for(sources, media, on_event)
         writer = PackWriter(
-            output, alignment=alignment, created_us=created_us, pack_uuid=pack_uuid, force=force, lock=lock
+            output,
+            alignment=alignment,
+            created_us=created_us,
+            pack_uuid=pack_uuid,
+            force=force,
+            lock=lock,
+            dictionary=dictionary,
         )
         with writer:
             writer.commit()
             with _abandon_on_bad_data(out):
                 settings = RunSettings(
-                    skip_bad, self_check_frames, workers, handle_signals, on_progress, on_event, after_seal
+                    skip_bad, self_check_frames, workers, handle_signals, on_progress, on_event, after_seal, media
                 )
                 return _run(writer, sources, ckpt, policy, settings, skipped=list(sources.rejected))
 
@@ -361,6 +407,49 @@ class RunSettings:
     on_progress: ProgressFn | None = None
     on_event: EventFn | None = None
     after_seal: Callable[[SealedPack], None] | None = None
+    media: MediaOptions = field(default_factory=MediaOptions)
+
+
+def _dictionary_for(sources: SourceList, media: MediaOptions, on_event: EventFn | None) -> bytes | None:
+    """The zstd dictionary of a new pack: read from ``--zstd-dict PATH``, or trained (``auto``)
+    on an even, deterministic sample of the inputs that are not already-compressed images."""
+    level = media.level
+    if level is None or media.zstd_dict == "none":
+        return None
+    if media.zstd_dict != "auto":
+        try:
+            with open(media.zstd_dict, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise InputError(f"--zstd-dict {media.zstd_dict}: cannot read: {e.strerror}") from None
+        if len(data) < 8:
+            raise InputError(f"--zstd-dict {media.zstd_dict}: too small to be a zstd dictionary")
+        return data
+    from .codec import sample_for_dictionary, train_dictionary
+    from .format import SNIFF_BYTES, sniff_media_type
+
+    srcs = [s for s in sources.sources if s.size <= _STREAM_ABOVE]
+    samples = []
+    for i in sample_for_dictionary([s.size for s in srcs]):
+        try:
+            with open(srcs[i].path, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue  # reported when the file itself is packed
+        if sniff_media_type(data[:SNIFF_BYTES]) in ("jpeg", "png", "gif", "webp"):
+            continue
+        samples.append(data)
+    t0 = time.perf_counter()
+    dictionary = train_dictionary(samples, level)
+    if dictionary is None:
+        _note(on_event, "zstd dictionary: too little data to train one; compressing without a dictionary")
+    else:
+        _note(
+            on_event,
+            f"zstd dictionary: {len(dictionary)} bytes trained on {len(samples)} inputs "
+            f"in {time.perf_counter() - t0:.2f} s",
+        )
+    return dictionary
 
 
 def _run(
@@ -400,10 +489,31 @@ def _run(
         if why != "all frames written":  # that one is followed at once by the summary line
             _note(on_event, f"checkpoint: {ckpt.frames} frames, {ckpt.committed_bytes} bytes committed ({why})")
 
+    media = settings.media
+    prep = FramePrep(media, writer.dictionary)
+    videos = media.video_frames is not None
+    warnings: list[Rejected] = []
+
     with _StopSignals(settings.handle_signals) as stop:
-        for k, item in enumerate(_loaded_in_order(todo, workers), start=start_source):
+        for k, item in enumerate(_loaded_in_order(todo, workers, prep, videos), start=start_source):
             src = item.source
-            if item.stream:
+            if item.video:
+                note = _add_video(writer, item, prep, stop, skip_bad)
+                if note is not None and note.startswith("stopped"):
+                    checkpoint(k, f"stopped by {signal.Signals(stop.signum or signal.SIGINT).name}")
+                    raise Interrupted(
+                        f"{out}: interrupted by {signal.Signals(stop.signum or signal.SIGINT).name} after "
+                        f"{len(writer)} frames (in {src.path}, which starts again on resume); "
+                        + (
+                            f"checkpoint kept: run 'hframe resume {out}' to continue"
+                            if policy.enabled
+                            else "no checkpoint (checkpoints are off)"
+                        )
+                    )
+                if note is not None:
+                    warnings.append(Rejected(src.path, note))
+                    _note(on_event, f"warning: {src.path}: {note}")
+            elif item.stream:
                 try:
                     with open(src.path, "rb") as f:
                         writer.add_stream(src.name, f, src.size, mtime_ns=src.mtime_ns)
@@ -414,7 +524,29 @@ def _run(
                 except OSError as e:
                     item.error = f"cannot read: {e.strerror}"
             elif item.error is None:
-                writer.add(src.name, item.data or b"", mtime_ns=src.mtime_ns, md5=item.md5)
+                fr = item.frame
+                if fr is not None and fr.warning is not None:
+                    if media.strict_images:
+                        item.error = fr.warning
+                    else:
+                        warnings.append(Rejected(src.path, fr.warning))
+                        _note(on_event, f"warning: {src.path}: {fr.warning} (packed without width/height)")
+                if item.error is None:
+                    if fr is None:
+                        writer.add(src.name, item.data or b"", mtime_ns=src.mtime_ns, md5=item.md5)
+                    else:
+                        writer.add(
+                            src.name,
+                            fr.data,
+                            mtime_ns=src.mtime_ns,
+                            md5=fr.md5,
+                            raw_length=fr.raw_length,
+                            codec=fr.codec,
+                            flags=fr.flags,
+                            media=fr.media,
+                            kind=fr.kind,
+                            meta=fr.meta or None,
+                        )
             if item.error is not None:
                 if not skip_bad:
                     raise InputError(f"{src.path}: {item.error} (use --skip-bad to leave it out)")
@@ -465,7 +597,80 @@ def _run(
         elapsed_s=time.perf_counter() - t0,
         skipped=skipped,
         resumed_from_frame=resumed_from,
+        warnings=warnings,
     )
+
+
+def _add_video(writer: PackWriter, item: _Loaded, prep: FramePrep, stop: _StopSignals, skip_bad: bool) -> str | None:
+    """Append the selected frames of one video. Returns None when all went well, a note
+    about damage (the frames decoded before it are kept, with ``skip_bad``), or ``"stopped"``
+    after a signal (the video's frames are rolled back). A file that is not a video after all:
+    packed as a plain file when only its bytes looked like a video, else bad input.
+
+    Raises:
+        InputError: not a video (by its extension), or damaged, without ``skip_bad``.
+    """
+    from .format import KIND_IDS
+    from .video import VideoFrames, frame_name, has_video_extension, parse_frame_format, parse_video_frames
+
+    src = item.source
+    media = prep.options
+    mode, param = parse_video_frames(media.video_frames or "all")
+    fmt = parse_frame_format(media.frame_format)
+    frames = VideoFrames(src.path, src.path, mode, param, fmt, media.max_frames_per_video)
+    mark = writer.mark()
+    group = prep.group_meta(src.name, group=src.name)
+    kind = KIND_IDS["video_frame"]
+    media_type = "jpeg" if fmt[0] == "jpeg" else "png"
+    try:
+        for vf in frames:
+            meta = {
+                "source": src.name.decode("utf-8", "backslashreplace"),
+                "source_size": src.size,
+                "frame_index": vf.index,
+                "pts_s": vf.pts_s,
+                "keyframe": vf.keyframe,
+                "width": vf.width,
+                "height": vf.height,
+                "mode": "RGB",
+                **group,
+            }
+            writer.add(
+                frame_name(src.name, vf.index), vf.data, mtime_ns=src.mtime_ns, media=media_type, kind=kind, meta=meta
+            )
+            if stop.signum is not None:
+                writer.rollback(mark)
+                return "stopped"
+    except InputError as e:
+        writer.rollback(mark)
+        if item.data is not None and not has_video_extension(src.name):
+            # only its first bytes looked like a video: pack the file as it is
+            fr = prep.prepare(src.name, item.data, item.md5)
+            writer.add(
+                src.name,
+                fr.data,
+                mtime_ns=src.mtime_ns,
+                md5=fr.md5,
+                raw_length=fr.raw_length,
+                codec=fr.codec,
+                flags=fr.flags,
+                media=fr.media,
+                kind=fr.kind,
+                meta=fr.meta or None,
+            )
+            return None
+        item.error = str(e).removeprefix(f"{src.path}: ")
+        return None
+    if frames.damage is None:
+        return None
+    if not skip_bad:
+        writer.rollback(mark)
+        item.error = (
+            f"damaged video: {frames.damage}; {frames.kept} frames were decoded before the damage "
+            "(--skip-bad keeps them)"
+        )
+        return None
+    return f"damaged video: {frames.damage}; kept the {frames.kept} frames decoded before it"
 
 
 def _describe_changes(saved: list[Source], current: list[Source]) -> list[str]:
@@ -571,7 +776,11 @@ def resume_pack(
                     resuming=True,
                     alignment=popts["alignment"],
                     created_us=popts["created_us"],
-                    **{k: popts[k] for k in SHARD_OPTIONS if k in popts},
+                    **{
+                        k: (MediaOptions.from_dict(popts[k]) if k == "media" else popts[k])
+                        for k in SHARD_OPTIONS
+                        if k in popts
+                    },
                     workers=workers,
                     checkpoints=policy,
                     handle_signals=handle_signals,
@@ -622,6 +831,7 @@ def resume_pack(
             # the same run again keeps its creation time and UUID; new inputs keep only a fixed time
             created_us=opts["created_us"] if keep_identity or opts["pack_uuid"] is None else None,
             pack_uuid=opts["pack_uuid"] if keep_identity else None,
+            media=MediaOptions.from_dict(opts.get("media")),
         )
         res.resumed_from_frame = 0
         return ResumeResult(status, res, notes)
@@ -652,7 +862,13 @@ def resume_pack(
         )
         with _abandon_on_bad_data(out):
             settings = RunSettings(
-                opts["skip_bad"], opts["self_check_frames"], workers, handle_signals, on_progress, on_event
+                opts["skip_bad"],
+                opts["self_check_frames"],
+                workers,
+                handle_signals,
+                on_progress,
+                on_event,
+                media=MediaOptions.from_dict(opts.get("media")),
             )
             res = _run(
                 writer,

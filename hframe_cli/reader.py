@@ -23,8 +23,22 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .codec import Decompressor
 from .errors import FrameOutOfRange, IncompletePack, InputError, NotFound
-from .format import HEADER_SIZE, TRAILER_SIZE, Header, Trailer
+from .format import (
+    CODEC_IDS,
+    EXTRA_ZSTD_DICT,
+    FLAG_COMPRESSED,
+    FLAG_DICT,
+    HEADER_SIZE,
+    RECORD_FIXED,
+    RECORD_FLAG_DICT,
+    TRAILER_SIZE,
+    Header,
+    RecordHeader,
+    Trailer,
+    decode_extra,
+)
 from .index import IndexMeta, format_time_us, get_index_path, read_index, read_index_meta
 from .storage import LocalFile, open_storage
 
@@ -80,6 +94,19 @@ def read_pack_info(storage: LocalFile) -> PackInfo:
     return PackInfo(where, header, trailer, size)
 
 
+def read_dictionary(storage: LocalFile) -> bytes:
+    """The zstd dictionary stored in the extra field of record 0 (``man/hframe.5``)."""
+    where = f"{storage.location}: record 0"
+    fixed = storage.read_at(HEADER_SIZE, RECORD_FIXED)
+    name_len, extra_len = RecordHeader.name_extra_lengths(fixed) if len(fixed) == RECORD_FIXED else (0, 0)
+    rest = storage.read_at(HEADER_SIZE + RECORD_FIXED, name_len + extra_len)
+    header, _ = RecordHeader.decode(fixed, rest, where)
+    entries = decode_extra(header.extra, where)
+    if EXTRA_ZSTD_DICT not in entries:
+        raise IncompletePack(f"{where}: the header says the pack has a zstd dictionary, record 0 holds none")
+    return entries[EXTRA_ZSTD_DICT]
+
+
 class PackReader:
     """Random access to the frames of one pack.
 
@@ -125,11 +152,43 @@ class PackReader:
         # bounds of every index entry, checked once against the real pack size; reads of an
         # index with any entry out of range are checked frame by frame instead
         self._all_in_range = _all_in_range(table, self._data_end)
+        # compressed packs (format 1.1): per-frame codec and raw length, to return raw bytes
+        self._codecs: array[int] | None = None
+        self._raw_lengths: array[int] | None = None
+        self._decompressor: Decompressor | None = None
+        if self.info.header.flags & FLAG_COMPRESSED:
+            self._load_codecs()
         self._table: pa.Table | None = None
         self._names: tuple[pa.Array, pa.Array] | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = -1
         self._pool_lock = threading.Lock()
+
+    def _load_codecs(self) -> None:
+        t = read_index(self.index_path, ["codec", "raw_length"])
+        names = t.column("codec").combine_chunks() if t.num_rows else pa.array([], pa.string())
+        coded = names.dictionary_encode()
+        ids = [CODEC_IDS.get(c, -1) for c in coded.dictionary.to_pylist()]
+        self._codecs = array("b", [ids[c] for c in coded.indices.to_pylist()])
+        self._raw_lengths = _int64_column(t, "raw_length")
+        dictionary = None
+        if self.info.header.flags & FLAG_DICT:
+            dictionary = read_dictionary(self._storage)
+        self._decompressor = Decompressor(dictionary, self.path)
+
+    @property
+    def compressed(self) -> bool:
+        """Whether some frames are stored compressed (reads still return the raw bytes)."""
+        return self._codecs is not None
+
+    def _decode(self, frame_id: int, data: bytes) -> bytes:
+        if self._codecs is None or not self._codecs[frame_id]:
+            return data
+        assert self._decompressor is not None and self._raw_lengths is not None
+        flags = RECORD_FLAG_DICT if self.info.header.flags & FLAG_DICT else 0
+        return self._decompressor.decode(
+            data, self._codecs[frame_id], flags, self._raw_lengths[frame_id], f"{self.path}: frame {frame_id}"
+        )
 
     # -- size and lookup ----------------------------------------------------------------
 
@@ -211,7 +270,12 @@ class PackReader:
             )
 
     def read(self, key: FrameKey) -> bytes:
-        """The exact stored bytes of one frame."""
+        """The exact bytes of one frame (decompressed if it is stored compressed)."""
+        i = self.frame_id(key)
+        return self._decode(i, self.read_stored(i))
+
+    def read_stored(self, key: FrameKey) -> bytes:
+        """The bytes of one frame exactly as stored in the pack (still compressed, if it is)."""
         i = self.frame_id(key)
         offset, length = self._offsets[i], self._lengths[i]
         self._check_range(i, offset, length)
@@ -228,6 +292,8 @@ class PackReader:
     def head(self, key: FrameKey, nbytes: int) -> bytes:
         """The first ``nbytes`` bytes of a frame (all of it when shorter)."""
         i = self.frame_id(key)
+        if self._codecs is not None and self._codecs[i]:
+            return self.read(i)[: max(nbytes, 0)]
         offset, length = self._offsets[i], self._lengths[i]
         self._check_range(i, offset, length)
         return self._storage.read_at(offset, min(max(nbytes, 0), length))
@@ -235,13 +301,24 @@ class PackReader:
     def read_many(
         self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None
     ) -> list[bytes]:
-        """The stored bytes of several frames, in the order asked, read in parallel.
+        """The bytes of several frames, in the order asked, read in parallel (and decompressed,
+        where stored compressed).
 
         Args:
             keys: frame ids or names (repeats allowed).
             workers: threads for this call (default: the reader's, else ``default_workers``).
             stats: if given, read calls, bytes and per-frame read latencies are added to it.
         """
+        out = self.read_many_stored(keys, workers, stats)
+        if self._codecs is None:
+            return out
+        ids = [k if type(k) is int else self.frame_id(k) for k in keys]
+        return list(map(self._decode, ids, out))
+
+    def read_many_stored(
+        self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None
+    ) -> list[bytes]:
+        """Like ``read_many``, but the bytes exactly as stored (no decompression)."""
         n = len(keys)
         if n == 0:
             return []

@@ -197,7 +197,9 @@ def pack_summary(result: Any, as_json: bool, quiet: bool, verb: str = "packed") 
     note(
         f"{verb} {result.frame_count} frames ({format_bytes(result.payload_bytes)}) into {result.path} "
         f"in {result.elapsed_s:.2f} s ({format_bytes(rate)}/s); self-check of {result.self_checked} "
-        f"frames ok" + (f"; skipped {len(result.skipped)}" if result.skipped else "")
+        f"frames ok"
+        + (f"; skipped {len(result.skipped)}" if result.skipped else "")
+        + (f"; {len(result.warnings)} warnings" if getattr(result, "warnings", None) else "")
     )
 
 

@@ -11,9 +11,18 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import FormatError
-from .format import HEADER_SIZE, RECORD_FIXED, SNIFF_BYTES, RecordHeader, sniff_media_type
+from .format import (
+    EXTRA_META,
+    HEADER_SIZE,
+    RECORD_FIXED,
+    SNIFF_BYTES,
+    RecordHeader,
+    decode_extra,
+    sniff_media_type,
+)
 from .index import INDEX_SCHEMA, IndexBuilder, IndexMeta, write_index
 from .reader import PackInfo, read_pack_info
 from .storage import LocalFile, open_storage
@@ -82,6 +91,17 @@ def walk_records(storage: LocalFile, end: int) -> Iterator[ScannedRecord]:
         expected_id += 1
 
 
+def record_meta(h: RecordHeader, where: str) -> dict[str, Any] | None:
+    """The per-frame metadata stored in a record header's extra field (None when there is none)."""
+    if not h.extra:
+        return None
+    from .media import decode_meta
+
+    at = f"{where}: frame {h.frame_id}"
+    entries = decode_extra(h.extra, at)
+    return decode_meta(entries[EXTRA_META], at) if EXTRA_META in entries else None
+
+
 def rebuild_index(
     pack_path: str | os.PathLike[str],
     index_path: str | os.PathLike[str],
@@ -100,6 +120,7 @@ def rebuild_index(
         builder = IndexBuilder()
         for rec in iter_records(storage, info):
             h = rec.header
+            frame_meta = record_meta(h, storage.location)
             builder.append(
                 name=h.name,
                 offset=rec.offset,
@@ -112,6 +133,7 @@ def rebuild_index(
                 source_size=h.raw_length,
                 mtime_ns=h.mtime_ns,
                 record_offset=rec.record_offset,
+                meta=frame_meta,
             )
             if on_progress is not None:
                 on_progress(h.length)

@@ -268,6 +268,10 @@ class DatasetReader:
 
     __getitem__ = read
 
+    def read_stored(self, key: FrameKey) -> bytes:
+        k, local = self.locate(self.frame_id(key))
+        return self.shard(k).read_stored(local)
+
     def __iter__(self) -> Iterator[bytes]:
         for i in range(len(self)):
             yield self.read(i)
@@ -404,7 +408,11 @@ def pack_sharded(
                 "alignment": alignment,
                 "created_us": created_us,
                 "force": force,
-                **{k: v for k, v in options.items() if k in SHARD_OPTIONS},
+                **{
+                    k: (v.to_dict() if k == "media" and v is not None else v)
+                    for k, v in options.items()
+                    if k in SHARD_OPTIONS
+                },
             },
         )
         return run_shards(
@@ -412,7 +420,7 @@ def pack_sharded(
         )
 
 
-SHARD_OPTIONS = ("skip_bad", "self_check_frames")
+SHARD_OPTIONS = ("skip_bad", "self_check_frames", "media")
 
 
 def run_shards(

@@ -19,6 +19,7 @@ import pyarrow as pa
 from .checkpoint import Checkpoint, OutputLock, checkpoint_paths
 from .errors import InputError
 from .inputs import Source, SourceList
+from .media import MediaOptions
 from .packing import (
     CheckpointPolicy,
     EventFn,
@@ -96,6 +97,13 @@ def plan_update(sources: SourceList, output: str | os.PathLike[str], *, checksum
     return UpdatePlan(status, added, sorted(changed), removed, len(old), alignment, data_end)
 
 
+def _has_dictionary(pack: str) -> bool:
+    from .format import FLAG_DICT, HEADER_SIZE, Header
+
+    with open(pack, "rb") as f:
+        return bool(Header.decode(f.read(HEADER_SIZE), pack).flags & FLAG_DICT)
+
+
 def update_pack(
     sources: SourceList,
     output: str | os.PathLike[str],
@@ -110,6 +118,7 @@ def update_pack(
     handle_signals: bool = False,
     on_progress: ProgressFn | None = None,
     on_event: EventFn | None = None,
+    media: MediaOptions | None = None,
 ) -> tuple[UpdatePlan, PackResult | None]:
     """Bring a published pack up to date with ``sources`` (``pack --update``).
 
@@ -124,7 +133,12 @@ def update_pack(
     out = os.fspath(output)
     if not os.path.exists(out) and get_manifest_path(out).exists():
         raise InputError(f"{out}: --update of a sharded dataset is not supported yet; repack it with --force")
+    media = media or MediaOptions()
     plan = plan_update(sources, out, checksum=checksum)
+    if media.video_frames is not None and plan.status != "up_to_date":
+        plan.status = "repack"  # frames are named after their videos: no append by source name
+    elif media.wants_dictionary and plan.status == "append" and not _has_dictionary(out):
+        plan.status = "repack"  # a dictionary is trained on all inputs and lives in record 0
     if plan.status == "up_to_date":
         return plan, None
     if plan.status in ("new", "repack"):
@@ -143,6 +157,7 @@ def update_pack(
             handle_signals=handle_signals,
             on_progress=on_progress,
             on_event=on_event,
+            media=media,
         )
         return plan, res
     if checkpoint_paths(out).checkpoint.exists():
@@ -162,7 +177,9 @@ def update_pack(
         with writer:
             writer.copy_records_from(out, plan.data_end)
             with _abandon_on_bad_data(out):
-                settings = RunSettings(skip_bad, self_check_frames, workers, handle_signals, on_progress, on_event)
+                settings = RunSettings(
+                    skip_bad, self_check_frames, workers, handle_signals, on_progress, on_event, media=media
+                )
                 res = _run(
                     writer, added, ckpt, CheckpointPolicy(enabled=False), settings, skipped=list(sources.rejected)
                 )

@@ -39,6 +39,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .codec import Decompressor
 from .errors import (
     ChecksumMismatch,
     FormatError,
@@ -52,6 +53,8 @@ from .errors import (
     UnsupportedVersion,
 )
 from .format import (
+    FLAG_COMPRESSED,
+    FLAG_DICT,
     HEADER_SIZE,
     MEDIA_TYPES,
     RECORD_FIXED,
@@ -67,6 +70,7 @@ from .format import (
 )
 from .index import IndexMeta, current_format_version, get_index_path, read_index, read_index_meta
 from .inputs import expand_globs
+from .reader import read_dictionary
 from .storage import LocalFile, evict_from_page_cache, open_storage
 
 __all__ = [
@@ -328,17 +332,41 @@ class _Window:
         return self.buf, 0
 
 
-def _hash_batch(items: list[tuple[int, bytes, int, int]], decode_ids: set[int]) -> list[tuple[bytes, str | None]]:
-    out = []
+#: A compressed frame in a batch: (codec, record flags, raw length, expected magic bytes or None).
+Packed = tuple[int, int, int, "bytes | None"]
+
+
+def _hash_batch(
+    items: list[tuple[int, bytes, int, int]],
+    decode_ids: set[int],
+    packed: dict[int, Packed] | None = None,
+    decompressor: Decompressor | None = None,
+) -> list[tuple[bytes, str | None]]:
+    """md5 of each frame's raw bytes (decompressed first where stored compressed); a
+    finding about the frame comes back as ``"check: message"``."""
+    out: list[tuple[bytes, str | None]] = []
     for frame_id, buf, a, b in items:
-        view = memoryview(buf)[a:b]
+        view: memoryview | bytes = memoryview(buf)[a:b]
+        err = None
+        if packed and frame_id in packed:
+            codec, flags, raw_length, magic = packed[frame_id]
+            try:
+                assert decompressor is not None
+                view = decompressor.decode(view, codec, flags, raw_length, f"frame {frame_id}")
+            except FormatError as e:
+                out.append((b"", f"codec: {str(e).removeprefix(f'frame {frame_id}: ')}"))
+                continue
+            if magic is not None and view[: len(magic)] != magic:
+                err = f"magic: magic bytes mismatch after decompression (expected {magic.hex(' ')}, read {bytes(view[: len(magic)]).hex(' ')})"
         digest = hashlib.md5(view).digest()
-        err = _decode_error(view) if frame_id in decode_ids else None
+        if err is None and frame_id in decode_ids:
+            decode_err = _decode_error(view)
+            err = None if decode_err is None else f"decode: image does not decode ({decode_err})"
         out.append((digest, err))
     return out
 
 
-def _decode_error(data: memoryview) -> str | None:
+def _decode_error(data: memoryview | bytes) -> str | None:
     from PIL import Image
 
     try:
@@ -372,6 +400,7 @@ class _Verifier:
         self._pool: ThreadPoolExecutor | None = None
         self.auto_workers = False
         self.processes = 1
+        self.decompressor: Decompressor | None = None  # set when the pack has compressed frames
 
     def get_pool(self) -> ThreadPoolExecutor | None:
         """One hashing pool for every run this verifier walks."""
@@ -425,6 +454,7 @@ class _Verifier:
         batch: list[tuple[int, bytes, int, int]] = []
         meta: list[tuple[int, bytes, int, int]] = []  # (frame_id, rec_md5, offset, length)
         decode_ids: set[int] = set()
+        packed: dict[int, Packed] = {}  # compressed frames of the batch
         batch_buf: bytes | None = None
         pos, i = start_pos, first_id
         n_index = len(idx.offset) if idx is not None else n_total
@@ -466,18 +496,21 @@ class _Verifier:
                         ):
                             p0 = off - ws
                             magic = _MAGICS.get(media[i])
+                            if f[7]:  # compressed: the magic is checked on the raw bytes
+                                packed[i] = (f[7], f[11], f[4], magic)
+                                magic = None
                             if magic is None or wb[p0 : p0 + len(magic)] == magic:
                                 if wb is not batch_buf and batch:
-                                    self.submit(pool, pending, batch, meta, decode_ids, idx)
-                                    batch, meta, decode_ids = [], [], set()
+                                    self.submit(pool, pending, batch, meta, decode_ids, idx, packed)
+                                    batch, meta, decode_ids, packed = [], [], set(), {}
                                 batch_buf = wb
                                 batch.append((i, wb, p0, p0 + ln))
                                 meta.append((i, f[5], off, ln))
                                 fast_frames += 1
                                 fast_bytes += ln
                                 if len(batch) >= 4096:
-                                    self.submit(pool, pending, batch, meta, decode_ids, idx)
-                                    batch, meta, decode_ids = [], [], set()
+                                    self.submit(pool, pending, batch, meta, decode_ids, idx, packed)
+                                    batch, meta, decode_ids, packed = [], [], set(), {}
                                     while len(pending) > 2 * self.workers:
                                         self.collect(pending.popleft(), idx)
                                 pos = off + ln
@@ -539,8 +572,8 @@ class _Verifier:
                         self.compare_row(i, idx, pos, offset, length, name)
                 at += size  # the payload follows the record header in the same buffer
                 if buf is not batch_buf and batch:
-                    self.submit(pool, pending, batch, meta, decode_ids, idx)
-                    batch, meta, decode_ids = [], [], set()
+                    self.submit(pool, pending, batch, meta, decode_ids, idx, packed)
+                    batch, meta, decode_ids, packed = [], [], set(), {}
                 batch_buf = buf
                 batch.append((i, buf, at, at + length))
                 meta.append((i, rec_md5, offset, length))
@@ -548,9 +581,12 @@ class _Verifier:
                     decode_ids.add(i)
                 elif self.decode and idx is None:
                     decode_ids.add(i)
-                if idx is not None and i < len(idx.media):
-                    magic = _MAGICS.get(idx.media[i])
-                    if magic is not None and buf[at : at + len(magic)] != magic:
+                magic = _MAGICS.get(idx.media[i]) if idx is not None and i < len(idx.media) else None
+                if f[7]:  # compressed: the magic is checked on the raw bytes, after decompression
+                    packed[i] = (f[7], f[11], f[4], magic)
+                    magic = None
+                if magic is not None and idx is not None:
+                    if buf[at : at + len(magic)] != magic:
                         self.add(
                             "magic",
                             f"{self.frame_where(i, offset, length)}: magic bytes mismatch (index says "
@@ -565,14 +601,14 @@ class _Verifier:
                 self.r.frames_checked += 1
                 self.r.bytes_checked += length
                 if len(batch) >= 4096:
-                    self.submit(pool, pending, batch, meta, decode_ids, idx)
-                    batch, meta, decode_ids = [], [], set()
+                    self.submit(pool, pending, batch, meta, decode_ids, idx, packed)
+                    batch, meta, decode_ids, packed = [], [], set(), {}
                     while len(pending) > 2 * self.workers:
                         self.collect(pending.popleft(), idx)
                 pos = offset + length
                 i += 1
             if batch:
-                self.submit(pool, pending, batch, meta, decode_ids, idx)
+                self.submit(pool, pending, batch, meta, decode_ids, idx, packed)
             while pending:
                 self.collect(pending.popleft(), idx)
             self.r.frames_checked += fast_frames
@@ -594,12 +630,14 @@ class _Verifier:
         meta: list[tuple[int, bytes, int, int]],
         decode_ids: set[int],
         idx: _IndexCols | None,
+        packed: dict[int, Packed] | None = None,
     ) -> None:
+        dec = self.decompressor
         if pool is None:
-            pending.append((_hash_batch(batch, decode_ids), batch, meta))
+            pending.append((_hash_batch(batch, decode_ids, packed, dec), batch, meta))
             self.collect(pending.popleft(), idx)
         else:
-            pending.append((pool.submit(_hash_batch, batch, decode_ids), batch, meta))
+            pending.append((pool.submit(_hash_batch, batch, decode_ids, packed, dec), batch, meta))
             while len(pending) > 2 * self.workers:
                 self.collect(pending.popleft(), idx)
         if self.on_progress is not None:
@@ -623,7 +661,8 @@ class _Verifier:
                 return
         for (digest, decode_err), (i, rec_md5, offset, length) in zip(results, meta):
             want = idx.md5[i * 16 : i * 16 + 16] if idx is not None and i < len(idx.offset) else rec_md5
-            if digest != want or digest != rec_md5:
+            undecodable = decode_err is not None and decode_err.startswith("codec: ")
+            if not undecodable and (digest != want or digest != rec_md5):
                 name = _show(idx.names[i]) if idx is not None and i < len(idx.names) else None
                 where = self.frame_where(i, offset, length)
                 if digest == rec_md5:  # payload intact, the index row's md5 is wrong
@@ -637,13 +676,14 @@ class _Verifier:
                     check, message, i, name=name, offset=offset, length=length, expected=want.hex(), found=digest.hex()
                 )
             if decode_err is not None:
+                check, _, message = decode_err.partition(": ")
                 self.add(
-                    "decode",
-                    f"{self.frame_where(i, offset, length)}: image does not decode ({decode_err})",
+                    check,
+                    f"{self.frame_where(i, offset, length)}: {message}",
                     i,
                     offset=offset,
                     length=length,
-                    found=decode_err,
+                    found=message,
                 )
 
     def compare_row(self, i: int, idx: _IndexCols, rec_pos: int, offset: int, length: int, name: bytes) -> None:
@@ -870,6 +910,16 @@ def _verify_open(
         raise
     except FormatError as e:
         v.add("header", str(e))
+    if header is not None and header.flags & FLAG_COMPRESSED:
+        dictionary = None
+        if header.flags & FLAG_DICT:
+            try:
+                dictionary = read_dictionary(storage)
+            except FormatError as e:
+                v.add("record", f"{e} (compressed frames that need it cannot be checked)")
+        v.decompressor = Decompressor(dictionary, where)
+    else:
+        v.decompressor = Decompressor(None, where)  # a stray compressed frame is still checked
     trailer: Trailer | None = None
     try:
         trailer = Trailer.decode(tail, size, header, where)

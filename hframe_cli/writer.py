@@ -28,13 +28,18 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from .checkpoint import OutputLock, fsync_dir
 from .errors import FormatError, InputError, StorageError
 from .faults import enospc_limit, fault_point
 from .format import (
+    EXTRA_META,
+    EXTRA_ZSTD_DICT,
+    FLAG_COMPRESSED,
+    FLAG_DICT,
     FORMAT_VERSION,
+    FORMAT_VERSION_EXTRAS,
     HEADER_SIZE,
     KIND_IDS,
     MAX_NAME_BYTES,
@@ -42,6 +47,8 @@ from .format import (
     SNIFF_BYTES,
     Header,
     Trailer,
+    decode_extra,
+    encode_extra,
     encode_record,
     record_header_size,
     sniff_media_type,
@@ -50,11 +57,11 @@ from .index import (
     INDEX_SCHEMA,
     IndexBuilder,
     IndexMeta,
-    current_format_version,
     format_time_us,
     get_index_path,
     write_index,
 )
+from .media import decode_meta, encode_meta
 from .scan import walk_records
 from .storage import open_storage
 
@@ -100,6 +107,7 @@ class PackWriter:
         force: replace an existing pack at ``path``.
         resume_at: continue an existing ``.partial`` pack, cut back to this committed offset.
         lock: the output lock, already held by the caller (else the writer takes it itself).
+        dictionary: a zstd dictionary to store with frame 0 (a resumed pack reloads its own).
     """
 
     def __init__(
@@ -112,6 +120,7 @@ class PackWriter:
         force: bool = False,
         resume_at: int | None = None,
         lock: OutputLock | None = None,
+        dictionary: bytes | None = None,
     ) -> None:
         if alignment < 1 or alignment & (alignment - 1) or alignment > 1 << 24:
             raise InputError(f"--align must be a power of two between 1 and 16777216 (got {alignment})")
@@ -138,6 +147,9 @@ class PackWriter:
         self._sealed: SealedPack | None = None
         self._enospc_at = enospc_limit()
         self._advised = 0
+        self.dictionary = dictionary
+        self._compressed = False  # some frame has a codec other than none
+        self._extras = False  # some record header has an extra field (format 1.1)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -180,8 +192,17 @@ class PackWriter:
         if self.own_lock:
             self.lock.release()
 
+    @property
+    def version(self) -> tuple[int, int]:
+        """1.0 unless the pack uses what format 1.1 added (compression, record extras)."""
+        return FORMAT_VERSION_EXTRAS if (self._compressed or self._extras) else FORMAT_VERSION
+
     def _header(self, pack_uuid: uuid.UUID) -> Header:
-        return Header(pack_uuid, self.created_us, self.alignment, FORMAT_VERSION)
+        flags = (FLAG_COMPRESSED if self._compressed else 0) | (FLAG_DICT if self._has_dict() else 0)
+        return Header(pack_uuid, self.created_us, self.alignment, self.version, flags)
+
+    def _has_dict(self) -> bool:
+        return self.dictionary is not None and len(self._index) > 0
 
     def _reload(self, committed: int) -> None:
         """Cut the partial pack back to ``committed`` bytes and rebuild rows from its records."""
@@ -190,9 +211,17 @@ class PackWriter:
             raise FormatError(f"{self.partial_path}: {size} bytes on disk, the checkpoint committed {committed}")
         os.ftruncate(self._fd, committed)
         storage = open_storage(self.partial_path)
+        self.dictionary = None
         try:
             for rec in walk_records(storage, committed):
                 h = rec.header
+                meta = None
+                if h.extra:
+                    entries = decode_extra(h.extra, f"{self.partial_path}: frame {h.frame_id}")
+                    if EXTRA_META in entries:
+                        meta = decode_meta(entries[EXTRA_META], f"{self.partial_path}: frame {h.frame_id}")
+                    if h.frame_id == 0 and EXTRA_ZSTD_DICT in entries:
+                        self.dictionary = entries[EXTRA_ZSTD_DICT]
                 self._append_row(
                     h.name,
                     rec.record_offset,
@@ -202,6 +231,10 @@ class PackWriter:
                     h.mtime_ns,
                     rec.media_type,
                     h.kind,
+                    codec=h.codec,
+                    raw_length=h.raw_length,
+                    meta=meta,
+                    extra=h.extra,
                 )
         except FormatError as e:
             raise FormatError(f"{e}; cannot resume from this partial pack (start over with --force)") from e
@@ -254,8 +287,22 @@ class PackWriter:
             self._advised = self._flushed
 
     def _append_row(
-        self, name: bytes, rec_off: int, hdr_size: int, length: int, md5: bytes, mtime_ns: int, media: str, kind: int
+        self,
+        name: bytes,
+        rec_off: int,
+        hdr_size: int,
+        length: int,
+        md5: bytes,
+        mtime_ns: int,
+        media: str,
+        kind: int,
+        *,
+        codec: int = 0,
+        raw_length: int | None = None,
+        meta: dict[str, Any] | None = None,
+        extra: bytes = b"",
     ) -> None:
+        raw = length if raw_length is None else raw_length
         self._index.append(
             name=name,
             offset=rec_off + hdr_size,
@@ -263,42 +310,112 @@ class PackWriter:
             md5=md5,
             media_type=media,
             kind=kind,
-            codec=0,
-            raw_length=length,
-            source_size=length,
+            codec=codec,
+            raw_length=raw,
+            source_size=raw,
             mtime_ns=mtime_ns,
             record_offset=rec_off,
+            meta=meta,
         )
         self._payload_bytes += length
         self._digest.update(_DIGEST.pack(len(name), length, mtime_ns) + name + md5)
+        if codec or extra:  # packs without either keep the UUIDs they had in format 1.0
+            self._digest.update(_DIGEST.pack(codec, raw, len(extra)) + extra)
+            self._compressed = self._compressed or codec != 0
+            self._extras = self._extras or bool(extra)
 
-    def add(self, name: bytes, data: bytes, *, mtime_ns: int = 0, md5: bytes | None = None) -> int:
+    def add(
+        self,
+        name: bytes,
+        data: bytes,
+        *,
+        mtime_ns: int = 0,
+        md5: bytes | None = None,
+        raw_length: int | None = None,
+        codec: int = 0,
+        flags: int = 0,
+        media: str | None = None,
+        kind: int | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> int:
         """Append one frame held in memory. Returns its frame id.
 
         Args:
             name: the frame's name in the pack (POSIX path bytes).
-            data: the exact bytes to store.
+            data: the bytes to store (compressed when ``codec`` says so).
             mtime_ns: the source's modification time, for the index.
-            md5: the md5 digest of ``data`` if the caller already computed it.
+            md5: the md5 of the raw frame if the caller already computed it (required when
+                ``codec`` is not none).
+            raw_length, codec, flags: for a compressed frame, its raw size, codec id and
+                record flags (``codec.Compression``).
+            media, kind: the sniffed media type and frame kind (default: sniffed from ``data``).
+            meta: per-frame metadata (``index.FRAME_META_KEYS``), stored in the record header.
         """
         if self._fd < 0:
             raise InputError("PackWriter is not open (use it as a context manager)")
         nlen = len(name)
         if nlen > MAX_NAME_BYTES:
             raise InputError(f"{name[:80]!r}...: name is longer than {MAX_NAME_BYTES} bytes")
+        frame_id = len(self._index)
+        extra = (
+            encode_extra(encode_meta(meta) if meta else None, self.dictionary if frame_id == 0 else None)
+            if meta or (frame_id == 0 and self.dictionary)
+            else b""
+        )
+        elen = len(extra)
         rec_off = self._pos
-        hdr_size = record_header_size(rec_off, nlen, 0, self.alignment) if self.alignment > 1 else RECORD_FIXED + nlen
+        hdr_size = (
+            record_header_size(rec_off, nlen, elen, self.alignment)
+            if self.alignment > 1
+            else RECORD_FIXED + nlen + elen
+        )
         length = len(data)
         if md5 is None:
+            if codec:
+                raise InputError("add(): a compressed frame needs the md5 of its raw bytes")
             md5 = hashlib.md5(data).digest()
-        media = sniff_media_type(data[:SNIFF_BYTES])
-        kind = _BLOB if media == "unknown" else _IMAGE
-        frame_id = len(self._index)
+        if media is None:
+            media = sniff_media_type(data[:SNIFF_BYTES])
+        if kind is None:
+            kind = _BLOB if media == "unknown" else _IMAGE
+        raw = length if raw_length is None else raw_length
         # the row (with the payload offset rec_off + hdr_size) is recorded before the bytes are appended
-        self._append_row(name, rec_off, hdr_size, length, md5, mtime_ns, media, kind)
-        self._write(encode_record(hdr_size, frame_id, length, length, md5, mtime_ns, 0, kind, name))
+        self._append_row(
+            name,
+            rec_off,
+            hdr_size,
+            length,
+            md5,
+            mtime_ns,
+            media,
+            kind,
+            codec=codec,
+            raw_length=raw,
+            meta=meta,
+            extra=extra,
+        )
+        self._write(encode_record(hdr_size, frame_id, length, raw, md5, mtime_ns, codec, kind, name, extra, flags))
         self._write(data)
         return frame_id
+
+    def mark(self) -> tuple[Any, ...]:
+        """A point to come back to with ``rollback`` (a video abandoned part-way)."""
+        return (len(self._index), self._pos, self._payload_bytes, self._digest.copy(), self._compressed, self._extras)
+
+    def rollback(self, mark: tuple[Any, ...]) -> None:
+        """Drop every frame appended since ``mark``: rows, buffered and written bytes."""
+        frames, pos, payload, digest, compressed, extras = mark
+        self._flush()
+        try:
+            os.ftruncate(self._fd, pos)
+        except OSError as e:
+            raise _write_error(self.partial_path, e) from e
+        os.lseek(self._fd, pos, os.SEEK_SET)
+        self._pos = self._flushed = pos
+        self._advised = min(self._advised, pos)
+        self._index.truncate(frames)
+        self._payload_bytes, self._digest = payload, digest
+        self._compressed, self._extras = compressed, extras
 
     def add_stream(self, name: bytes, stream: BinaryIO, size: int, *, mtime_ns: int = 0) -> int:
         """Append one frame of ``size`` bytes copied from ``stream`` in chunks (bounded memory).
@@ -395,7 +512,7 @@ class PackWriter:
             pack_uuid = uuid.uuid4()
         data_end = self._pos
         count = len(self._index)
-        self._write(Trailer(count, self._payload_bytes, data_end, pack_uuid).encode())
+        self._write(Trailer(count, self._payload_bytes, data_end, pack_uuid, self.version).encode())
         self._flush()
         pack_bytes = self._pos
         try:
@@ -404,7 +521,7 @@ class PackWriter:
         except OSError as e:
             raise _write_error(self.partial_path, e) from e
         meta = IndexMeta(
-            format_version=current_format_version(),
+            format_version="{}.{}".format(*self.version),
             index_schema_version=INDEX_SCHEMA,
             pack_uuid=str(pack_uuid),
             pack_time=format_time_us(self.created_us),

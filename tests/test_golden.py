@@ -34,4 +34,10 @@ def test_v1_index_rebuilds_to_the_same_rows(tmp_path):
     pack = tmp_path / "g.hframe"
     shutil.copy(V1, pack)
     h.rebuild_index(pack, f"{pack}.index.parquet")
-    assert pq.read_table(f"{pack}.index.parquet").equals(pq.read_table(f"{V1}.index.parquet"))
+    rebuilt, stored = pq.read_table(f"{pack}.index.parquet"), pq.read_table(f"{V1}.index.parquet")
+    # index schema 1.1 added columns; the 1.0 columns are unchanged and the new ones are null
+    assert rebuilt.select(stored.column_names).equals(stored)
+    assert rebuilt.column("mode").null_count == rebuilt.num_rows
+    # reading the 1.0 index through hframe gives the 1.1 columns as nulls
+    with h.open_pack(V1) as p:
+        assert p.table.column("mode").null_count == 4 and p.table.num_rows == 4

@@ -1,0 +1,187 @@
+"""Per-frame compression: zstd with an optional trained dictionary, and the way back.
+
+Every frame is compressed on its own, so random access survives: a reader decompresses just
+the frames it reads. A frame that does not shrink (JPEG, PNG, already-compressed data) is
+stored raw and recorded as codec ``none``. A dictionary trained on a deterministic sample of
+the inputs lets small records compress well; it is stored in the pack (record 0's extra field,
+``man/hframe.5``) so the pack stays self-contained.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import FormatError, InputError
+from .format import CODEC_IDS, RECORD_FLAG_DICT
+
+__all__ = [
+    "Compression",
+    "Decompressor",
+    "MAX_RAW_BYTES",
+    "parse_compress",
+    "sample_for_dictionary",
+    "train_dictionary",
+]
+
+ZSTD = CODEC_IDS["zstd"]
+NONE = CODEC_IDS["none"]
+#: No frame decompresses to more than this (a declared size above it is a decompression bomb).
+MAX_RAW_BYTES = 1 << 30
+#: Compressed frames must save at least this fraction, else the raw bytes are stored.
+_MIN_SAVING = 1 / 64
+DEFAULT_LEVEL = 3
+DICT_SIZE = 64 << 10
+_SAMPLE_FILES = 4096
+_SAMPLE_BYTES = 16 << 20
+
+
+def parse_compress(text: str | None) -> int | None:
+    """``none`` → None; ``zstd`` / ``zstd:LEVEL`` → the level (1..22, negative for fast modes)."""
+    if text is None or text == "none":
+        return None
+    name, _, level = text.partition(":")
+    if name != "zstd":
+        raise InputError(f"--compress {text!r}: expected none, zstd or zstd:LEVEL")
+    if not level:
+        return DEFAULT_LEVEL
+    try:
+        value = int(level)
+    except ValueError:
+        raise InputError(f"--compress {text!r}: the level must be an integer") from None
+    if not -7 <= value <= 22 or value == 0:
+        raise InputError(f"--compress {text!r}: the level must be 1..22 (or -7..-1 for the fast modes)")
+    return value
+
+
+@dataclass(frozen=True)
+class Compressed:
+    """One frame ready to store: the bytes, codec id and record flags."""
+
+    data: bytes
+    codec: int
+    flags: int
+
+
+class Compression:
+    """Compresses frames (thread-safe: one zstd compressor per thread).
+
+    Args:
+        level: zstd level.
+        dictionary: the raw dictionary bytes, or None.
+    """
+
+    def __init__(self, level: int, dictionary: bytes | None = None) -> None:
+        import zstandard as zstd
+
+        self.level = level
+        self.dictionary = dictionary
+        self._dict = zstd.ZstdCompressionDict(dictionary) if dictionary else None
+        if self._dict is not None:
+            self._dict.precompute_compress(level=level)
+        self._local = threading.local()
+
+    def _compressor(self) -> Any:
+        c = getattr(self._local, "c", None)
+        if c is None:
+            import zstandard as zstd
+
+            c = zstd.ZstdCompressor(level=self.level, dict_data=self._dict, write_checksum=False)
+            self._local.c = c
+        return c
+
+    def compress(self, data: bytes) -> Compressed:
+        """The frame as stored: compressed when that saves space, else raw (codec none)."""
+        if len(data) < 16:
+            return Compressed(data, NONE, 0)
+        out = self._compressor().compress(data)
+        if len(out) > len(data) * (1 - _MIN_SAVING):
+            return Compressed(data, NONE, 0)
+        return Compressed(out, ZSTD, RECORD_FLAG_DICT if self._dict is not None else 0)
+
+
+class Decompressor:
+    """Turns stored frames back into their raw bytes (thread-safe)."""
+
+    def __init__(self, dictionary: bytes | None = None, where: str = "pack") -> None:
+        self.dictionary = dictionary
+        self.where = where
+        self._local = threading.local()
+
+    def _get(self, with_dict: bool) -> Any:
+        key = "d" if with_dict else "p"
+        d = getattr(self._local, key, None)
+        if d is None:
+            import zstandard as zstd
+
+            if with_dict and self.dictionary is None:
+                raise FormatError(f"{self.where}: a frame needs the pack's zstd dictionary, and the pack has none")
+            zd = zstd.ZstdCompressionDict(self.dictionary) if with_dict and self.dictionary else None
+            d = zstd.ZstdDecompressor(dict_data=zd)
+            setattr(self._local, key, d)
+        return d
+
+    def decode(self, data: bytes | memoryview, codec: int, flags: int, raw_length: int, frame: str) -> bytes:
+        """The raw bytes of a stored frame; ``frame`` names it in errors.
+
+        Raises:
+            FormatError: an unknown codec, a declared size that is absurd (a decompression
+                bomb) or differs from the record, or data that does not decompress.
+        """
+        if codec == NONE:
+            return bytes(data)
+        if codec != ZSTD:
+            raise FormatError(f"{frame}: unknown codec {codec}")
+        if raw_length > MAX_RAW_BYTES:
+            raise FormatError(
+                f"{frame}: refusing to decompress: declared size {raw_length} bytes exceeds the "
+                f"{MAX_RAW_BYTES}-byte limit (decompression bomb?)"
+            )
+        import zstandard as zstd
+
+        try:
+            params = zstd.get_frame_parameters(data)
+        except zstd.ZstdError as e:
+            raise FormatError(f"{frame}: not a zstd frame ({e})") from None
+        if params.content_size != raw_length:
+            raise FormatError(
+                f"{frame}: zstd frame declares {params.content_size} bytes, the record says {raw_length}"
+                + (" (decompression bomb?)" if params.content_size > MAX_RAW_BYTES else "")
+            )
+        try:
+            out: bytes = self._get(bool(flags & RECORD_FLAG_DICT)).decompress(data, max_output_size=raw_length)
+        except zstd.ZstdError as e:
+            raise FormatError(f"{frame}: zstd data does not decompress ({e})") from None
+        if len(out) != raw_length:
+            raise FormatError(f"{frame}: decompressed to {len(out)} bytes, the record says {raw_length}")
+        return out
+
+
+def sample_for_dictionary(sizes: Sequence[int]) -> list[int]:
+    """Which inputs train the dictionary: an even, deterministic spread over the sorted list
+    (at most 4096 files and about 16 MiB)."""
+    n = len(sizes)
+    if n == 0:
+        return []
+    mean = max(1, sum(sizes) // n)
+    want = max(1, min(n, _SAMPLE_FILES, _SAMPLE_BYTES // mean))
+    return sorted({i * n // want for i in range(want)})
+
+
+def train_dictionary(samples: Sequence[bytes], level: int, size: int = DICT_SIZE) -> bytes | None:
+    """A zstd dictionary trained on ``samples`` (deterministic: one thread, fixed parameters),
+    or None when there is too little to learn from."""
+    import zstandard as zstd
+
+    kept: list[Any] = [s for s in samples if s]
+    total = sum(map(len, kept))
+    if len(kept) < 8 or total < 4096:
+        return None
+    size = max(1024, min(size, total // 8))
+    try:
+        d = zstd.train_dictionary(size, kept, level=level, k=1024, d=8, threads=1)
+    except zstd.ZstdError:
+        return None
+    return bytes(d.as_bytes())

@@ -1,0 +1,170 @@
+"""What ``pack`` does to each frame besides storing it: image metadata, compression, labels.
+
+``MediaOptions`` is the one value that carries the media flags of a run (``--compress``,
+``--zstd-dict``, ``--video-frames``, ``--frame-format``, ``--label-from``, ``--split``, ...) from the
+CLI through ``pack``, ``resume``, shards and checkpoints. ``FramePrep`` applies them to one
+frame: it runs on the reader threads, so Pillow header parsing and zstd (both release the GIL
+for their heavy parts) overlap with writing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .codec import Compression, parse_compress
+from .errors import InputError
+from .format import KIND_IDS, SNIFF_BYTES, sniff_media_type
+from .labels import LabelPolicy, parse_split, split_of
+
+__all__ = ["FramePrep", "MediaOptions", "PreparedFrame", "image_info"]
+
+_IMAGE, _BLOB = KIND_IDS["image"], KIND_IDS["blob"]
+
+
+@dataclass
+class MediaOptions:
+    """The media flags of a pack run (JSON-serialisable, kept in checkpoints)."""
+
+    compress: str = "none"
+    zstd_dict: str = "none"  # auto | none | PATH
+    video_frames: str | None = None  # all | keyframes | every:N | fps:R; None = videos stored as files
+    frame_format: str = "jpeg:90"
+    max_frames_per_video: int | None = None
+    label_from: str = "parent"
+    split: str | None = None
+    image_meta: bool = True
+    strict_images: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> MediaOptions:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in (d or {}).items() if k in known})
+
+    def check(self) -> None:
+        """Refuse bad values early, naming the flag."""
+        parse_compress(self.compress)
+        parse_split(self.split)
+        if self.zstd_dict not in ("auto", "none") and parse_compress(self.compress) is None:
+            raise InputError("--zstd-dict needs --compress zstd[:LEVEL]")
+        if self.video_frames is not None:
+            from .video import parse_frame_format, parse_video_frames
+
+            parse_video_frames(self.video_frames)
+            parse_frame_format(self.frame_format)
+        if self.max_frames_per_video is not None and self.max_frames_per_video < 1:
+            raise InputError("--max-frames-per-video must be at least 1")
+
+    @property
+    def level(self) -> int | None:
+        return parse_compress(self.compress)
+
+    @property
+    def wants_dictionary(self) -> bool:
+        return self.level is not None and self.zstd_dict != "none"
+
+
+@dataclass
+class PreparedFrame:
+    """A frame as it goes into the pack."""
+
+    data: bytes
+    md5: bytes  # of the raw bytes
+    raw_length: int
+    codec: int = 0
+    flags: int = 0
+    media: str = "unknown"
+    kind: int = _BLOB
+    meta: dict[str, Any] = field(default_factory=dict)
+    warning: str | None = None
+
+
+def image_info(data: bytes) -> tuple[int, int, str]:
+    """(width, height, mode) from an image's header, without decoding its pixels.
+
+    Raises:
+        ValueError: the header cannot be parsed (the message says why).
+    """
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            return int(img.width), int(img.height), str(img.mode)
+    except Exception as e:  # noqa: BLE001 - Pillow raises many types for bad headers
+        raise ValueError(f"{type(e).__name__}: {e}") from None
+
+
+class FramePrep:
+    """Applies ``MediaOptions`` to frames (thread-safe)."""
+
+    def __init__(self, options: MediaOptions, dictionary: bytes | None = None) -> None:
+        self.options = options
+        level = options.level
+        self.compression = Compression(level, dictionary) if level is not None else None
+        self.labels = LabelPolicy.parse(options.label_from)
+        self.splits = parse_split(options.split)
+
+    def group_meta(self, name: bytes, group: bytes | None = None) -> dict[str, Any]:
+        """Label and split of a frame; ``group`` (a video's name) keeps a video's frames together."""
+        meta: dict[str, Any] = {}
+        key = group if group is not None else name
+        if self.labels.kind != "parent":
+            label = self.labels.label(key)
+            if label is None and group is not None:
+                label = self.labels.label(name)
+            meta["label"] = label
+        elif group is not None:
+            meta["label"] = self.labels.label(group)
+        if self.splits:
+            meta["split"] = split_of(key, self.splits)
+        return meta
+
+    def prepare(self, name: bytes, data: bytes, md5: bytes | None = None) -> PreparedFrame:
+        """Sniff, describe and (maybe) compress one frame held in memory."""
+        if md5 is None:
+            md5 = hashlib.md5(data).digest()
+        media = sniff_media_type(data[:SNIFF_BYTES])
+        meta = self.group_meta(name)
+        warning = None
+        kind = _BLOB
+        if media != "unknown":
+            kind = _IMAGE
+            if self.options.image_meta:
+                try:
+                    meta["width"], meta["height"], meta["mode"] = image_info(data)
+                except ValueError as e:
+                    warning = f"unreadable {media} header ({e})"
+        frame = PreparedFrame(data, md5, len(data), media=media, kind=kind, meta=meta, warning=warning)
+        if self.compression is not None and media not in _COMPRESSED_IMAGES:
+            c = self.compression.compress(data)
+            frame.data, frame.codec, frame.flags = c.data, c.codec, c.flags
+            if c.codec and media != "unknown":
+                meta["media_type"] = media  # the stored bytes no longer show it
+        return frame
+
+
+#: Formats that are compressed already: stored raw without trying zstd (it would not shrink them).
+_COMPRESSED_IMAGES = frozenset({"jpeg", "png", "gif", "webp"})
+
+
+def encode_meta(meta: dict[str, Any]) -> bytes:
+    """The metadata JSON stored in a record header (compact, sorted keys: deterministic)."""
+    return json.dumps(meta, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode() if meta else b""
+
+
+def decode_meta(data: bytes, where: str) -> dict[str, Any]:
+    from .errors import FormatError
+
+    try:
+        meta = json.loads(data)
+    except ValueError as e:
+        raise FormatError(f"{where}: frame metadata is not valid JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise FormatError(f"{where}: frame metadata is not a JSON object")
+    return meta

@@ -1,0 +1,242 @@
+"""Video inputs: recognise them, and cut them into frames with PyAV (``--video-frames``).
+
+Frames are decoded one at a time (bounded memory, whatever the video's length) with the
+decoder's own threads, converted to RGB and stored as JPEG (``--frame-format jpeg:Q``) or PNG.
+Encoded packets are not stored: in inter-coded streams (H.264, VP9, MPEG-4) most packets cannot
+be decoded on their own, which would defeat random access. Every mode decodes every frame, so
+``frame_index`` is the exact position of the frame in presentation order; only the frames kept
+are converted and encoded. The same file and options always give the same bytes (FFmpeg's
+decoders are bit-exact; Pillow's encoders are deterministic).
+
+A video that breaks part-way (corrupt data, truncated file) yields the frames decoded before the
+damage, then ``VideoFrames.damage`` says what went wrong; PyAV is imported only here.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InputError
+
+__all__ = [
+    "VIDEO_EXTENSIONS",
+    "VideoFrame",
+    "VideoFrames",
+    "looks_like_video",
+    "parse_frame_format",
+    "parse_video_frames",
+]
+
+VIDEO_EXTENSIONS = frozenset(
+    {
+        "3g2", "3gp", "asf", "avi", "f4v", "flv", "m2ts", "m2v", "m4v", "mkv", "mov", "mp4", "mpeg",
+        "mpg", "mts", "mxf", "ogv", "ts", "vob", "webm", "wmv",
+    }
+)  # fmt: skip
+_IMAGE_BRANDS = (b"heic", b"heix", b"hevc", b"mif1", b"msf1", b"avif", b"avis")
+SNIFF_VIDEO_BYTES = 32
+
+
+def sniff_video(head: bytes) -> bool:
+    """Whether the first bytes look like a video container (mp4/mov, mkv/webm, avi, ...)."""
+    if len(head) >= 12 and head[4:8] == b"ftyp":
+        return head[8:12] not in _IMAGE_BRANDS  # HEIF/AVIF images share the ISO container
+    if len(head) >= 8 and head[4:8] in (b"moov", b"mdat", b"wide", b"free"):
+        return True
+    return (
+        head[:4] == b"\x1a\x45\xdf\xa3"  # Matroska / WebM
+        or (head[:4] == b"RIFF" and head[8:12] == b"AVI ")
+        or head[:4] in (b"\x00\x00\x01\xba", b"\x00\x00\x01\xb3")  # MPEG program / elementary stream
+        or head[:3] == b"FLV"
+        or head[:4] == b"\x30\x26\xb2\x75"  # ASF / WMV
+        or (len(head) > 188 and head[0] == 0x47 and head[188] == 0x47)  # MPEG-TS
+    )
+
+
+def has_video_extension(name: bytes | str) -> bool:
+    text = os.fsdecode(name)
+    return text.rpartition(".")[2].lower() in VIDEO_EXTENSIONS if "." in text else False
+
+
+def looks_like_video(name: bytes | str, head: bytes) -> bool:
+    """A video extension, or video magic bytes (confirmed later by opening the container)."""
+    return has_video_extension(name) or sniff_video(head)
+
+
+def parse_video_frames(text: str) -> tuple[str, float]:
+    """``all`` | ``keyframes`` | ``every:N`` | ``fps:R`` → (mode, parameter)."""
+    mode, _, arg = text.partition(":")
+    if mode in ("all", "keyframes") and not arg:
+        return mode, 0.0
+    if mode in ("every", "fps") and arg:
+        try:
+            value = float(arg) if mode == "fps" else int(arg)
+        except ValueError:
+            value = 0
+        if value > 0 and math.isfinite(value):
+            return mode, float(value)
+    raise InputError(f"--video-frames {text!r}: expected all, keyframes, every:N (N >= 1) or fps:R (R > 0)")
+
+
+def parse_frame_format(text: str) -> tuple[str, int]:
+    """``jpeg[:QUALITY]`` (1..100, default 90) or ``png`` → (format, quality)."""
+    fmt, _, arg = text.partition(":")
+    if fmt in ("jpeg", "jpg"):
+        try:
+            q = int(arg) if arg else 90
+        except ValueError:
+            q = 0
+        if 1 <= q <= 100:
+            return "jpeg", q
+    elif fmt == "png" and not arg:
+        return "png", 0
+    raise InputError(f"--frame-format {text!r}: expected jpeg, jpeg:QUALITY (1-100) or png")
+
+
+@dataclass(frozen=True)
+class VideoFrame:
+    """One extracted frame: its encoded image bytes and where it came from."""
+
+    index: int  # position in presentation order, from 0
+    pts_s: float | None
+    keyframe: bool
+    width: int
+    height: int
+    data: bytes
+
+
+class VideoFrames:
+    """Iterate the selected frames of one video; afterwards ``damage`` tells if it broke.
+
+    Args:
+        path: the video file.
+        where: how errors name it.
+        mode, param: from ``parse_video_frames``.
+        frame_format: from ``parse_frame_format``.
+        max_frames: stop after this many frames are kept.
+
+    Raises:
+        InputError: on iteration, if the file is not a video FFmpeg can open (no video stream).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        where: str,
+        mode: str,
+        param: float,
+        frame_format: tuple[str, int],
+        max_frames: int | None = None,
+    ) -> None:
+        self.path = path
+        self.where = where
+        self.mode, self.param = mode, param
+        self.format, self.quality = frame_format
+        self.max_frames = max_frames
+        self.damage: str | None = None
+        self.decoded = 0
+        self.kept = 0
+
+    def open(self) -> Any:
+        import av
+
+        try:
+            container = av.open(self.path, metadata_errors="ignore")
+        except Exception as e:  # noqa: BLE001 - FFmpeg reports bad input through many types
+            raise InputError(f"{self.where}: not a video FFmpeg can read ({_reason(e)})") from None
+        if not container.streams.video:
+            container.close()
+            raise InputError(f"{self.where}: not a video (the container has no video stream)")
+        return container
+
+    def __iter__(self) -> Iterator[VideoFrame]:
+        container = self.open()
+        try:
+            yield from self._frames(container)
+        finally:
+            container.close()
+
+    def _keep(self, index: int, t: float | None, key: bool, start: float) -> bool:
+        if self.mode == "all":
+            return True
+        if self.mode == "keyframes":
+            return key
+        if self.mode == "every":
+            return index % int(self.param) == 0
+        # fps:R: the first frame at or after each point start + k/R
+        if t is None:
+            return False
+        return t >= start + self._next_k / self.param - 1e-9
+
+    def _frames(self, container: Any) -> Iterator[VideoFrame]:
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"  # frame and slice threads where the decoder has them
+        rate = float(stream.average_rate) if stream.average_rate else None
+        start: float | None = None
+        self._next_k = 0
+        last_t: float | None = None
+        try:
+            for frame in container.decode(stream):
+                index = self.decoded
+                self.decoded += 1
+                t = float(frame.time) if frame.time is not None else (index / rate if rate else None)
+                if start is None:
+                    start = t if t is not None else 0.0
+                last_t = t
+                if not self._keep(index, t, bool(frame.key_frame), start):
+                    continue
+                if self.mode == "fps" and t is not None:
+                    self._next_k = math.floor((t - start) * self.param + 1e-9) + 1
+                yield VideoFrame(index, t, bool(frame.key_frame), frame.width, frame.height, self._encode(frame))
+                self.kept += 1
+                if self.max_frames is not None and self.kept >= self.max_frames:
+                    return  # stopped on purpose: the rest is not checked
+        except Exception as e:  # noqa: BLE001 - a decoder error ends the video, it is not a crash
+            self.damage = f"decoding stopped after frame {self.decoded - 1}: {_reason(e)}"
+            return
+        self.damage = self._check_complete(container, stream, rate, last_t)
+
+    def _check_complete(self, container: Any, stream: Any, rate: float | None, last_t: float | None) -> str | None:
+        """A video that ends early without an error (truncated files often do) is damaged too."""
+        declared = int(stream.frames or 0)
+        if self.decoded == 0:
+            return "no frame could be decoded"
+        if declared and self.decoded < declared:
+            return f"only {self.decoded} of the {declared} frames the container declares could be decoded (truncated?)"
+        if declared or last_t is None:
+            return None
+        if stream.duration is not None and stream.time_base is not None:
+            duration = float(stream.duration * stream.time_base)
+        elif container.duration is not None and len(container.streams) == 1:
+            duration = container.duration / 1_000_000
+        else:
+            return None
+        step = 1 / rate if rate else 0.0
+        start = float(stream.start_time * stream.time_base) if stream.start_time is not None else 0.0
+        if last_t + step < start + duration - max(2 * step, 0.25):
+            return f"frames end at {last_t + step:.3f} s, the container says {start + duration:.3f} s (truncated?)"
+        return None
+
+    def _encode(self, frame: Any) -> bytes:
+        img = frame.to_image()  # RGB, converted by libswscale
+        buf = io.BytesIO()
+        if self.format == "jpeg":
+            img.save(buf, "JPEG", quality=self.quality)
+        else:
+            img.save(buf, "PNG")
+        return buf.getvalue()
+
+
+def frame_name(source_name: bytes, index: int) -> bytes:
+    """The name of frame ``index`` of a video: ``clip.mp4#frame=120``."""
+    return source_name + b"#frame=%d" % index
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    return text.replace("\n", " ")[:300]
