@@ -51,7 +51,7 @@ class MediaOptions:
         """Refuse bad values early, naming the flag."""
         parse_compress(self.compress)
         parse_split(self.split)
-        if self.zstd_dict not in ("auto", "none") and parse_compress(self.compress) is None:
+        if self.zstd_dict != "none" and parse_compress(self.compress) is None:
             raise InputError("--zstd-dict needs --compress zstd[:LEVEL]")
         if self.video_frames is not None:
             from .video import parse_frame_format, parse_video_frames

@@ -63,8 +63,14 @@ def shard_path(output: str | os.PathLike[str], i: int) -> Path:
     return p.with_name(f"{p.name}-{i:05d}")
 
 
+#: Room for a frame's metadata in its record header (image size and mode, label, split).
+_META_ALLOWANCE = 128
+
+
 def estimated_bytes(s: Source, alignment: int) -> int:
-    return RECORD_FIXED + len(s.name) + s.size + (alignment - 1)
+    """An upper bound on the bytes a source adds to a pack (not for videos cut into frames,
+    whose output size is unknown until they are decoded; compression only makes it smaller)."""
+    return RECORD_FIXED + len(s.name) + _META_ALLOWANCE + s.size + (alignment - 1)
 
 
 def plan_shards(sources: Sequence[Source], max_pack_bytes: int, alignment: int = 1) -> list[tuple[int, int]]:

@@ -57,7 +57,7 @@ def test_index_csv_and_jsonl_match_parquet(cli, packed):
     r = cli(["index", str(packed), "-f", "jsonl"])
     docs = [json.loads(line) for line in r.stdout.splitlines()]
     assert [d["md5"] for d in docs] == [x["md5"] for x in t]
-    assert docs[0]["source_mtime"].endswith("Z") and docs[0]["width"] is None
+    assert docs[0]["source_mtime"].endswith("Z") and docs[0]["width"] is not None and docs[0]["split"] is None
     r = cli(["index", str(packed), "-f", "json", "-c", "frame_id,md5"])
     assert json.loads(r.stdout) == [{"frame_id": x["frame_id"], "md5": x["md5"]} for x in t]
 
@@ -98,7 +98,7 @@ def test_dump_header_plain_and_json(cli, packed):
     assert fields["complete"] == "true" and fields["trailer.frame_count"] == "30"
     assert fields["index.pack_uuid"] == fields["header.uuid"]
     doc = json.loads(cli(["dump-header", str(packed), "--json"]).stdout)
-    assert doc["ok"] is True and doc["header"]["format_version"] == "1.0"
+    assert doc["ok"] is True and doc["header"]["format_version"] == "1.1"  # image metadata in record extras
     assert doc["trailer"]["data_end"] == packed.stat().st_size - 64
 
 

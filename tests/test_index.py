@@ -47,8 +47,21 @@ def test_schema_and_metadata_are_complete(packed):
     assert {k.removeprefix("hframe.") for k in md} == META_KEYS
     assert md["hframe.frame_count"] == "30"
     assert md["hframe.pack_bytes"] == str(os.path.getsize(packed))
-    assert md["hframe.format_version"] == "1.0"
+    assert md["hframe.format_version"] == "1.1"  # image width/height/mode live in record extras
+    assert md["hframe.index_schema_version"] == "1.1"
     assert pf.metadata.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_packs_without_format_1_1_features_are_written_as_1_0(tmp_path, cli):
+    src = tmp_path / "blobs"
+    src.mkdir()
+    for i in range(5):
+        (src / f"{i}.bin").write_bytes(bytes([i]) * 50)
+    out = tmp_path / "b.hframe"
+    assert cli(["pack", str(src), "-o", str(out), "-q"]).exit_code == 0
+    assert out.read_bytes()[8:12] == b"\x01\x00\x00\x00"  # major 1, minor 0
+    md = pq.ParquetFile(f"{out}.index.parquet").schema_arrow.metadata
+    assert md[b"hframe.format_version"] == b"1.0"
 
 
 def test_rebuild_gives_the_same_rows(packed, cli):

@@ -1,0 +1,193 @@
+"""Per-frame zstd compression with trained dictionaries: round trips, verify, rebuild, bombs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import signal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from conftest import make_image, run_bin, run_cli
+from PIL import Image
+
+import hframe_cli as h
+from hframe_cli.codec import MAX_RAW_BYTES, Decompressor
+from hframe_cli.errors import FormatError
+
+
+def make_records(root: Path, n: int = 120, seed: int = 0) -> Path:
+    """JSON annotation records of 0.5-3 KB (compressible structure), a BMP, and a JPEG."""
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        rec = {
+            "image_id": i,
+            "category_id": rng.randint(1, 80),
+            "bbox": [round(rng.random() * 640, 2) for _ in range(4)],
+            "iscrowd": 0,
+            "segmentation": [[round(rng.random() * 640, 1) for _ in range(rng.randint(20, 200))]],
+        }
+        (root / f"ann{i:04d}.json").write_text(json.dumps(rec))
+    Image.new("RGB", (40, 30), (10, 200, 30)).save(root / "flat.bmp")
+    make_image(root / "photo.jpg", (64, 48), "RGB", seed=3)
+    return root
+
+
+@pytest.fixture
+def records(tmp_path: Path) -> Path:
+    return make_records(tmp_path / "rec")
+
+
+def originals(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(root.iterdir())}
+
+
+def pack(src: Path, out: Path, *extra: str) -> None:
+    r = run_cli(["pack", str(src), "-o", str(out), "-q", *extra])
+    assert r.exit_code == 0, r.stderr
+
+
+@pytest.mark.parametrize("dict_mode", ["auto", "none"])
+def test_compressed_pack_round_trips_through_reader_get_and_verify(records, tmp_path, dict_mode):
+    out = tmp_path / "c.hframe"
+    pack(records, out, "--compress", "zstd:5", "--zstd-dict", dict_mode)
+    want = originals(records)
+    rows = {r["name"]: r for r in pq.read_table(f"{out}.index.parquet").to_pylist()}
+    assert rows["photo.jpg"]["codec"] == "none"  # already compressed: stored raw
+    assert rows["flat.bmp"]["codec"] == "zstd" and rows["flat.bmp"]["media_type"] == "bmp"
+    assert all(rows[n]["codec"] == "zstd" for n in want if n.endswith(".json"))
+    for name, data in want.items():
+        r = rows[name]
+        assert r["raw_length"] == len(data) and r["md5"] == hashlib.md5(data).hexdigest()
+    assert sum(r["length"] for r in rows.values()) < sum(map(len, want.values())) / 2
+    with h.open_pack(out) as p:
+        assert p.compressed
+        assert p.read_many(list(want)) == list(want.values())
+        assert [p[i] for i in range(len(p))] == [want[n] for n in sorted(want)]
+        stored = p.read_stored("ann0001.json")
+        assert stored[:4] == b"\x28\xb5\x2f\xfd" and len(stored) == rows["ann0001.json"]["length"]
+    r = run_cli(["get", str(out), "ann0007.json"])
+    assert r.exit_code == 0 and r.stdout_bytes == want["ann0007.json"]
+    r = run_cli(["get", str(out), "flat.bmp", "--stored"])
+    assert r.stdout_bytes != want["flat.bmp"]
+    if dict_mode == "none":  # a plain zstd frame any zstd tool can read
+        assert zstandard.ZstdDecompressor().decompress(r.stdout_bytes) == want["flat.bmp"]
+    for extra in ([], ["--no-index"], ["--sample", "10%"]):
+        r = run_cli(["verify", str(out), "--json", *extra])
+        assert r.exit_code == 0 and json.loads(r.stdout)["ok"], (extra, r.stdout)
+    header = json.loads(run_cli(["dump-header", str(out), "--json"]).stdout)
+    assert header["header"]["format_version"] == "1.1"
+
+
+def test_dictionary_beats_no_dictionary_on_small_records(tmp_path):
+    src = tmp_path / "small"
+    rng = random.Random(1)
+    src.mkdir()
+    keys = ["track", "artist", "album", "genre", "duration_ms", "explicit", "popularity", "tempo"]
+    for i in range(400):
+        (src / f"{i:04d}.json").write_text(json.dumps({k: rng.choice(["x", "yy", 1, 2.5, True]) for k in keys}))
+    sizes = {}
+    for mode in ("auto", "none"):
+        out = tmp_path / f"{mode}.hframe"
+        pack(src, out, "--compress", "zstd:3", "--zstd-dict", mode)
+        sizes[mode] = pq.read_table(f"{out}.index.parquet", columns=["length"]).column("length").to_pylist()
+    assert sum(sizes["auto"]) * 1.5 < sum(sizes["none"])
+
+
+def test_dictionary_survives_index_rebuild_and_flips_are_found(records, tmp_path):
+    out = tmp_path / "d.hframe"
+    pack(records, out, "--compress", "zstd", "--zstd-dict", "auto")
+    before = pq.read_table(f"{out}.index.parquet")
+    Path(f"{out}.index.parquet").unlink()
+    r = run_cli(["index", str(out), "--rebuild", "-q"])
+    assert r.exit_code == 0, r.stderr
+    assert pq.read_table(f"{out}.index.parquet").equals(before)
+    with h.open_pack(out) as p:
+        assert p.read_many(["ann0003.json", "flat.bmp"]) == [
+            (records / "ann0003.json").read_bytes(),
+            (records / "flat.bmp").read_bytes(),
+        ]
+    # flip one byte inside a compressed payload: exactly that frame is reported
+    bad = tmp_path / "bad.hframe"
+    shutil.copy(out, bad)
+    shutil.copy(f"{out}.index.parquet", f"{bad}.index.parquet")
+    row = before.to_pylist()[5]
+    raw = bytearray(bad.read_bytes())
+    raw[row["offset"] + row["length"] // 2] ^= 0x55
+    bad.write_bytes(bytes(raw))
+    for extra in ([], ["--no-index"]):
+        doc = json.loads(run_cli(["verify", str(bad), "--json", *extra]).stdout)
+        assert not doc["ok"]
+        ids = {p["frame_id"] for pk in doc["packs"] for p in pk["problems"]}
+        assert ids == {5}, (extra, doc)
+
+
+def test_zstd_dict_from_a_file_and_bad_flags(records, tmp_path):
+    samples = [p.read_bytes() for p in sorted(records.glob("*.json"))]
+    dict_file = tmp_path / "my.dict"
+    dict_file.write_bytes(zstandard.train_dictionary(4096, samples).as_bytes())
+    out = tmp_path / "f.hframe"
+    pack(records, out, "--compress", "zstd:3", "--zstd-dict", str(dict_file))
+    with h.open_pack(out) as p:
+        assert p["ann0010.json"] == (records / "ann0010.json").read_bytes()
+    for args, words in (
+        (["--zstd-dict", "auto"], "--compress"),
+        (["--compress", "lz4"], "--compress"),
+        (["--compress", "zstd:99"], "level"),
+        (["--compress", "zstd", "--zstd-dict", str(tmp_path / "missing.dict")], "missing.dict"),
+    ):
+        r = run_cli(["pack", str(records), "-o", str(tmp_path / "x.hframe"), *args])
+        assert r.exit_code == 2 and words in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_decompression_bombs_are_refused(records, tmp_path):
+    d = Decompressor(None, "x")
+    small = zstandard.ZstdCompressor().compress(b"a" * 1000)
+    with pytest.raises(FormatError, match="decompression bomb"):
+        d.decode(small, 1, 0, MAX_RAW_BYTES + 1, "frame 1")
+    with pytest.raises(FormatError, match="declares 1000 bytes"):
+        d.decode(small, 1, 0, 10, "frame 1")
+    # an index that claims an absurd raw length: the reader refuses, naming the frame
+    out = tmp_path / "b.hframe"
+    pack(records, out, "--compress", "zstd")
+    t = pq.read_table(f"{out}.index.parquet")
+    raw = t.column("raw_length").to_pylist()
+    raw[2] = 1 << 40
+    t = t.set_column(t.schema.get_field_index("raw_length"), "raw_length", pa.array(raw, pa.int64()))
+    pq.write_table(t, f"{out}.index.parquet")
+    r = run_cli(["get", str(out), "2"])
+    assert r.exit_code == 1 and "frame 2" in r.stderr and "bomb" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_compressed_pack_resumes_byte_identical_after_sigkill(records, tmp_path):
+    args = ["--compress", "zstd:3", "--zstd-dict", "auto", "--created", "1700000000", "--checkpoint-every", "10", "-q"]
+    clean = tmp_path / "clean.hframe"
+    assert run_bin(["pack", str(records), "-o", str(clean), *args]).returncode == 0
+    out = tmp_path / "k.hframe"
+    r = run_bin(["pack", str(records), "-o", str(out), *args], env={"HFRAME_FAULT": "after-frame:57"})
+    assert r.returncode == -signal.SIGKILL
+    r = run_bin(["resume", str(out), "--json"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["resumed_from_frame"] == 50
+    assert out.read_bytes() == clean.read_bytes()
+    assert run_cli(["verify", str(out)]).exit_code == 0
+
+
+def test_update_appends_with_the_packs_own_dictionary(records, tmp_path):
+    out = tmp_path / "u.hframe"
+    pack(records, out, "--compress", "zstd", "--zstd-dict", "auto")
+    (records / "zzz.json").write_text(json.dumps({"image_id": 999, "bbox": [1, 2, 3, 4]}))
+    r = run_cli(
+        ["pack", str(records), "-o", str(out), "--update", "--compress", "zstd", "--zstd-dict", "auto", "--json"]
+    )
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["update"]["status"] == "append"
+    with h.open_pack(out) as p:
+        assert p["zzz.json"] == (records / "zzz.json").read_bytes()
+        assert p["ann0000.json"] == (records / "ann0000.json").read_bytes()

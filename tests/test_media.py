@@ -1,0 +1,285 @@
+"""Video frames (PyAV), image metadata (Pillow), labels and splits, through the real ``hframe``.
+
+Videos are encoded in the tests with PyAV (mpeg4, h264, vp9) with known frame counts, rates and
+keyframe intervals; expectations about keyframes come from an independent demux of the packets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import signal
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import pyarrow.parquet as pq
+import pytest
+from conftest import make_photos, run_bin, run_cli
+from PIL import Image, ImageDraw
+
+import hframe_cli as h
+from hframe_cli.labels import split_of
+
+FRAMES, RATE, GOP = 30, 10, 10
+
+
+def make_video(path: Path, codec: str, n: int = FRAMES, rate: int = RATE, size=(64, 48), **container_opts: str) -> Path:
+    """Encode ``n`` frames at ``rate`` fps, a keyframe every GOP frames (scene-cut detection off)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w", options=container_opts) as c:
+        s = c.add_stream(codec, rate=rate)
+        s.width, s.height = size
+        s.pix_fmt = "yuv420p"
+        s.gop_size = GOP
+        s.codec_context.options = {"sc_threshold": "1000000000", "x264-params": "scenecut=0:bframes=0"}
+        for i in range(n):
+            img = Image.new("RGB", size, (i * 8 % 256, 40, 200 - i * 5 % 200))
+            ImageDraw.Draw(img).line([(0, i % size[1]), (size[0], i % size[1])], fill=(0, 255, 0))
+            frame = av.VideoFrame.from_image(img)
+            frame.pts = i
+            frame.time_base = Fraction(1, rate)
+            for p in s.encode(frame):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return path
+
+
+def keyframe_indices(path: Path) -> list[int]:
+    """Frame positions (presentation order) of the keyframes, from the packets alone."""
+    with av.open(str(path)) as c:
+        packets = [(p.pts, p.is_keyframe) for p in c.demux(video=0) if p.size]
+    order = sorted(pts for pts, _ in packets)
+    return sorted(order.index(pts) for pts, key in packets if key)
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("clips")
+    make_video(root / "a" / "one.mp4", "mpeg4")
+    make_video(root / "b" / "two.mkv", "libx264")
+    make_video(root / "b" / "three.webm", "libvpx-vp9")
+    return root
+
+
+def index_rows(pack: Path) -> list[dict]:
+    return pq.read_table(f"{pack}.index.parquet").to_pylist()
+
+
+def pack(args: list[str]) -> None:
+    r = run_cli(["pack", *args, "-q"])
+    assert r.exit_code == 0, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("mode", "indices"),
+    [
+        ("all", list(range(FRAMES))),
+        ("every:4", list(range(0, FRAMES, 4))),
+        ("fps:2", list(range(0, FRAMES, RATE // 2))),
+    ],
+)
+def test_video_modes_give_the_expected_frames_and_times(clips, tmp_path, mode, indices):
+    out = tmp_path / "v.hframe"
+    pack([str(clips), "-o", str(out), "--video-frames", mode])
+    rows = index_rows(out)
+    for clip in ("a/one.mp4", "b/three.webm", "b/two.mkv"):
+        mine = [r for r in rows if r["source"] == clip]
+        assert [r["frame_index"] for r in mine] == indices, (clip, mode)
+        assert [r["pts_s"] for r in mine] == pytest.approx([i / RATE for i in indices]), clip
+        assert [r["name"] for r in mine] == [f"{clip}#frame={i}" for i in indices]
+        assert {(r["kind"], r["media_type"], r["width"], r["height"], r["mode"]) for r in mine} == {
+            ("video_frame", "jpeg", 64, 48, "RGB")
+        }
+        assert {r["label"] for r in mine} == {clip.split("/")[0]}
+        assert {r["source_size"] for r in mine} == {(clips / clip).stat().st_size}
+        assert [r["keyframe"] for r in mine] == [i in keyframe_indices(clips / clip) for i in indices]
+    assert run_cli(["verify", str(out)]).exit_code == 0
+
+
+def test_keyframes_mode_and_max_frames(clips, tmp_path):
+    out = tmp_path / "k.hframe"
+    pack([str(clips), "-o", str(out), "--video-frames", "keyframes", "--frame-format", "png"])
+    rows = index_rows(out)
+    for clip in ("a/one.mp4", "b/three.webm", "b/two.mkv"):
+        got = [r["frame_index"] for r in rows if r["source"] == clip]
+        assert got == keyframe_indices(clips / clip) and len(got) >= FRAMES // GOP, clip
+    assert {r["media_type"] for r in rows} == {"png"} and all(r["keyframe"] for r in rows)
+    out2 = tmp_path / "m.hframe"
+    pack([str(clips), "-o", str(out2), "--video-frames", "all", "--max-frames-per-video", "3"])
+    assert [r["frame_index"] for r in index_rows(out2)] == [0, 1, 2] * 3
+
+
+def test_video_frames_read_back_deterministically(clips, tmp_path):
+    a, b = tmp_path / "a.hframe", tmp_path / "b.hframe"
+    for out in (a, b):
+        pack([str(clips), "-o", str(out), "--video-frames", "every:7", "--frame-format", "jpeg:75", "--created", "1"])
+    assert a.read_bytes() == b.read_bytes()
+    r = run_cli(["get", str(a), "b/two.mkv#frame=14"])
+    assert r.exit_code == 0
+    img = Image.open(io.BytesIO(r.stdout_bytes))
+    assert img.format == "JPEG" and img.size == (64, 48)
+    # the stored frame is the decoded video frame: compare with PyAV's own decode of frame 14
+    with av.open(str(clips / "b" / "two.mkv")) as c:
+        ref = list(c.decode(video=0))[14].to_image()
+    diff = sum(abs(x - y) for x, y in zip(img.convert("RGB").tobytes(), ref.tobytes())) / (64 * 48 * 3)
+    assert diff < 8  # JPEG quality 75 of the same picture
+
+
+def test_video_recognised_by_content_not_only_extension(clips, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "clip.bin").write_bytes((clips / "a" / "one.mp4").read_bytes())
+    (src / "notes.bin").write_bytes(b"plain bytes, not a video" * 4)
+    out = tmp_path / "c.hframe"
+    pack([str(src), "-o", str(out), "--video-frames", "every:10"])
+    names = [r["name"] for r in index_rows(out)]
+    assert names == ["clip.bin#frame=0", "clip.bin#frame=10", "clip.bin#frame=20", "notes.bin"]
+    # without --video-frames a video is just a file, stored verbatim
+    out2 = tmp_path / "plain.hframe"
+    pack([str(src), "-o", str(out2)])
+    with h.open_pack(out2) as p:
+        assert p["clip.bin"] == (clips / "a" / "one.mp4").read_bytes()
+
+
+def test_non_video_with_video_extension_is_rejected(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "fake.mp4").write_bytes(b"this is not a video at all\n" * 20)
+    (src / "ok.bin").write_bytes(b"x" * 100)
+    out = tmp_path / "f.hframe"
+    r = run_cli(["pack", str(src), "-o", str(out), "--video-frames", "all"])
+    assert r.exit_code == 2 and "fake.mp4" in r.stderr and "not a video" in r.stderr
+    assert "Traceback" not in r.stderr and not out.exists()
+    r = run_cli(["pack", str(src), "-o", str(out), "--video-frames", "all", "--skip-bad", "--json"])
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 0 and doc["frame_count"] == 1
+    assert [s["path"].endswith("fake.mp4") for s in doc["skipped"]] == [True]
+
+
+@pytest.mark.parametrize(
+    ("name", "codec", "opts"), [("t.mp4", "libx264", {"movflags": "faststart"}), ("t.webm", "libvpx-vp9", {})]
+)
+def test_truncated_video_keeps_the_good_frames_with_skip_bad(tmp_path, name, codec, opts):
+    full = make_video(tmp_path / "full" / name, codec, n=60, **opts)
+    src = tmp_path / "src"
+    src.mkdir()
+    data = full.read_bytes()
+    (src / name).write_bytes(data[: len(data) * 6 // 10])
+    out = tmp_path / "t.hframe"
+    r = run_cli(["pack", str(src), "-o", str(out), "--video-frames", "all"])
+    assert r.exit_code == 2 and name in r.stderr and "damaged video" in r.stderr, r.stderr
+    assert not out.exists() and not Path(f"{out}.partial").exists()
+    r = run_cli(["pack", str(src), "-o", str(out), "--video-frames", "all", "--skip-bad", "--json"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert 0 < doc["frame_count"] < 60
+    assert len(doc["warnings"]) == 1 and "damaged video" in doc["warnings"][0]["reason"]
+    rows = index_rows(out)
+    assert [r["frame_index"] for r in rows] == list(range(doc["frame_count"]))
+    assert run_cli(["verify", str(out)]).exit_code == 0
+
+
+def test_video_pack_resumes_byte_identical_after_sigkill(clips, tmp_path):
+    args = ["--video-frames", "every:3", "--created", "1700000000", "--checkpoint-every", "1", "-q"]
+    clean = tmp_path / "clean.hframe"
+    assert run_bin(["pack", str(clips), "-o", str(clean), *args]).returncode == 0
+    out = tmp_path / "k.hframe"
+    r = run_bin(["pack", str(clips), "-o", str(out), *args], env={"HFRAME_FAULT": "after-frame:2"})
+    assert r.returncode == -signal.SIGKILL
+    r = run_bin(["resume", str(out), "--json"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["resumed_from_frame"] == 10  # two videos of 10 frames committed
+    assert out.read_bytes() == clean.read_bytes()
+    assert Path(f"{out}.index.parquet").read_bytes() == Path(f"{clean}.index.parquet").read_bytes()
+
+
+def test_image_metadata_from_headers(photos, tmp_path):
+    out = tmp_path / "p.hframe"
+    pack([str(photos), "-o", str(out)])
+    rows = index_rows(out)
+    assert rows
+    for r in rows:
+        with Image.open(photos / r["name"]) as img:
+            assert (r["width"], r["height"], r["mode"]) == (img.width, img.height, img.mode), r["name"]
+    out2 = tmp_path / "n.hframe"
+    pack([str(photos), "-o", str(out2), "--no-image-meta"])
+    assert {r["width"] for r in index_rows(out2)} == {None}
+
+
+def test_unreadable_image_header_is_a_warning_unless_strict(tmp_path):
+    src = make_photos(tmp_path / "src", 3)
+    bad = src / "cats" / "broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0" + b"\x00" * 40)
+    out = tmp_path / "w.hframe"
+    r = run_cli(["pack", str(src), "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [w["path"] for w in doc["warnings"]] == [str(bad)]
+    row = next(r for r in index_rows(out) if r["name"] == "cats/broken.jpg")
+    assert row["width"] is None and row["media_type"] == "jpeg"
+    r = run_cli(["pack", str(src), "-o", str(tmp_path / "s.hframe"), "--strict-images"])
+    assert r.exit_code == 2 and "broken.jpg" in r.stderr and "header" in r.stderr
+
+
+def test_splits_are_deterministic_by_name_and_stable_when_files_are_added(tmp_path):
+    src = tmp_path / "src"
+    for i in range(200):
+        (src / f"c{i % 4}").mkdir(parents=True, exist_ok=True)
+        (src / f"c{i % 4}" / f"{i:03d}.bin").write_bytes(b"%d" % i)
+    out = tmp_path / "s.hframe"
+    pack([str(src), "-o", str(out), "--split", "train=0.8,val=0.1,test=0.1"])
+    rows = {r["name"]: r["split"] for r in index_rows(out)}
+    spec = [("train", 0.8), ("val", 0.1), ("test", 0.1)]
+    assert rows == {n: split_of(n.encode(), spec) for n in rows}
+    # the documented rule, recomputed independently: first 8 bytes of sha256 as a fraction of 2^64
+    x = int.from_bytes(hashlib.sha256(b"c0/000.bin").digest()[:8], "big") / 2**64
+    assert rows["c0/000.bin"] == ("train" if x < 0.8 else "val" if x < 0.9 else "test")
+    counts = {s: list(rows.values()).count(s) for s in ("train", "val", "test")}
+    assert 130 <= counts["train"] <= 185 and counts["val"] > 5 and counts["test"] > 5
+    for i in range(200, 260):
+        (src / "c9").mkdir(exist_ok=True)
+        (src / "c9" / f"{i}.bin").write_bytes(b"new")
+    out2 = tmp_path / "s2.hframe"
+    pack([str(src), "-o", str(out2), "--split", "train=0.8,val=0.1,test=0.1"])
+    again = {r["name"]: r["split"] for r in index_rows(out2)}
+    assert {n: again[n] for n in rows} == rows
+    r = run_cli(["index", str(out), "--split", "val", "-c", "name", "--no-header"])
+    assert sorted(r.stdout.split()) == sorted(n for n, s in rows.items() if s == "val")
+
+
+def test_video_frames_of_one_video_share_a_split(clips, tmp_path):
+    out = tmp_path / "v.hframe"
+    pack([str(clips), "-o", str(out), "--video-frames", "every:5", "--split", "train=0.5,val=0.5"])
+    by_source: dict[str, set] = {}
+    for r in index_rows(out):
+        by_source.setdefault(r["source"], set()).add(r["split"])
+    assert all(len(s) == 1 for s in by_source.values())
+    assert by_source["a/one.mp4"] == {split_of(b"a/one.mp4", [("train", 0.5), ("val", 0.5)])}
+
+
+def test_labels_from_csv_or_none_survive_rebuild_and_filter_get(tmp_path):
+    src = make_photos(tmp_path / "src", 6)
+    csv = tmp_path / "labels.csv"
+    csv.write_text("name,label\ncats/000.png,tabby\ndogs/001.jpg,husky\n")
+    out = tmp_path / "l.hframe"
+    pack([str(src), "-o", str(out), "--label-from", str(csv)])
+    labels = {r["name"]: r["label"] for r in index_rows(out)}
+    assert labels["cats/000.png"] == "tabby" and labels["dogs/001.jpg"] == "husky"
+    assert [n for n, lab in labels.items() if lab is None] == sorted(set(labels) - {"cats/000.png", "dogs/001.jpg"})
+    before = pq.read_table(f"{out}.index.parquet")
+    Path(f"{out}.index.parquet").unlink()
+    assert run_cli(["index", str(out), "--rebuild", "-q"]).exit_code == 0
+    assert pq.read_table(f"{out}.index.parquet").equals(before)
+    dest = tmp_path / "x"
+    r = run_cli(["get", str(out), "--label", "husky", "-o", str(dest)])
+    assert r.exit_code == 0, r.stderr
+    assert [p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()] == ["dogs/001.jpg"]
+    assert (dest / "dogs" / "001.jpg").read_bytes() == (src / "dogs" / "001.jpg").read_bytes()
+    out2 = tmp_path / "none.hframe"
+    pack([str(src), "-o", str(out2), "--label-from", "none"])
+    assert {r["label"] for r in index_rows(out2)} == {None}
+    r = run_cli(["pack", str(src), "-o", str(tmp_path / "bad.hframe"), "--split", "train=0.9,val=0.2"])
+    assert r.exit_code == 2 and "sum" in r.stderr
