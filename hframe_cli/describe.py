@@ -10,9 +10,9 @@ import os
 from typing import Any
 
 from .errors import FormatError, HframeError, IncompletePack
-from .format import HEADER_SIZE, MAGIC, TRAILER_SIZE, Header, Trailer, sniff_media_type
+from .format import FLAG_COMPRESSED, FLAG_DICT, HEADER_SIZE, MAGIC, TRAILER_SIZE, Header, Trailer, sniff_media_type
 from .index import format_time_us, get_index_path, read_index_meta
-from .reader import FrameKey, PackReader
+from .reader import FrameKey, PackReader, read_dictionary
 from .shards import DatasetReader, Manifest, get_manifest_path
 from .storage import open_storage
 
@@ -54,9 +54,17 @@ def describe_pack(path: str | os.PathLike[str], index_path: str | os.PathLike[st
                 "created_us": header.created_us,
                 "alignment": header.alignment,
                 "flags": header.flags,
+                "compressed": bool(header.flags & FLAG_COMPRESSED),
+                "zstd_dict_bytes": None,
                 "header_bytes": HEADER_SIZE,
             },
         }
+        if header.flags & FLAG_DICT:
+            try:
+                out["header"]["zstd_dict_bytes"] = len(read_dictionary(storage))
+            except FormatError as e:
+                out["ok"] = False
+                out["problem"] = str(e)
         tail = storage.read_at(size - TRAILER_SIZE, TRAILER_SIZE) if size >= TRAILER_SIZE else b""
         try:
             trailer = Trailer.decode(tail, size, header, storage.location)
@@ -104,6 +112,7 @@ def frame_head(reader: PackReader | DatasetReader, key: FrameKey, nbytes: int) -
         "length": length,
         "md5": row["md5"],
         "media_type": row["media_type"],
+        "codec": row["codec"],
         "sniffed_type": sniff_media_type(data),
         "bytes": len(data),
         "hex": data.hex(" "),

@@ -429,6 +429,10 @@ def _dictionary_for(sources: SourceList, media: MediaOptions, on_event: EventFn 
     from .format import SNIFF_BYTES, sniff_media_type
 
     srcs = [s for s in sources.sources if s.size <= _STREAM_ABOVE]
+    if media.video_frames is not None:  # videos become JPEG/PNG frames: nothing to learn from them
+        from .video import has_video_extension
+
+        srcs = [s for s in srcs if not has_video_extension(s.name)]
     samples = []
     for i in sample_for_dictionary([s.size for s in srcs]):
         try:

@@ -41,3 +41,29 @@ def test_v1_index_rebuilds_to_the_same_rows(tmp_path):
     # reading the 1.0 index through hframe gives the 1.1 columns as nulls
     with h.open_pack(V1) as p:
         assert p.table.column("mode").null_count == 4 and p.table.num_rows == 4
+
+
+V11 = Path(__file__).parent / "data" / "v1" / "golden-1.1.hframe"
+
+
+def test_v1_1_pack_file_is_unchanged():
+    assert hashlib.md5(V11.read_bytes()).hexdigest() == "ea7a3ea122dd00f9705c27fde6fcc366"
+
+
+def test_v1_1_frames_metadata_and_dictionary_read_back(tmp_path):
+    with h.open_pack(V11) as p:
+        assert len(p) == 15 and p.compressed and p.meta.format_version == "1.1"
+        rec = p["recs/r05.json"]
+        assert hashlib.md5(rec).hexdigest() == "338e2af4c2fcb864d3a7ae480d8b6eec" and rec.startswith(b'{"image_id": 5')
+        assert hashlib.md5(p["imgs/red.png"]).hexdigest() == "351034bb2fda1c60cb37c72305af6c27"
+        assert p["clips/tiny.mp4#frame=3"].startswith(b"\xff\xd8\xff")
+        row = p.row("clips/tiny.mp4#frame=3")
+        assert (row["source"], row["frame_index"], row["pts_s"], row["keyframe"]) == ("clips/tiny.mp4", 3, 0.6, True)
+        assert (row["kind"], row["label"], row["width"], row["mode"]) == ("video_frame", "tiny", 16, "RGB")
+        assert p.row("recs/r05.json")["codec"] == "zstd" and p.row("imgs/red.png")["label"] == "red"
+        assert [p.row(i)["split"] for i in range(3)] == ["train", "train", "val"]
+    assert h.verify_pack(V11).ok
+    pack = tmp_path / "g.hframe"
+    shutil.copy(V11, pack)
+    h.rebuild_index(pack, f"{pack}.index.parquet")
+    assert pq.read_table(f"{pack}.index.parquet").equals(pq.read_table(f"{V11}.index.parquet"))
