@@ -10,6 +10,7 @@ the inputs lets small records compress well; it is stored in the pack (record 0'
 from __future__ import annotations
 
 import threading
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -157,6 +158,36 @@ class Decompressor:
         if len(out) != raw_length:
             raise FormatError(f"{frame}: decompressed to {len(out)} bytes, the record says {raw_length}")
         return out
+
+    def decode_many(
+        self, datas: list[bytes], ids: list[int], raw_lengths: list[int], with_dict: bool, where: str
+    ) -> None:
+        """Decompress ``datas`` (all zstd frames) in place, in one call into zstd.
+
+        The output buffers are sized from ``raw_lengths`` (from the index, each at most
+        ``MAX_RAW_BYTES``), so a frame that declares or holds more than that fails instead of
+        allocating; any failure is retried frame by frame to name the frame and the reason.
+        """
+        import zstandard as zstd
+
+        if max(raw_lengths) > MAX_RAW_BYTES or min(raw_lengths) < 1:
+            for k, (data, raw) in enumerate(zip(datas, raw_lengths)):
+                datas[k] = self.decode(
+                    data, ZSTD, RECORD_FLAG_DICT if with_dict else 0, raw, f"{where}: frame {ids[k]}"
+                )
+            return
+        sizes = array("Q", raw_lengths).tobytes()
+        try:
+            result = self._get(with_dict).multi_decompress_to_buffer(datas, decompressed_sizes=sizes, threads=1)
+            out = [seg.tobytes() for seg in result]
+        except zstd.ZstdError:
+            out = [
+                self.decode(data, ZSTD, RECORD_FLAG_DICT if with_dict else 0, raw, f"{where}: frame {i}")
+                for data, raw, i in zip(datas, raw_lengths, ids)
+            ]
+        if any(len(o) != r for o, r in zip(out, raw_lengths)):  # pragma: no cover - zstd checks this
+            raise FormatError(f"{where}: a frame decompressed to a size other than its record says")
+        datas[:] = out
 
 
 def sample_for_dictionary(sizes: Sequence[int]) -> list[int]:

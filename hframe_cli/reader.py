@@ -310,10 +310,24 @@ class PackReader:
             stats: if given, read calls, bytes and per-frame read latencies are added to it.
         """
         out = self.read_many_stored(keys, workers, stats)
-        if self._codecs is None:
+        codecs = self._codecs
+        if codecs is None:
             return out
+        assert self._decompressor is not None and self._raw_lengths is not None
         ids = [k if type(k) is int else self.frame_id(k) for k in keys]
-        return list(map(self._decode, ids, out))
+        packed = [j for j, i in enumerate(ids) if codecs[i]]
+        if len(packed) < 4:
+            return list(map(self._decode, ids, out))
+        if any(codecs[ids[j]] != CODEC_IDS["zstd"] for j in packed):
+            return list(map(self._decode, ids, out))  # names the frame with the unknown codec
+        datas = [out[j] for j in packed]
+        raws = [self._raw_lengths[ids[j]] for j in packed]
+        self._decompressor.decode_many(
+            datas, [ids[j] for j in packed], raws, bool(self.info.header.flags & FLAG_DICT), self.path
+        )
+        for j, data in zip(packed, datas):
+            out[j] = data
+        return out
 
     def read_many_stored(
         self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None
@@ -378,9 +392,14 @@ class PackReader:
             return self._read_plans_timed(plans, n, w, stats)
         t0 = time.perf_counter()
         blobs = [self._read_plan(read_at, plans[0][0], plans[0][1])]
-        if len(plans) > 2 and _looks_cold(time.perf_counter() - t0, plans[0][1]):
+        cold = _looks_cold(time.perf_counter() - t0, plans[0][1])
+        if len(plans) > 2 and cold:
             _prefetch(self._storage.fileno(), [p[0] for p in plans[1:]], [p[1] for p in plans[1:]])
-        if len(plans) > 1:
+        if not cold and sum(p[1] for p in plans) <= _INLINE_WARM_BYTES:
+            # the batch is (probably) in the page cache and small: handing reads to threads would
+            # cost more than the copies themselves
+            blobs.extend(self._read_plan(read_at, p[0], p[1]) for p in plans[1:])
+        elif len(plans) > 1:
             # one task per worker, each reading a contiguous share of the sorted ranges
             rest = plans[1:]
             k = min(w, len(rest))
@@ -507,6 +526,8 @@ class PackReader:
 
 
 _COLD_FIXED_S = 100e-6
+#: A warm batch up to this size is read on the calling thread (no pool hand-off).
+_INLINE_WARM_BYTES = 2 << 20
 _COLD_BYTES_PER_S = 2e9
 
 
