@@ -17,7 +17,9 @@ from __future__ import annotations
 import io
 import math
 import os
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +42,7 @@ VIDEO_EXTENSIONS = frozenset(
 )  # fmt: skip
 _IMAGE_BRANDS = (b"heic", b"heix", b"hevc", b"mif1", b"msf1", b"avif", b"avis")
 SNIFF_VIDEO_BYTES = 32
+_ENCODE_THREADS = 2
 
 
 def sniff_video(head: bytes) -> bool:
@@ -174,32 +177,53 @@ class VideoFrames:
         return t >= start + self._next_k / self.param - 1e-9
 
     def _frames(self, container: Any) -> Iterator[VideoFrame]:
+        """Decode on this thread; convert and encode the kept frames on a few threads (Pillow
+        and libswscale release the GIL), yielding them in order with few in flight."""
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"  # frame and slice threads where the decoder has them
         rate = float(stream.average_rate) if stream.average_rate else None
         start: float | None = None
         self._next_k = 0
         last_t: float | None = None
+        workers = min(_ENCODE_THREADS, os.cpu_count() or 1)
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="hframe-video") if workers > 1 else None
+        pending: deque[tuple[int, float | None, bool, int, int, Future[bytes] | bytes]] = deque()
+
+        def done() -> VideoFrame:
+            index, t, key, w, h, data = pending.popleft()
+            self.kept += 1
+            return VideoFrame(index, t, key, w, h, data if isinstance(data, bytes) else data.result())
+
         try:
-            for frame in container.decode(stream):
-                index = self.decoded
-                self.decoded += 1
-                t = float(frame.time) if frame.time is not None else (index / rate if rate else None)
-                if start is None:
-                    start = t if t is not None else 0.0
-                last_t = t
-                if not self._keep(index, t, bool(frame.key_frame), start):
-                    continue
-                if self.mode == "fps" and t is not None:
-                    self._next_k = math.floor((t - start) * self.param + 1e-9) + 1
-                yield VideoFrame(index, t, bool(frame.key_frame), frame.width, frame.height, self._encode(frame))
-                self.kept += 1
-                if self.max_frames is not None and self.kept >= self.max_frames:
-                    return  # stopped on purpose: the rest is not checked
-        except Exception as e:  # noqa: BLE001 - a decoder error ends the video, it is not a crash
-            self.damage = f"decoding stopped after frame {self.decoded - 1}: {_reason(e)}"
-            return
-        self.damage = self._check_complete(container, stream, rate, last_t)
+            try:
+                for frame in container.decode(stream):
+                    index = self.decoded
+                    self.decoded += 1
+                    t = float(frame.time) if frame.time is not None else (index / rate if rate else None)
+                    if start is None:
+                        start = t if t is not None else 0.0
+                    last_t = t
+                    if not self._keep(index, t, bool(frame.key_frame), start):
+                        continue
+                    if self.mode == "fps" and t is not None:
+                        self._next_k = math.floor((t - start) * self.param + 1e-9) + 1
+                    data = pool.submit(self._encode, frame) if pool is not None else self._encode(frame)
+                    pending.append((index, t, bool(frame.key_frame), frame.width, frame.height, data))
+                    if len(pending) > 2 * workers:
+                        yield done()
+                    if self.max_frames is not None and self.kept + len(pending) >= self.max_frames:
+                        while pending:
+                            yield done()
+                        return  # stopped on purpose: the rest is not checked
+            except Exception as e:  # noqa: BLE001 - a decoder error ends the video, it is not a crash
+                self.damage = f"decoding stopped after frame {self.decoded - 1}: {_reason(e)}"
+            while pending:
+                yield done()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        if self.damage is None:
+            self.damage = self._check_complete(container, stream, rate, last_t)
 
     def _check_complete(self, container: Any, stream: Any, rate: float | None, last_t: float | None) -> str | None:
         """A video that ends early without an error (truncated files often do) is damaged too."""
