@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ class MediaOptions:
     split: str | None = None
     image_meta: bool = True
     strict_images: bool = False
+    label_csv_sha256: str | None = None  # fixed when the run starts: resume refuses a changed CSV
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,6 +62,23 @@ class MediaOptions:
             parse_frame_format(self.frame_format)
         if self.max_frames_per_video is not None and self.max_frames_per_video < 1:
             raise InputError("--max-frames-per-video must be at least 1")
+
+    def fix_label_csv(self) -> None:
+        """Make a ``--label-from CSV`` path absolute and record its SHA-256 (at run start), or
+        check it against the one recorded (on resume)."""
+        if self.label_from in ("parent", "none"):
+            return
+        path = os.path.abspath(self.label_from)
+        try:
+            with open(path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+        except OSError as e:
+            raise InputError(f"--label-from {self.label_from}: cannot read: {e.strerror}") from None
+        if self.label_csv_sha256 is not None and digest != self.label_csv_sha256:
+            raise InputError(
+                f"{path}: the labels CSV changed since the run started; restore it, or start over with --force"
+            )
+        self.label_from, self.label_csv_sha256 = path, digest
 
     @property
     def level(self) -> int | None:

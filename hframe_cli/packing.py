@@ -325,6 +325,7 @@ def pack_sources(
     policy = checkpoints or CheckpointPolicy()
     media = media or MediaOptions()
     media.check()
+    media.fix_label_csv()
     out = os.fspath(output)
     if not force and checkpoint_paths(out).checkpoint.exists():
         if not os.path.exists(out):
@@ -807,6 +808,7 @@ def resume_pack(
             remove_checkpoint_files(out)
         _note(on_event, f"resume: finished publishing {out} (the pack was complete and self-checked)")
         return ResumeResult("resumed", None, notes)
+    MediaOptions.from_dict(opts.get("media")).fix_label_csv()  # the labels CSV must be unchanged
     saved = load_sources(out)
     saved.collect = opts.get("collect", {})
     if source_fingerprint(saved.sources) != ckpt.fingerprint:

@@ -283,3 +283,18 @@ def test_labels_from_csv_or_none_survive_rebuild_and_filter_get(tmp_path):
     assert {r["label"] for r in index_rows(out2)} == {None}
     r = run_cli(["pack", str(src), "-o", str(tmp_path / "bad.hframe"), "--split", "train=0.9,val=0.2"])
     assert r.exit_code == 2 and "sum" in r.stderr
+
+
+def test_resume_refuses_a_changed_labels_csv(tmp_path):
+    src = make_photos(tmp_path / "src", 12)
+    csv = tmp_path / "labels.csv"
+    csv.write_text("cats/000.png,a\n")
+    out = tmp_path / "r.hframe"
+    args = ["pack", str(src), "-o", str(out), "--label-from", str(csv), "--checkpoint-every", "2", "-q"]
+    assert run_bin(args, env={"HFRAME_FAULT": "after-frame:5"}).returncode == -signal.SIGKILL
+    csv.write_text("cats/000.png,b\n")
+    r = run_bin(["resume", str(out)])
+    assert r.returncode == 2 and b"labels CSV changed" in r.stderr
+    csv.write_text("cats/000.png,a\n")
+    assert run_bin(["resume", str(out), "-q"]).returncode == 0
+    assert h.open_pack(out).row("cats/000.png")["label"] == "a"
