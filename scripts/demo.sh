@@ -8,7 +8,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 rm -rf sample && mkdir sample
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*" >&2; "$@"; }
 
-step python scripts/make_sample.py sample/photos --count 60
+step python scripts/make_sample.py sample/photos --count 60 --clips 3 --records 300
 step hframe pack sample/photos -o sample/photos.hframe
 find sample/photos -name '*.jpg' | step hframe pack - -o sample/jpegs.hframe --align 4096 --json
 step hframe verify sample/photos.hframe
@@ -33,5 +33,14 @@ step hframe index sample/photos.hframe --rebuild
 step hframe bench-cold sample/photos.hframe --frames 16 --batches 5 --seed 1 --compare sample/photos --md5
 step hframe bench-warm sample/photos.hframe --frames 16 --batches 5 --seed 1 --sampler block-local --block-size 20
 step python -c "import hframe_cli as h; p = h.open_pack('sample/photos.hframe'); print(len(p), 'frames;', 'read_many of 8:', [len(b) for b in p.read_many(range(8))])"
+# media: videos cut into frames, per-frame zstd with a trained dictionary, hashed splits
+step hframe pack sample/clips -o sample/clips.hframe --video-frames fps:2 --frame-format jpeg:90 --split train=0.8,val=0.2
+step hframe index sample/clips.hframe --columns name,source,frame_index,pts_s,keyframe,width,height,split --name 'clip000*'
+step hframe get sample/clips.hframe 'clip000.mp4#frame=5' -o sample/clip000-5.jpg
+step hframe pack sample/records -o sample/records.hframe --compress zstd:3 --zstd-dict auto
+step hframe verify sample/records.hframe
+step hframe get sample/records.hframe 00007.json -o sample/00007.json
+step cmp sample/00007.json sample/records/00007.json
+step hframe bench-warm sample/records.hframe --frames 64 --batches 5 --seed 1 --md5
 echo >&2
-echo "demo ok: pack, verify, dump-header, index, get, dd, rebuild, cold/warm bench, Python reader" >&2
+echo "demo ok: pack, verify, dump-header, index, get, dd, rebuild, cold/warm bench, Python reader, video frames, zstd" >&2
