@@ -413,10 +413,12 @@ def read_index(path: str | os.PathLike[str], columns: list[str] | None = None) -
     """Read index rows (all columns, or only ``columns``)."""
     where = os.fspath(path)
     try:
-        if columns is None:
-            return _with_added_columns(pq.read_table(path))
-        have = set(pq.read_schema(path).names)
-        table = pq.read_table(path, columns=[c for c in columns if c in have])
+        # ParquetFile, not read_table: the same rows without importing pyarrow.dataset (~90 ms)
+        with pq.ParquetFile(path) as pf:
+            if columns is None:
+                return _with_added_columns(pf.read())
+            have = set(pf.schema_arrow.names)
+            table = pf.read(columns=[c for c in columns if c in have])
         missing = [c for c in columns if c not in have and c in ADDED_COLUMNS]
         if missing:  # an index written before these columns existed: they read as nulls
             table = _with_added_columns(table, missing)

@@ -21,7 +21,6 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .codec import Decompressor
 from .errors import FrameOutOfRange, IncompletePack, InputError, NotFound
@@ -151,7 +150,7 @@ class PackReader:
         self._data_end = self.info.trailer.data_end
         # bounds of every index entry, checked once against the real pack size; reads of an
         # index with any entry out of range are checked frame by frame instead
-        self._all_in_range = _all_in_range(table, self._data_end)
+        self._all_in_range = _all_in_range(table, self._data_end, self._offsets, self._lengths)
         # compressed packs (format 1.1): per-frame codec and raw length, to return raw bytes
         self._codecs: array[int] | None = None
         self._raw_lengths: array[int] | None = None
@@ -235,10 +234,14 @@ class PackReader:
             text = None
         names, raws = self._name_columns()
         if text is not None:
+            import pyarrow.compute as pc  # here, not at import: verify and dump-header never need it
+
             pos = pc.index(names, pa.scalar(text)).as_py()
             if pos >= 0 and not raws[pos].is_valid:
                 return int(pos)  # frame ids are row numbers
         if raws.null_count < len(raws):
+            import pyarrow.compute as pc
+
             pos = pc.index(raws, pa.scalar(raw, pa.binary())).as_py()
             if pos >= 0:
                 return int(pos)
@@ -562,10 +565,14 @@ def _split(offset: int, length: int, cap: int) -> Iterator[tuple[int, int]]:
         offset += step
 
 
-def _all_in_range(table: pa.Table, data_end: int) -> bool:
+def _all_in_range(table: pa.Table, data_end: int, offsets: array[int], lengths: array[int]) -> bool:
     if table.num_rows == 0:
         return True
+    if len(offsets) < 65536:  # cheaper than importing pyarrow.compute (~75 ms) for a small pack
+        return min(offsets) >= HEADER_SIZE and max(map(int.__add__, offsets, lengths)) <= data_end and min(lengths) >= 0
     offset, length = table.column("offset"), table.column("length")
+    import pyarrow.compute as pc
+
     lo = pc.min(offset).as_py()
     hi = pc.max(pc.add(offset, length)).as_py()
     return bool(lo >= HEADER_SIZE and hi <= data_end and pc.min(length).as_py() >= 0)

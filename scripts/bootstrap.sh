@@ -14,3 +14,6 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
     .venv/bin/python -m pip install --quiet -e '.[test]' >&2
     echo "$want" > "$stamp"
 fi
+# bytecode for the package itself (an editable install has none): the command starts ~0.15 s
+# faster where PYTHONDONTWRITEBYTECODE is set; stale .pyc files are ignored by Python
+.venv/bin/python -m compileall -q hframe_cli >/dev/null || true
