@@ -540,21 +540,11 @@ def _run(
                     if fr is None:
                         writer.add(src.name, item.data or b"", mtime_ns=src.mtime_ns, md5=item.md5)
                     else:
-                        writer.add(
-                            src.name,
-                            fr.data,
-                            mtime_ns=src.mtime_ns,
-                            md5=fr.md5,
-                            raw_length=fr.raw_length,
-                            codec=fr.codec,
-                            flags=fr.flags,
-                            media=fr.media,
-                            kind=fr.kind,
-                            meta=fr.meta or None,
-                        )
+                        _add_prepared(writer, src, fr)
             if item.error is not None:
                 if not skip_bad:
-                    raise InputError(f"{src.path}: {item.error} (use --skip-bad to leave it out)")
+                    hint = "" if "--skip-bad" in item.error else " (use --skip-bad to leave it out)"
+                    raise InputError(f"{src.path}: {item.error}{hint}")
                 skipped.append(Rejected(src.path, item.error))  # listed in the summary
             else:
                 done_bytes += src.size
@@ -606,6 +596,21 @@ def _run(
     )
 
 
+def _add_prepared(writer: PackWriter, src: Source, fr: PreparedFrame) -> None:
+    writer.add(
+        src.name,
+        fr.data,
+        mtime_ns=src.mtime_ns,
+        md5=fr.md5,
+        raw_length=fr.raw_length,
+        codec=fr.codec,
+        flags=fr.flags,
+        media=fr.media,
+        kind=fr.kind,
+        meta=fr.meta or None,
+    )
+
+
 def _add_video(writer: PackWriter, item: _Loaded, prep: FramePrep, stop: _StopSignals, skip_bad: bool) -> str | None:
     """Append the selected frames of one video. Returns None when all went well, a note
     about damage (the frames decoded before it are kept, with ``skip_bad``), or ``"stopped"``
@@ -622,7 +627,9 @@ def _add_video(writer: PackWriter, item: _Loaded, prep: FramePrep, stop: _StopSi
     media = prep.options
     mode, param = parse_video_frames(media.video_frames or "all")
     fmt = parse_frame_format(media.frame_format)
-    frames = VideoFrames(src.path, src.path, mode, param, fmt, media.max_frames_per_video)
+    frames = VideoFrames(
+        src.path, src.path, mode, param, fmt, media.max_frames_per_video, should_stop=lambda: stop.signum is not None
+    )
     mark = writer.mark()
     group = prep.group_meta(src.name, group=src.name)
     kind = KIND_IDS["video_frame"]
@@ -643,29 +650,17 @@ def _add_video(writer: PackWriter, item: _Loaded, prep: FramePrep, stop: _StopSi
             writer.add(
                 frame_name(src.name, vf.index), vf.data, mtime_ns=src.mtime_ns, media=media_type, kind=kind, meta=meta
             )
-            if stop.signum is not None:
-                writer.rollback(mark)
-                return "stopped"
     except InputError as e:
         writer.rollback(mark)
         if item.data is not None and not has_video_extension(src.name):
             # only its first bytes looked like a video: pack the file as it is
-            fr = prep.prepare(src.name, item.data, item.md5)
-            writer.add(
-                src.name,
-                fr.data,
-                mtime_ns=src.mtime_ns,
-                md5=fr.md5,
-                raw_length=fr.raw_length,
-                codec=fr.codec,
-                flags=fr.flags,
-                media=fr.media,
-                kind=fr.kind,
-                meta=fr.meta or None,
-            )
+            _add_prepared(writer, src, prep.prepare(src.name, item.data, item.md5))
             return None
         item.error = str(e).removeprefix(f"{src.path}: ")
         return None
+    if frames.stopped:
+        writer.rollback(mark)
+        return "stopped"
     if frames.damage is None:
         return None
     if not skip_bad:

@@ -18,7 +18,7 @@ import io
 import math
 import os
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -122,6 +122,8 @@ class VideoFrames:
         mode, param: from ``parse_video_frames``.
         frame_format: from ``parse_frame_format``.
         max_frames: stop after this many frames are kept.
+        should_stop: checked after every decoded frame (a signal arrived): iteration ends early
+            and ``stopped`` is set.
 
     Raises:
         InputError: on iteration, if the file is not a video FFmpeg can open (no video stream).
@@ -135,8 +137,11 @@ class VideoFrames:
         param: float,
         frame_format: tuple[str, int],
         max_frames: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> None:
         self.path = path
+        self.should_stop = should_stop
+        self.stopped = False  # should_stop said so: the frames so far are not the whole selection
         self.where = where
         self.mode, self.param = mode, param
         self.format, self.quality = frame_format
@@ -197,6 +202,9 @@ class VideoFrames:
         try:
             try:
                 for frame in container.decode(stream):
+                    if self.should_stop is not None and self.should_stop():
+                        self.stopped = True
+                        return
                     index = self.decoded
                     self.decoded += 1
                     t = float(frame.time) if frame.time is not None else (index / rate if rate else None)

@@ -298,3 +298,33 @@ def test_resume_refuses_a_changed_labels_csv(tmp_path):
     csv.write_text("cats/000.png,a\n")
     assert run_bin(["resume", str(out), "-q"]).returncode == 0
     assert h.open_pack(out).row("cats/000.png")["label"] == "a"
+
+
+def test_sigterm_in_the_middle_of_a_video_rolls_it_back_and_resume_finishes(tmp_path):
+    src = tmp_path / "src"
+    make_video(src / "a.mp4", "mpeg4", n=12)
+    make_video(src / "b.mp4", "mpeg4", n=800, size=(320, 240))
+    args = ["--video-frames", "all", "--frame-format", "png", "--created", "1700000000", "-q"]
+    clean = tmp_path / "clean.hframe"
+    assert run_bin(["pack", str(src), "-o", str(clean), *args]).returncode == 0
+    out = tmp_path / "t.hframe"
+    import os
+    import subprocess
+    import time
+
+    from conftest import hframe_bin
+
+    proc = subprocess.Popen([hframe_bin(), "pack", str(src), "-o", str(out), *args], stderr=subprocess.PIPE)
+    partial = Path(f"{out}.partial")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not partial.exists() or partial.stat().st_size < 60_000):
+        time.sleep(0.01)  # wait until b.mp4 is well under way
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert b"b.mp4" in err and b"starts again on resume" in err
+    r = run_bin(["resume", str(out), "--json"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["resumed_from_frame"] == 12  # a.mp4 kept, b.mp4 cut again
+    assert out.read_bytes() == clean.read_bytes()
+    assert os.path.getsize(f"{out}.index.parquet") == os.path.getsize(f"{clean}.index.parquet")
