@@ -30,8 +30,9 @@ import random
 import signal
 import time
 import zlib
+from array import array
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, MutableSequence, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -70,7 +71,7 @@ from .format import (
 )
 from .index import IndexMeta, current_format_version, get_index_path, read_index, read_index_meta
 from .inputs import expand_globs
-from .reader import read_dictionary
+from .reader import _int64_column, read_dictionary
 from .storage import LocalFile, evict_from_page_cache, open_storage
 
 __all__ = [
@@ -244,9 +245,9 @@ def parse_frames(text: str) -> tuple[int, int | None]:
 
 @dataclass
 class _IndexCols:
-    offset: list[int]
-    length: list[int]
-    record_offset: list[int]
+    offset: MutableSequence[int]  # array('q') or list
+    length: MutableSequence[int]
+    record_offset: MutableSequence[int]
     md5: bytes  # 16 bytes per frame
     names: list[bytes]
     media: list[str]
@@ -279,24 +280,38 @@ class _IndexCols:
 
     @classmethod
     def _from_table(cls, t: pa.Table) -> _IndexCols:
-        md5_col = t.column("md5").combine_chunks() if t.num_rows else pa.array([], pa.string())
-        hexes = md5_col.to_pylist()
-        try:
-            md5 = binascii.unhexlify("".join(h if len(h) == 32 else "!" for h in hexes))
-        except (binascii.Error, ValueError):
-            md5 = b"".join(_md5_bytes(h) for h in hexes)
-        names = [
-            raw if raw is not None else name.encode("utf-8")
-            for name, raw in zip(t.column("name").to_pylist(), t.column("name_raw").to_pylist())
-        ]
+        n = t.num_rows
+        md5_col = t.column("md5").combine_chunks() if n else pa.array([], pa.string())
+        md5 = _md5_column_bytes(md5_col)
+        names: list[bytes] = t.column("name").cast(pa.binary()).to_pylist()
+        raw_col = t.column("name_raw")
+        if raw_col.null_count < n:  # names that are not UTF-8: the exact bytes
+            for k, raw in enumerate(raw_col.to_pylist()):
+                if raw is not None:
+                    names[k] = raw
         return cls(
-            t.column("offset").to_pylist(),
-            t.column("length").to_pylist(),
-            t.column("record_offset").to_pylist(),
+            _int64_column(t, "offset"),
+            _int64_column(t, "length"),
+            _int64_column(t, "record_offset"),
             md5,
             names,
             t.column("media_type").to_pylist(),
         )
+
+
+def _md5_column_bytes(col: pa.Array) -> bytes:
+    """16 bytes per row from the hex md5 column: straight from its buffers when every value is
+    32 characters (the usual case), else value by value (bad values become ff..ff)."""
+    n = len(col)
+    if n and col.null_count == 0:
+        offsets = memoryview(col.buffers()[1]).cast("i")[col.offset : col.offset + n + 1]
+        o0 = offsets[0]
+        if offsets.tobytes() == array("i", range(o0, o0 + 32 * n + 1, 32)).tobytes():
+            try:
+                return binascii.unhexlify(memoryview(col.buffers()[2])[o0 : o0 + 32 * n])
+            except (binascii.Error, ValueError):
+                pass
+    return b"".join(_md5_bytes(h) if h is not None else b"\xff" * 16 for h in col.to_pylist())
 
 
 def _md5_bytes(h: str) -> bytes:
@@ -308,6 +323,9 @@ def _md5_bytes(h: str) -> bytes:
 
 
 # -- chunked sequential reads -----------------------------------------------------------
+
+
+PROGRESS_BYTES = 16 << 20  # inline hashing reports progress this often
 
 
 class _Window:
@@ -344,6 +362,10 @@ def _hash_batch(
 ) -> list[tuple[bytes, str | None]]:
     """md5 of each frame's raw bytes (decompressed first where stored compressed); a
     finding about the frame comes back as ``"check: message"``."""
+    if not packed and not decode_ids and items and all(it[1] is items[0][1] for it in items):
+        whole = memoryview(items[0][1])
+        md5 = hashlib.md5
+        return [(md5(whole[a:b]).digest(), None) for _, _, a, b in items]
     out: list[tuple[bytes, str | None]] = []
     for frame_id, buf, a, b in items:
         view: memoryview | bytes = memoryview(buf)[a:b]
@@ -469,6 +491,15 @@ class _Verifier:
         )
         n_rows = len(offs)
         fast_frames = fast_bytes = 0
+        # with no hashing pool (each forked part hashes inline) a frame on the fast path is hashed
+        # right here and compared with its record header and index row: no batch to build, walk
+        # again and join; a mismatch goes into a batch, whose careful comparison reports it
+        inline = fast and pool is None
+        md5 = hashlib.md5
+        imd5 = idx.md5 if idx is not None else b""
+        wmv_buf: bytes | None = None
+        wmv = memoryview(b"")
+        inline_bytes = 0
         try:
             while True:
                 if stop_id is not None and i >= stop_id:
@@ -500,6 +531,20 @@ class _Verifier:
                                 packed[i] = (f[7], f[11], f[4], magic)
                                 magic = None
                             if magic is None or wb[p0 : p0 + len(magic)] == magic:
+                                if inline and not f[7]:
+                                    if wb is not wmv_buf:
+                                        wmv_buf, wmv = wb, memoryview(wb)
+                                    d = md5(wmv[p0 : p0 + ln]).digest()
+                                    if d == f[5] and d == imd5[16 * i : 16 * i + 16]:
+                                        fast_frames += 1
+                                        fast_bytes += ln
+                                        inline_bytes += ln
+                                        if inline_bytes >= PROGRESS_BYTES and self.on_progress is not None:
+                                            self.on_progress(inline_bytes)
+                                            inline_bytes = 0
+                                        pos = off + ln
+                                        i += 1
+                                        continue
                                 if wb is not batch_buf and batch:
                                     self.submit(pool, pending, batch, meta, decode_ids, idx, packed)
                                     batch, meta, decode_ids, packed = [], [], set(), {}
@@ -607,6 +652,8 @@ class _Verifier:
                         self.collect(pending.popleft(), idx)
                 pos = offset + length
                 i += 1
+            if inline_bytes and self.on_progress is not None:
+                self.on_progress(inline_bytes)
             if batch:
                 self.submit(pool, pending, batch, meta, decode_ids, idx, packed)
             while pending:
