@@ -283,7 +283,11 @@ class _IndexCols:
         n = t.num_rows
         md5_col = t.column("md5").combine_chunks() if n else pa.array([], pa.string())
         md5 = _md5_column_bytes(md5_col)
-        names: list[bytes] = t.column("name").cast(pa.binary()).to_pylist()
+        name_col = t.column("name").combine_chunks() if n else pa.array([], pa.string())
+        # the same buffers read as binary: bytes values, without a cast (pyarrow.compute, ~45 ms)
+        names: list[bytes] = pa.Array.from_buffers(
+            pa.binary(), n, name_col.buffers(), name_col.null_count, name_col.offset
+        ).to_pylist()
         raw_col = t.column("name_raw")
         if raw_col.null_count < n:  # names that are not UTF-8: the exact bytes
             for k, raw in enumerate(raw_col.to_pylist()):
