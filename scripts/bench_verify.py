@@ -15,7 +15,10 @@ the methods interleaved run by run, and the median wall time is reported:
   ``python bench_verify.py --seed-scan PACK INDEX`` so it pays interpreter start-up like the CLI;
 * ``verify``:      ``python -m hframe_cli verify PACK -q`` (every frame);
 * ``verify_sample``: ``python -m hframe_cli verify PACK --sample 5% -q``;
-* ``verify_pack`` (information only): ``hframe_cli.verify.verify_pack(PACK)`` in this process.
+* ``verify_pack`` (information only): ``hframe_cli.verify.verify_pack(PACK)`` in this process;
+* ``verify_pack_sample`` (information only): the same with a 5 % sample;
+* ``python_pyarrow_start`` (information only): ``python -c "import pyarrow.parquet"``, the
+  start-up any Python program reading the index pays (a floor under the CLI's times).
 
 Cold: ``sync; echo 3 > /proc/sys/vm/drop_caches`` before every timed run (needs root; on a VM
 the host may still cache the file). Warm: each method runs once untimed, then the timed runs.
@@ -97,12 +100,20 @@ def methods_for(pack: str, seed: str) -> dict[str, Callable[[], None]]:
         if not rep.ok or rep.frames_checked != rep.frames_total:
             raise RuntimeError(f"verify_pack({pack}): {rep.status}, {rep.frames_checked}/{rep.frames_total} frames")
 
+    def in_process_sample() -> None:
+        rep = verify_pack(pack, sample=("percent", 5.0))
+        if not rep.ok or not rep.frames_checked:
+            raise RuntimeError(f"verify_pack({pack}, 5%): {rep.status}")
+
     return {
         "md5sum": lambda: run_cmd(["md5sum", pack]),
         "seed_scan": lambda: run_cmd([sys.executable, os.path.abspath(__file__), "--seed-scan", seed, seed + ".json"]),
         "verify": lambda: run_cmd(cli),
         "verify_sample": lambda: run_cmd([*cli, "--sample", "5%"]),
         "verify_pack": in_process,
+        "verify_pack_sample": in_process_sample,
+        # the fixed cost of any Python program that reads Parquet: interpreter + pyarrow.parquet
+        "python_pyarrow_start": lambda: run_cmd([sys.executable, "-c", "import pyarrow.parquet"]),
     }
 
 
@@ -177,6 +188,8 @@ def main() -> int:
         for mode in ("cold", "warm"):
             print(f"verify_pack_vs_md5sum={m[mode, 'md5sum'] / m[mode, 'verify_pack']:.3f} mode={mode} "
                   f"dataset={name} target=none")
+        print(f"sample5_vs_full_in_process={m['cold', 'verify_pack_sample'] / m['cold', 'verify_pack']:.3f} "
+              f"mode=cold dataset={name} target=none (the same ratio without interpreter start-up)")
     return 0
 
 
