@@ -27,6 +27,7 @@ import math
 import os
 import pickle
 import random
+import re
 import signal
 import time
 import zlib
@@ -57,6 +58,7 @@ from .format import (
     FLAG_COMPRESSED,
     FLAG_DICT,
     HEADER_SIZE,
+    KIND_IDS,
     MEDIA_TYPES,
     RECORD_FIXED,
     RECORD_MAGIC,
@@ -332,6 +334,9 @@ def _md5_bytes(h: str) -> bytes:
 PROGRESS_BYTES = 16 << 20  # inline hashing reports progress this often
 
 
+_BLOB_KIND = KIND_IDS["blob"]
+
+
 class _Window:
     """Sequential reads in large chunks; ``get(pos, n)`` returns (buffer, start) holding the range."""
 
@@ -399,7 +404,8 @@ def _decode_error(data: memoryview | bytes) -> str | None:
         with Image.open(io.BytesIO(data)) as img:
             img.load()
     except Exception as e:  # noqa: BLE001 - any decoder failure is a finding, not a crash
-        return f"{type(e).__name__}: {e}"
+        text = re.sub(r" ?<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(e))  # not useful, not stable
+        return f"{type(e).__name__}: {text}"
     return None
 
 
@@ -628,8 +634,8 @@ class _Verifier:
                 meta.append((i, rec_md5, offset, length))
                 if self.decode and idx is not None and i < len(idx.media) and idx.media[i] in _IMAGE_TYPES:
                     decode_ids.add(i)
-                elif self.decode and idx is None:
-                    decode_ids.add(i)
+                elif self.decode and idx is None and f[8] != _BLOB_KIND:
+                    decode_ids.add(i)  # no index: the record header's kind says what is an image
                 magic = _MAGICS.get(idx.media[i]) if idx is not None and i < len(idx.media) else None
                 if f[7]:  # compressed: the magic is checked on the raw bytes, after decompression
                     packed[i] = (f[7], f[11], f[4], magic)

@@ -176,6 +176,15 @@ def test_decode_finds_a_source_that_was_broken_before_packing(tmp_path, photos, 
     assert [(p["check"], p["name"] is None) for p in probs] == [("decode", True)]
     idx = pq.read_table(f"{out}.index.parquet").column("name").to_pylist().index("cats/003.jpg")
     assert probs[0]["frame_id"] == idx and "image does not decode" in probs[0]["message"]
+    assert "0x" not in probs[0]["message"]  # no object addresses: the same damage, the same report
+    # without the index the record headers' kinds say which frames are images: blobs are not decoded
+    (photos / "notes.bin").write_bytes(b"not an image" * 10)
+    out2 = tmp_path / "d2.hframe"
+    h.pack([photos], out2)
+    r = cli(["verify", str(out2), "--decode", "--no-index", "--json"])
+    probs = json.loads(r.stdout)["packs"][0]["problems"]
+    names = pq.read_table(f"{out2}.index.parquet").column("name").to_pylist()
+    assert [(p["check"], names[p["frame_id"]]) for p in probs] == [("decode", "cats/003.jpg")]
 
 
 def test_sample_is_seeded_and_cheaper(tmp_path):
