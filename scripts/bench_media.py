@@ -89,22 +89,25 @@ def pack_records(src: Path, out: Path, compress: str, zdict: str) -> tuple[float
     return elapsed, raw, stored
 
 
-def warm_reads(pack: Path, batches: int, frames: int = 256) -> float:
-    """Median seconds for ``frames`` random frames through ``read_many`` (cache warmed first)."""
-    with h.open_pack(pack) as p:
-        n = len(p)
-        rng = random.Random(1)
-        p.read_many(list(range(0, n, max(1, n // 5000))))
-        with open(pack, "rb") as f:  # warm the whole pack
+def warm_reads(packs: list[Path], batches: int, frames: int = 256) -> list[float]:
+    """Median seconds for ``frames`` random frames through ``read_many`` per pack, warm: each
+    pack is read whole first, then batches alternate between the packs (drift hits all alike)."""
+    readers = [h.open_pack(p) for p in packs]
+    for p in packs:
+        with open(p, "rb") as f:
             while f.read(16 << 20):
                 pass
-        times = []
-        for _ in range(batches):
-            ids = [rng.randrange(n) for _ in range(frames)]
+    rng = random.Random(1)
+    times: list[list[float]] = [[] for _ in packs]
+    for _ in range(batches):
+        for k, r in enumerate(readers):
+            ids = [rng.randrange(len(r)) for _ in range(frames)]
             t0 = time.perf_counter()
-            p.read_many(ids)
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+            r.read_many(ids)
+            times[k].append(time.perf_counter() - t0)
+    for r in readers:
+        r.close()
+    return [statistics.median(t) for t in times]
 
 
 def make_video(path: Path, frames: int, size: tuple[int, int]) -> None:
@@ -163,7 +166,7 @@ def main() -> int:
     ap.add_argument("workdir", nargs="?", help="where data and packs go (default: a temporary folder)")
     ap.add_argument("--records", type=int, default=200_000, help="small records to make (default 200000)")
     ap.add_argument("--video-frames", type=int, default=600, help="frames in the test video (default 600)")
-    ap.add_argument("--batches", type=int, default=50, help="random-read batches per pack (default 50)")
+    ap.add_argument("--batches", type=int, default=200, help="random-read batches per pack (default 200)")
     args = ap.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="hframe-media-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -183,9 +186,7 @@ def main() -> int:
         results[label] = (out, raw / stored)
         print(f"pack_{label}_s={elapsed:.2f} ratio_{label}={raw / stored:.3f} stored_bytes={stored} raw_bytes={raw}")
     verdict("dict_ratio_gain", results["zstd_dict"][1] / results["zstd"][1], 1.5, True)
-    t_raw = warm_reads(results["raw"][0], args.batches)
-    t_dict = warm_reads(results["zstd_dict"][0], args.batches)
-    t_zstd = warm_reads(results["zstd"][0], args.batches)
+    t_raw, t_zstd, t_dict = warm_reads([results[k][0] for k in ("raw", "zstd", "zstd_dict")], args.batches)
     print(
         f"warm_256_raw_ms={t_raw * 1e3:.3f} warm_256_zstd_ms={t_zstd * 1e3:.3f} warm_256_zstd_dict_ms={t_dict * 1e3:.3f}"
     )
