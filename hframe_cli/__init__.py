@@ -42,6 +42,7 @@ from .format import FORMAT_VERSION
 _LAZY = {
     "get_index_path": "index",
     "collect_sources": "inputs",
+    "MediaOptions": "media",
     "CheckpointPolicy": "packing",
     "PackResult": "packing",
     "pack": "packing",
@@ -74,6 +75,7 @@ def __getattr__(name: str) -> object:
 if TYPE_CHECKING:
     from .index import get_index_path
     from .inputs import collect_sources
+    from .media import MediaOptions
     from .packing import CheckpointPolicy, PackResult, pack, pack_sources, resume_pack
     from .reader import PackReader, ReadStats, open_pack
     from .scan import rebuild_index
@@ -93,6 +95,7 @@ __all__ = [
     "Interrupted",
     "IntegrityError",
     "MagicMismatch",
+    "MediaOptions",
     "NotAPack",
     "NotFound",
     "NothingToResume",
