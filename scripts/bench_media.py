@@ -201,6 +201,23 @@ def main() -> int:
     for mode in ("all", "fps:2"):
         dt, kept = hframe_video(video, work / "clip.hframe", mode)
         print(f"hframe_video_{mode.replace(':', '')}_fps={args.video_frames / dt:.1f} (source frames/s; kept {kept})")
+    # memory stays flat however long the video: peak RSS of `hframe pack` on this clip and on one
+    # ten times longer (a separate process each, so the numbers are the command's own)
+    long_video = work / f"clip-{args.video_frames * 10}.mp4"
+    make_video(long_video, args.video_frames * 10, (640, 360))
+    rss = []
+    for v in (video, long_video):
+        out = work / "rss.hframe"
+        cmd = [sys.executable, "-m", "hframe_cli", "pack", str(v), "-o", str(out), "--force", "-q"]
+        proc = subprocess.Popen([*cmd, "--video-frames", "fps:5", "--no-checkpoint"])
+        _, status, usage = os.wait4(proc.pid, 0)
+        if status != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed ({status})")
+        rss.append(usage.ru_maxrss / 1024)
+    print(
+        f"video_peak_rss_mb={rss[0]:.0f} ({args.video_frames} frames) {rss[1]:.0f} ({args.video_frames * 10} frames) "
+        f"ratio={rss[1] / rss[0]:.2f} (fps:5; about 1 means memory does not grow with length)"
+    )
     if shutil.which("ffmpeg"):
         d = work / "ffmpeg-out"
         shutil.rmtree(d, ignore_errors=True)
