@@ -10,7 +10,6 @@ for their heavy parts) overlap with writing.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -19,9 +18,10 @@ from typing import Any
 from .codec import Compression, parse_compress
 from .errors import InputError
 from .format import KIND_IDS, SNIFF_BYTES, sniff_media_type
+from .imagehead import image_info
 from .labels import LabelPolicy, parse_split, split_of
 
-__all__ = ["FramePrep", "MediaOptions", "PreparedFrame", "image_info"]
+__all__ = ["FramePrep", "MediaOptions", "PreparedFrame"]
 
 _IMAGE, _BLOB = KIND_IDS["image"], KIND_IDS["blob"]
 
@@ -104,21 +104,6 @@ class PreparedFrame:
     warning: str | None = None
 
 
-def image_info(data: bytes) -> tuple[int, int, str]:
-    """(width, height, mode) from an image's header, without decoding its pixels.
-
-    Raises:
-        ValueError: the header cannot be parsed (the message says why).
-    """
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            return int(img.width), int(img.height), str(img.mode)
-    except Exception as e:  # noqa: BLE001 - Pillow raises many types for bad headers
-        raise ValueError(f"{type(e).__name__}: {e}") from None
-
-
 class FramePrep:
     """Applies ``MediaOptions`` to frames (thread-safe)."""
 
@@ -156,7 +141,7 @@ class FramePrep:
             kind = _IMAGE
             if self.options.image_meta:
                 try:
-                    meta["width"], meta["height"], meta["mode"] = image_info(data)
+                    meta["width"], meta["height"], meta["mode"] = image_info(data, media)
                 except ValueError as e:
                     warning = f"unreadable {media} header ({e})"
         frame = PreparedFrame(data, md5, len(data), media=media, kind=kind, meta=meta, warning=warning)

@@ -328,3 +328,42 @@ def test_sigterm_in_the_middle_of_a_video_rolls_it_back_and_resume_finishes(tmp_
     assert json.loads(r.stdout)["resumed_from_frame"] == 12  # a.mp4 kept, b.mp4 cut again
     assert out.read_bytes() == clean.read_bytes()
     assert os.path.getsize(f"{out}.index.parquet") == os.path.getsize(f"{clean}.index.parquet")
+
+
+def test_header_parser_agrees_with_pillow_on_many_variants(tmp_path):
+    from hframe_cli.format import sniff_media_type
+    from hframe_cli.imagehead import _jpeg, _png, image_info
+
+    base = Image.new("RGB", (37, 23), (200, 30, 90))
+    ImageDraw.Draw(base).rectangle((3, 4, 20, 15), fill=(10, 250, 30))
+    variants: list[tuple[str, bytes]] = []
+    for mode in ("L", "RGB", "CMYK"):
+        for kw in ({}, {"progressive": True}, {"quality": 30, "subsampling": 2}, {"restart_marker_blocks": 1}):
+            buf = io.BytesIO()
+            base.convert(mode).save(buf, "JPEG", **kw)
+            variants.append((f"jpeg {mode} {kw}", buf.getvalue()))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: does not change the stored size
+    buf = io.BytesIO()
+    base.save(buf, "JPEG", exif=exif.tobytes())
+    variants.append(("jpeg exif", buf.getvalue()))
+    for mode in ("1", "L", "LA", "P", "RGB", "RGBA"):
+        buf = io.BytesIO()
+        base.convert(mode).save(buf, "PNG")
+        variants.append((f"png {mode}", buf.getvalue()))
+    buf = io.BytesIO()
+    Image.new("I;16", (5, 7)).save(buf, "PNG")  # 16-bit grey: the fast parser defers to Pillow
+    variants.append(("png I;16", buf.getvalue()))
+    buf = io.BytesIO()
+    base.convert("P").save(buf, "PNG", transparency=0)
+    variants.append(("png P transparency", buf.getvalue()))
+    fast_hits = 0
+    for label, data in variants:
+        media = sniff_media_type(data[:12])
+        with Image.open(io.BytesIO(data)) as img:
+            want = (img.width, img.height, img.mode)
+        assert image_info(data, media) == want, label
+        fast = _jpeg(data) if media == "jpeg" else _png(data)
+        fast_hits += fast is not None
+        assert fast in (None, want), label  # the fast parser either agrees or defers to Pillow
+    assert fast_hits >= len(variants) - 3  # and it does decide the common cases itself
