@@ -341,6 +341,19 @@ class _MetaColumns:
             self.add({})
 
     def add(self, meta: dict[str, Any]) -> None:
+        if len(meta) == 3 and "width" in meta and "mode" in meta and "height" in meta:  # an image
+            self.width.append(int(meta["width"]))
+            self.height.append(int(meta["height"]))
+            self.frame_index.append(-1)
+            self.pts_s.append(math.nan)
+            self.keyframe.append(-1)
+            codes, values = self.codes, self.values
+            codes["split"].append(-1)
+            codes["source"].append(-1)
+            modes = values["mode"]
+            codes["mode"].append(modes.setdefault(str(meta["mode"]), len(modes)))
+            return
+
         def num(key: str) -> Any:
             v = meta.get(key)
             return -1 if v is None else v

@@ -113,6 +113,8 @@ class FramePrep:
         self.compression = Compression(level, dictionary) if level is not None else None
         self.labels = LabelPolicy.parse(options.label_from)
         self.splits = parse_split(options.split)
+        # a blob gets no metadata of its own under these options: it needs no preparing at all
+        self.plain_blobs = self.compression is None and self.labels.kind == "parent" and not self.splits
 
     def group_meta(self, name: bytes, group: bytes | None = None) -> dict[str, Any]:
         """Label and split of a frame; ``group`` (a video's name) keeps a video's frames together."""
@@ -129,11 +131,14 @@ class FramePrep:
             meta["split"] = split_of(key, self.splits)
         return meta
 
-    def prepare(self, name: bytes, data: bytes, md5: bytes | None = None) -> PreparedFrame:
-        """Sniff, describe and (maybe) compress one frame held in memory."""
+    def prepare(self, name: bytes, data: bytes, md5: bytes | None = None) -> PreparedFrame | None:
+        """Sniff, describe and (maybe) compress one frame held in memory; None when it is a
+        blob stored as it is with nothing to record (the writer's plain path)."""
+        media = sniff_media_type(data[:SNIFF_BYTES])
+        if media == "unknown" and self.plain_blobs:
+            return None
         if md5 is None:
             md5 = hashlib.md5(data).digest()
-        media = sniff_media_type(data[:SNIFF_BYTES])
         meta = self.group_meta(name)
         warning = None
         kind = _BLOB
@@ -157,9 +162,21 @@ class FramePrep:
 _COMPRESSED_IMAGES = frozenset({"jpeg", "png", "gif", "webp"})
 
 
+_IMAGE_KEYS = frozenset({"width", "height", "mode"})
+
+
 def encode_meta(meta: dict[str, Any]) -> bytes:
     """The metadata JSON stored in a record header (compact, sorted keys: deterministic)."""
-    return json.dumps(meta, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode() if meta else b""
+    if not meta:
+        return b""
+    if meta.keys() == _IMAGE_KEYS and type(meta["width"]) is int and type(meta["height"]) is int:
+        mode = meta["mode"]
+        if mode.isalnum() or mode in _PLAIN_MODES:  # what json.dumps would write, written directly
+            return b'{"height":%d,"mode":"%s","width":%d}' % (meta["height"], mode.encode(), meta["width"])
+    return json.dumps(meta, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
+
+
+_PLAIN_MODES = frozenset({"I;16", "I;16B", "I;16L", "I;16N", "BGR;15", "BGR;16", "BGR;24"})
 
 
 def decode_meta(data: bytes, where: str) -> dict[str, Any]:

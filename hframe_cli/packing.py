@@ -654,7 +654,11 @@ def _add_video(writer: PackWriter, item: _Loaded, prep: FramePrep, stop: _StopSi
         writer.rollback(mark)
         if item.data is not None and not has_video_extension(src.name):
             # only its first bytes looked like a video: pack the file as it is
-            _add_prepared(writer, src, prep.prepare(src.name, item.data, item.md5))
+            fr = prep.prepare(src.name, item.data, item.md5)
+            if fr is None:
+                writer.add(src.name, item.data, mtime_ns=src.mtime_ns, md5=item.md5)
+            else:
+                _add_prepared(writer, src, fr)
             return None
         item.error = str(e).removeprefix(f"{src.path}: ")
         return None
