@@ -12,6 +12,7 @@ import fnmatch
 import glob
 import os
 import stat
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -105,6 +106,8 @@ class _Collector:
         self.out.rejected.append(Rejected(path, reason))
 
     def wanted(self, name: str) -> bool:
+        if not self.include and not self.exclude:
+            return True
         if self.include and not any(fnmatch.fnmatchcase(name, g) for g in self.include):
             return False
         return not any(fnmatch.fnmatchcase(name, g) for g in self.exclude)
@@ -142,6 +145,12 @@ class _Collector:
         stack: list[tuple[str, str, tuple[tuple[int, int], ...]]] = []
         st = os.stat(root)
         stack.append((root, prefix, ((st.st_dev, st.st_ino),)))
+        # the common case, a plain regular file with no globs to match, is taken inline: the rest
+        # (symlinks, special files, empty or oversized files, the output itself) goes through
+        # add_file, which applies every rule
+        plain = not self.include and not self.exclude
+        sources, forbidden_names, max_bytes = self.out.sources, self.forbidden_names, self.max_frame_bytes
+        fs_encoding, fs_errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()  # = os.fsencode
         while stack:
             folder, prefix, chain = stack.pop()
             try:
@@ -151,6 +160,16 @@ class _Collector:
                 continue
             for entry in entries:
                 path = entry.path
+                if plain:
+                    try:
+                        if entry.is_file(follow_symlinks=False) and entry.name not in forbidden_names:
+                            est = entry.stat(follow_symlinks=False)
+                            if 0 < est.st_size <= max_bytes:
+                                name = (prefix + entry.name).encode(fs_encoding, fs_errors)
+                                sources.append(Source(path, name, est.st_size, est.st_mtime_ns))
+                                continue
+                    except OSError:
+                        pass  # the careful path below says what is wrong
                 try:
                     is_dir = entry.is_dir(follow_symlinks=True)
                 except OSError:
