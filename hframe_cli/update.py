@@ -68,7 +68,9 @@ def plan_update(sources: SourceList, output: str | os.PathLike[str], *, checksum
         return UpdatePlan("new", list(sources.sources))
     with PackReader(out) as reader:  # refuses an incomplete pack or a mismatched index
         alignment, data_end = reader.info.header.alignment, reader.info.trailer.data_end
-        table = reader.table
+        from .index import read_index
+
+        table = read_index(reader.index_path, ["name", "name_raw", "source_size", "md5", "source_mtime"])
         t = table.select(["name", "name_raw", "source_size", "md5"]).to_pydict()
         mtimes_us = table.column("source_mtime").cast(pa.int64()).to_pylist()
     old: dict[bytes, tuple[int, int, str]] = {}
