@@ -940,6 +940,7 @@ def _walk_in_parallel(v: _Verifier, idx: _IndexCols, n: int, end: int, data_end_
                         v.decode,
                         None,
                     )
+                    child.decompressor = v.decompressor
                     pos = -1
                     try:
                         pos = child.walk(rofs[a], a, b, end, data_end_known, idx, read_end=rofs[b] if b < n else end)

@@ -191,3 +191,27 @@ def test_update_appends_with_the_packs_own_dictionary(records, tmp_path):
     with h.open_pack(out) as p:
         assert p["zzz.json"] == (records / "zzz.json").read_bytes()
         assert p["ann0000.json"] == (records / "ann0000.json").read_bytes()
+
+
+def test_parallel_verify_parts_decompress_in_the_children(records, tmp_path, monkeypatch):
+    from hframe_cli import verify as verify_mod
+
+    out = tmp_path / "p.hframe"
+    pack(records, out, "--compress", "zstd", "--zstd-dict", "auto")
+    monkeypatch.setattr(verify_mod, "_PARALLEL_ABOVE", 0)  # walk even this small pack in parts
+    walks = []
+    real_walk = verify_mod._Verifier.walk
+    monkeypatch.setattr(
+        verify_mod._Verifier, "walk", lambda self, *a, **k: walks.append(a[1]) or real_walk(self, *a, **k)
+    )
+    rep = verify_mod.verify_pack(out, workers=2)
+    assert rep.ok and rep.frames_checked == rep.frames_total == 122
+    assert walks == [0]  # this process walked part 0 only: the child's part did not fail and come back
+    # a damaged compressed frame in the child's part is reported by the child
+    raw = bytearray(out.read_bytes())
+    row = pq.read_table(f"{out}.index.parquet").to_pylist()[100]
+    raw[row["offset"] + 3] ^= 0xFF
+    out.write_bytes(bytes(raw))
+    walks.clear()
+    rep = verify_mod.verify_pack(out, workers=2)
+    assert [p.frame_id for p in rep.problems] == [100] and walks == [0]
