@@ -215,3 +215,20 @@ def test_parallel_verify_parts_decompress_in_the_children(records, tmp_path, mon
     walks.clear()
     rep = verify_mod.verify_pack(out, workers=2)
     assert [p.frame_id for p in rep.problems] == [100] and walks == [0]
+
+
+def test_sharded_compressed_run_resumes_byte_identical(records, tmp_path):
+    args = ["--max-pack-bytes", "40kB", "--compress", "zstd", "--zstd-dict", "auto", "--created", "1", "-q"]
+    clean = tmp_path / "clean.hframe"
+    assert run_bin(["pack", str(records), "-o", str(clean), *args]).returncode == 0
+    shards = sorted(tmp_path.glob("clean-*.hframe"))
+    assert len(shards) >= 3
+    out = tmp_path / "k.hframe"
+    r = run_bin(
+        ["pack", str(records), "-o", str(out), *args, "--checkpoint-every", "5"], env={"HFRAME_FAULT": "after-frame:70"}
+    )
+    assert r.returncode == -signal.SIGKILL
+    assert run_bin(["resume", str(out), "-q"]).returncode == 0
+    for s in shards:
+        assert (tmp_path / s.name.replace("clean-", "k-")).read_bytes() == s.read_bytes(), s.name
+    assert run_cli(["verify", str(out), "-q"]).exit_code == 0
