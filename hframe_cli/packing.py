@@ -497,13 +497,15 @@ def _run(
     media = settings.media
     prep = FramePrep(media, writer.dictionary)
     videos = media.video_frames is not None
+    # a video's frames are named VIDEO#frame=N: an input file of such a name would clash
+    input_names = {s.name for s in sources.sources if b"#frame=" in s.name} if videos else set()
     warnings: list[Rejected] = []
 
     with _StopSignals(settings.handle_signals) as stop:
         for k, item in enumerate(_loaded_in_order(todo, workers, prep, videos), start=start_source):
             src = item.source
             if item.video:
-                note = _add_video(writer, item, prep, stop, skip_bad)
+                note = _add_video(writer, item, prep, stop, skip_bad, input_names)
                 if note is not None and note.startswith("stopped"):
                     checkpoint(k, f"stopped by {signal.Signals(stop.signum or signal.SIGINT).name}")
                     raise Interrupted(
@@ -611,7 +613,14 @@ def _add_prepared(writer: PackWriter, src: Source, fr: PreparedFrame) -> None:
     )
 
 
-def _add_video(writer: PackWriter, item: _Loaded, prep: FramePrep, stop: _StopSignals, skip_bad: bool) -> str | None:
+def _add_video(
+    writer: PackWriter,
+    item: _Loaded,
+    prep: FramePrep,
+    stop: _StopSignals,
+    skip_bad: bool,
+    input_names: set[bytes] | frozenset[bytes] = frozenset(),
+) -> str | None:
     """Append the selected frames of one video. Returns None when all went well, a note
     about damage (the frames decoded before it are kept, with ``skip_bad``), or ``"stopped"``
     after a signal (the video's frames are rolled back). A file that is not a video after all:
@@ -647,9 +656,15 @@ def _add_video(writer: PackWriter, item: _Loaded, prep: FramePrep, stop: _StopSi
                 "mode": "RGB",
                 **group,
             }
-            writer.add(
-                frame_name(src.name, vf.index), vf.data, mtime_ns=src.mtime_ns, media=media_type, kind=kind, meta=meta
-            )
+            name = frame_name(src.name, vf.index)
+            if name in input_names:
+                writer.rollback(mark)
+                item.error = (
+                    f"frame name {name.decode('utf-8', 'backslashreplace')!r} is also the name of an input file; "
+                    "rename that file or pack it separately"
+                )
+                return None
+            writer.add(name, vf.data, mtime_ns=src.mtime_ns, media=media_type, kind=kind, meta=meta)
     except InputError as e:
         writer.rollback(mark)
         if item.data is not None and not has_video_extension(src.name):

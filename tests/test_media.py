@@ -367,3 +367,17 @@ def test_header_parser_agrees_with_pillow_on_many_variants(tmp_path):
         fast_hits += fast is not None
         assert fast in (None, want), label  # the fast parser either agrees or defers to Pillow
     assert fast_hits >= len(variants) - 3  # and it does decide the common cases itself
+
+
+def test_a_frame_name_that_clashes_with_an_input_file_is_refused(clips, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "v.mp4").write_bytes((clips / "a" / "one.mp4").read_bytes())
+    (src / "v.mp4#frame=10").write_bytes(b"a file named like a frame")
+    out = tmp_path / "c.hframe"
+    r = run_cli(["pack", str(src), "-o", str(out), "--video-frames", "every:10"])
+    assert r.exit_code == 2 and "v.mp4#frame=10" in r.stderr and "also the name of an input file" in r.stderr
+    r = run_cli(["pack", str(src), "-o", str(out), "--video-frames", "every:10", "--skip-bad", "--json"])
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 0 and [n["name"] for n in index_rows(out)] == ["v.mp4#frame=10"]
+    assert doc["skipped"][0]["path"].endswith("v.mp4")
