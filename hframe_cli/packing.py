@@ -1,24 +1,20 @@
 """``pack`` and ``resume``: sources in, a self-checked, published pack and index out.
 
-Sources are read and hashed on a small thread pool (file reads and md5 release the GIL)
-while the calling thread appends them in sorted order, with a bounded number of batches in
-flight, so memory stays flat however many files there are. Frames larger than
-``_STREAM_ABOVE`` are streamed in chunks instead of being held in memory. The same loop
-(``_run``) serves a fresh run and a resumed one; checkpoints are written as ``CheckpointPolicy``
-says (see ``checkpoint.py`` for the files and their durability order).
+Sources are read, hashed and prepared on a small thread pool (``loading.py``) while the
+calling thread appends them in sorted order; frames larger than ``STREAM_ABOVE`` are streamed
+in chunks, and videos are cut into frames here (``_add_video``). The same loop (``_run``)
+serves a fresh run, a resumed one and an ``--update`` append; checkpoints are written as
+``CheckpointPolicy`` says (see ``checkpoint.py`` for the files and their durability order).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import threading
 import time
 import uuid as uuid_mod
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -39,6 +35,7 @@ from .faults import fault_point
 from .format import HEADER_SIZE
 from .index import get_index_path
 from .inputs import Rejected, Source, SourceList
+from .loading import STREAM_ABOVE, Loaded, loaded_in_order
 from .media import FramePrep, MediaOptions, PreparedFrame
 from .verify import DEFAULT_SELF_CHECK, self_check
 from .writer import PackWriter, SealedPack, publish_partials
@@ -54,11 +51,7 @@ __all__ = [
     "resume_pack",
 ]
 
-_STREAM_ABOVE = 32 << 20
 _THREADS_ABOVE_MEAN = 16 << 10
-_O_READ = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
-_BATCH_FILES = 64
-_BATCH_BYTES = 16 << 20
 
 ProgressFn = Callable[[int, int], None]
 EventFn = Callable[[str], None]
@@ -127,114 +120,6 @@ def parse_created(value: str | None, environ: dict[str, str] | None = None) -> i
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return int(dt.timestamp() * 1_000_000)
-
-
-@dataclass
-class _Loaded:
-    source: Source
-    data: bytes | None = None
-    md5: bytes | None = None
-    error: str | None = None
-    stream: bool = False
-    video: bool = False
-    frame: PreparedFrame | None = None
-
-
-def _load_prepared(src: Source, prep: FramePrep | None, videos: bool) -> _Loaded:
-    """``_load``, then (on the same reader thread) sniff videos and prepare the frame."""
-    if videos:
-        from .video import SNIFF_VIDEO_BYTES, has_video_extension, sniff_video
-
-        if has_video_extension(src.name):
-            return _Loaded(src, video=True)
-        if src.size > _STREAM_ABOVE:
-            try:
-                with open(src.path, "rb") as f:
-                    head = f.read(SNIFF_VIDEO_BYTES)
-            except OSError:
-                head = b""
-            return _Loaded(src, video=True) if sniff_video(head) else _Loaded(src, stream=True)
-    item = _load(src)
-    if item.data is not None and videos:
-        from .video import sniff_video
-
-        if sniff_video(item.data[:200]):
-            item.video = True  # confirmed (or refuted) when the container is opened
-    if prep is not None and item.data is not None and not item.video:
-        item.frame = prep.prepare(src.name, item.data, item.md5)
-    return item
-
-
-def _load(src: Source) -> _Loaded:
-    """Read and hash one source, noting if it vanished or changed since it was listed."""
-    if src.size > _STREAM_ABOVE:
-        return _Loaded(src, stream=True)
-    try:
-        fd = os.open(src.path, _O_READ)
-    except FileNotFoundError:
-        return _Loaded(src, error="vanished while packing")
-    except OSError as e:
-        return _Loaded(src, error=f"cannot read: {e.strerror}")
-    try:
-        st = os.fstat(fd)
-        want = src.size + 1  # one byte more than listed: a file that grew shows up
-        data = os.read(fd, want)
-        if len(data) < want and len(data) != src.size and data:
-            more = [data]
-            got = len(data)
-            while got < want:
-                chunk = os.read(fd, want - got)
-                if not chunk:
-                    break
-                more.append(chunk)
-                got += len(chunk)
-            data = b"".join(more)
-    except IsADirectoryError:
-        return _Loaded(src, error="became a folder while packing")
-    except OSError as e:
-        return _Loaded(src, error=f"cannot read: {e.strerror}")
-    finally:
-        os.close(fd)
-    if len(data) != src.size or st.st_size != src.size or st.st_mtime_ns != src.mtime_ns:
-        return _Loaded(src, error=f"changed while packing (listed {src.size} bytes, read {len(data)})")
-    return _Loaded(src, data, hashlib.md5(data).digest())
-
-
-def _batches(sources: Sequence[Source]) -> Iterator[list[Source]]:
-    batch: list[Source] = []
-    size = 0
-    for s in sources:
-        batch.append(s)
-        size += s.size
-        if len(batch) >= _BATCH_FILES or size >= _BATCH_BYTES:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
-
-
-def _loaded_in_order(
-    sources: Sequence[Source], workers: int, prep: FramePrep | None = None, videos: bool = False
-) -> Iterator[_Loaded]:
-    """Load (and prepare) sources on ``workers`` threads, yielding them in order, few batches
-    in flight."""
-    if workers <= 1:
-        for s in sources:
-            yield _load_prepared(s, prep, videos)
-        return
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hframe-pack") as pool:
-        pending: deque[Future[list[_Loaded]]] = deque()
-        batches = _batches(sources)
-        try:
-            for batch in batches:
-                pending.append(pool.submit(lambda b: [_load_prepared(s, prep, videos) for s in b], batch))
-                if len(pending) >= 2 * workers:
-                    yield from pending.popleft().result()
-            while pending:
-                yield from pending.popleft().result()
-        finally:
-            for f in pending:
-                f.cancel()
 
 
 @dataclass
@@ -429,7 +314,7 @@ def _dictionary_for(sources: SourceList, media: MediaOptions, on_event: EventFn 
     from .codec import sample_for_dictionary, train_dictionary
     from .format import SNIFF_BYTES, sniff_media_type
 
-    srcs = [s for s in sources.sources if s.size <= _STREAM_ABOVE]
+    srcs = [s for s in sources.sources if s.size <= STREAM_ABOVE]
     if media.video_frames is not None:  # videos become JPEG/PNG frames: nothing to learn from them
         from .video import has_video_extension
 
@@ -502,7 +387,7 @@ def _run(
     warnings: list[Rejected] = []
 
     with _StopSignals(settings.handle_signals) as stop:
-        for k, item in enumerate(_loaded_in_order(todo, workers, prep, videos), start=start_source):
+        for k, item in enumerate(loaded_in_order(todo, workers, prep, videos), start=start_source):
             src = item.source
             if item.video:
                 note = _add_video(writer, item, prep, stop, skip_bad, input_names)
@@ -615,7 +500,7 @@ def _add_prepared(writer: PackWriter, src: Source, fr: PreparedFrame) -> None:
 
 def _add_video(
     writer: PackWriter,
-    item: _Loaded,
+    item: Loaded,
     prep: FramePrep,
     stop: _StopSignals,
     skip_bad: bool,
