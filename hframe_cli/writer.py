@@ -34,7 +34,6 @@ from .checkpoint import OutputLock, fsync_dir
 from .errors import FormatError, InputError, StorageError
 from .faults import enospc_limit, fault_point
 from .format import (
-    EXTRA_META,
     EXTRA_ZSTD_DICT,
     FLAG_COMPRESSED,
     FLAG_DICT,
@@ -61,8 +60,8 @@ from .index import (
     get_index_path,
     write_index,
 )
-from .media import decode_meta, encode_meta
-from .scan import walk_records
+from .media import encode_meta
+from .scan import record_meta, walk_records
 from .storage import open_storage
 
 __all__ = ["PackWriter", "SealedPack"]
@@ -215,13 +214,9 @@ class PackWriter:
         try:
             for rec in walk_records(storage, committed):
                 h = rec.header
-                meta = None
-                if h.extra:
-                    entries = decode_extra(h.extra, f"{self.partial_path}: frame {h.frame_id}")
-                    if EXTRA_META in entries:
-                        meta = decode_meta(entries[EXTRA_META], f"{self.partial_path}: frame {h.frame_id}")
-                    if h.frame_id == 0 and EXTRA_ZSTD_DICT in entries:
-                        self.dictionary = entries[EXTRA_ZSTD_DICT]
+                meta = record_meta(h, os.fspath(self.partial_path))
+                if h.frame_id == 0 and h.extra:
+                    self.dictionary = decode_extra(h.extra).get(EXTRA_ZSTD_DICT)
                 self._append_row(
                     h.name,
                     rec.record_offset,
