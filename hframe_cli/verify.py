@@ -383,18 +383,17 @@ class _Verifier:
                     ln, off = lens[i], offs[i]
                     if at >= 0 and off + ln - ws <= len(wb) and off + ln <= end and rofs[i] == pos:
                         f = unpack(wb, at)
+                        rmagic, rsize, rid, rlen, _, _, _, _, _, nlen, elen, _, rcrc = f
                         body = at + RECORD_FIXED
+                        hend = body + nlen + elen
                         if (
-                            f[0] == RECORD_MAGIC
-                            and f[2] == i
-                            and f[3] == ln
-                            and pos + f[1] == off
-                            and crc32(wb[body : body + f[9] + f[10]], crc32(wb[at : body - 4])) == f[12]
-                            and wb[body : body + f[9]] == names[i]
-                            and (
-                                f[1] == RECORD_FIXED + f[9] + f[10]
-                                or not wb[body + f[9] + f[10] : at + f[1]].strip(b"\0")
-                            )
+                            rid == i
+                            and rlen == ln
+                            and pos + rsize == off
+                            and rmagic == RECORD_MAGIC
+                            and crc32(wb[body:hend], crc32(wb[at : body - 4])) == rcrc
+                            and wb[body : body + nlen] == names[i]
+                            and (hend == at + rsize or not wb[hend : at + rsize].strip(b"\0"))
                         ):
                             p0 = off - ws
                             magic = _MAGICS.get(media[i])
