@@ -21,6 +21,7 @@ from .format import CODEC_IDS, RECORD_FLAG_DICT
 __all__ = [
     "Compression",
     "Decompressor",
+    "check_dictionary",
     "MAX_RAW_BYTES",
     "parse_compress",
     "sample_for_dictionary",
@@ -186,6 +187,24 @@ class Decompressor:
                 for data, raw, i in zip(datas, raw_lengths, ids)
             ]
         datas[:] = out  # zstd has checked every size: a frame larger or smaller than its size fails
+
+
+def check_dictionary(data: bytes, level: int, where: str) -> None:
+    """Refuse a dictionary zstd cannot use, or one too large for a record header's extra field.
+
+    Raises:
+        InputError: naming ``where`` and the reason.
+    """
+    import zstandard as zstd
+
+    from .format import MAX_EXTRA_BYTES
+
+    if len(data) > MAX_EXTRA_BYTES - 64:
+        raise InputError(f"{where}: {len(data)} bytes; a stored dictionary is at most {MAX_EXTRA_BYTES - 64} bytes")
+    try:
+        zstd.ZstdCompressionDict(data).precompute_compress(level=level)
+    except zstd.ZstdError as e:
+        raise InputError(f"{where}: not a usable zstd dictionary ({e})") from None
 
 
 def sample_for_dictionary(sizes: Sequence[int]) -> list[int]:

@@ -13,12 +13,38 @@ __all__ = ["extract_frames"]
 _BATCH = 256
 
 
-def safe_relative(name: str) -> str:
-    """A frame name as a path under the output folder; refuses names that would leave it."""
-    parts = name.split("/")
-    if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise InputError(f"frame name {name!r} is not a safe relative path; extract it by id instead")
+def safe_relative(name: bytes) -> str:
+    """A frame name (exact bytes) as a path under the output folder; refuses names that would
+    leave it."""
+    text = os.fsdecode(name)
+    parts = text.split("/")
+    if text.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        shown = name.decode("utf-8", "backslashreplace")
+        raise InputError(f"frame name {shown!r} is not a safe relative path; extract it by id instead")
     return os.path.join(*parts)
+
+
+def _write_inside(root: str, rel: str, data: bytes, shown: str) -> None:
+    """Write ``data`` to ``root/rel`` atomically, never through a symlink out of ``root``."""
+    path = os.path.join(root, rel)
+    parent = os.path.dirname(path)
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as e:
+        raise InputError(
+            f"{path}: cannot write frame {shown!r} ({e.strerror}; another frame's name is a file there?)"
+        ) from None
+    real_parent = os.path.realpath(parent)
+    if real_parent != root and not real_parent.startswith(root + os.sep):
+        raise InputError(f"{path}: refusing to write frame {shown!r} through a symlink that leaves {root}")
+    tmp = path + ".partial"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise InputError(f"{path}: cannot write frame {shown!r} ({e.strerror})") from None
 
 
 def extract_frames(
@@ -31,22 +57,28 @@ def extract_frames(
 ) -> int:
     """Write the frames of ``pack`` selected by ``name_glob`` and ``equal`` (see
     ``index.select_rows``) to ``folder``/NAME, each atomically (NAME.partial, then a rename).
-    Returns how many were written; an existing file is replaced."""
+    Names are the exact stored bytes (``name_raw`` where they are not UTF-8). Returns how many
+    were written; an existing file is replaced.
+
+    Raises:
+        InputError: a name that would leave the folder, two names that cannot both be files
+            (``a`` and ``a/b``), or a symlink inside the folder that points out of it.
+    """
     from .reader import open_pack
 
     with open_pack(pack) as reader:
-        rows = select_rows(reader.table, ["frame_id", "name"], name_glob, equal)
+        rows = select_rows(reader.table, ["frame_id", "name", "name_raw"], name_glob, equal)
         ids = rows.column("frame_id").to_pylist()
-        names = [safe_relative(n) for n in rows.column("name").to_pylist()]
-        out = Path(folder)
-        out.mkdir(parents=True, exist_ok=True)
+        raw_names = [
+            raw if raw is not None else name.encode()
+            for name, raw in zip(rows.column("name").to_pylist(), rows.column("name_raw").to_pylist())
+        ]
+        rels = [safe_relative(n) for n in raw_names]
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        root = os.path.realpath(folder)
         for a in range(0, len(ids), _BATCH):
             batch = ids[a : a + _BATCH]
             datas = [reader.read_stored(i) for i in batch] if stored else reader.read_many(batch)
-            for name, data in zip(names[a : a + _BATCH], datas):
-                path = out / name
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_name(path.name + ".partial")
-                tmp.write_bytes(data)
-                os.replace(tmp, path)
+            for rel, raw, data in zip(rels[a : a + _BATCH], raw_names[a : a + _BATCH], datas):
+                _write_inside(root, rel, data, raw.decode("utf-8", "backslashreplace"))
     return len(ids)

@@ -263,9 +263,18 @@ class RecordHeader:
         return header, size
 
     @staticmethod
-    def name_extra_lengths(fixed: bytes) -> tuple[int, int]:
-        """The (name_len, extra_len) stored in a record's fixed part."""
+    def name_extra_lengths(fixed: bytes, where: str = "record") -> tuple[int, int]:
+        """The (name_len, extra_len) stored in a record's fixed part.
+
+        Raises:
+            FormatError: lengths beyond what any writer produces (a damaged header; nothing
+                that large is read).
+        """
         fields = _RECORD.unpack(fixed[:RECORD_FIXED])
+        if fields[9] > MAX_NAME_BYTES or fields[10] > MAX_EXTRA_BYTES:
+            raise FormatError(
+                f"{where}: record header declares a {fields[9]}-byte name and {fields[10]}-byte extra field"
+            )
         return fields[9], fields[10]
 
 

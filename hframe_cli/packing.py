@@ -241,11 +241,11 @@ def pack_sources(
         source_count=len(sources.sources),
         committed_bytes=HEADER_SIZE,
     )
+    dictionary = _dictionary_for(sources, media, on_event)  # a bad --zstd-dict fails before any file is made
     with OutputLock(out) as lock:
         if policy.enabled:  # the intent, on disk before the partial pack exists
             save_sources(out, sources)
             ckpt.save(out)
-        dictionary = _dictionary_for(sources, media, on_event)
         writer = PackWriter(
             output,
             alignment=alignment,
@@ -308,8 +308,9 @@ def _dictionary_for(sources: SourceList, media: MediaOptions, on_event: EventFn 
                 data = f.read()
         except OSError as e:
             raise InputError(f"--zstd-dict {media.zstd_dict}: cannot read: {e.strerror}") from None
-        if len(data) < 8:
-            raise InputError(f"--zstd-dict {media.zstd_dict}: too small to be a zstd dictionary")
+        from .codec import check_dictionary
+
+        check_dictionary(data, level, f"--zstd-dict {media.zstd_dict}")
         return data
     from .codec import sample_for_dictionary, train_dictionary
     from .format import SNIFF_BYTES, sniff_media_type

@@ -97,7 +97,7 @@ def read_dictionary(storage: LocalFile) -> bytes:
     """The zstd dictionary stored in the extra field of record 0 (``man/hframe.5``)."""
     where = f"{storage.location}: record 0"
     fixed = storage.read_at(HEADER_SIZE, RECORD_FIXED)
-    name_len, extra_len = RecordHeader.name_extra_lengths(fixed) if len(fixed) == RECORD_FIXED else (0, 0)
+    name_len, extra_len = RecordHeader.name_extra_lengths(fixed, where) if len(fixed) == RECORD_FIXED else (0, 0)
     rest = storage.read_at(HEADER_SIZE + RECORD_FIXED, name_len + extra_len)
     header, _ = RecordHeader.decode(fixed, rest, where)
     entries = decode_extra(header.extra, where)

@@ -66,7 +66,7 @@ def walk_records(storage: LocalFile, end: int) -> Iterator[ScannedRecord]:
         at = f"{where}: record at offset {pos}"
         if len(probe) < RECORD_FIXED:
             raise FormatError(f"{at}: truncated record header ({len(probe)} bytes before the trailer)")
-        name_len, extra_len = RecordHeader.name_extra_lengths(probe)
+        name_len, extra_len = RecordHeader.name_extra_lengths(probe, at)
         need = RECORD_FIXED + name_len + extra_len
         if need > len(probe):
             if pos + need > end:

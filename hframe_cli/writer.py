@@ -424,7 +424,9 @@ class PackWriter:
             raise InputError(f"{name[:80]!r}...: name is longer than {MAX_NAME_BYTES} bytes")
         self._flush()
         rec_off = self._pos
-        hdr_size = record_header_size(rec_off, len(name), 0, self.alignment)
+        # frame 0 carries the pack's dictionary, whichever way it is written
+        extra = encode_extra(None, self.dictionary) if not len(self._index) and self.dictionary else b""
+        hdr_size = record_header_size(rec_off, len(name), len(extra), self.alignment)
         digest = hashlib.md5()
         head = b""
         got = 0
@@ -458,8 +460,9 @@ class PackWriter:
         kind = _BLOB if media == "unknown" else _IMAGE
         frame_id = len(self._index)
         md5 = digest.digest()
-        self._append_row(name, rec_off, hdr_size, size, md5, mtime_ns, media, kind)
-        os.pwrite(self._fd, encode_record(hdr_size, frame_id, size, size, md5, mtime_ns, 0, kind, name), rec_off)
+        self._append_row(name, rec_off, hdr_size, size, md5, mtime_ns, media, kind, extra=extra)
+        record = encode_record(hdr_size, frame_id, size, size, md5, mtime_ns, 0, kind, name, extra)
+        os.pwrite(self._fd, record, rec_off)
         os.lseek(self._fd, rec_off + hdr_size + size, os.SEEK_SET)
         self._pos = self._flushed = rec_off + hdr_size + size
         return frame_id

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import signal
 from fractions import Fraction
 from pathlib import Path
@@ -381,3 +382,27 @@ def test_a_frame_name_that_clashes_with_an_input_file_is_refused(clips, tmp_path
     doc = json.loads(r.stdout)
     assert r.exit_code == 0 and [n["name"] for n in index_rows(out)] == ["v.mp4#frame=10"]
     assert doc["skipped"][0]["path"].endswith("v.mp4")
+
+
+def test_get_into_a_folder_keeps_exact_names_and_stays_inside(tmp_path):
+    src = tmp_path / "n"
+    (src / "d").mkdir(parents=True)
+    (src / "d" / os.fsdecode(b"\xff.txt")).write_bytes(b"raw name")
+    (src / "d" / "\\xff.txt").write_bytes(b"literal name")  # what the first one's display name reads
+    out = tmp_path / "n.hframe"
+    pack([str(src), "-o", str(out)])
+    dest = tmp_path / "x"
+    assert run_cli(["get", str(out), "--match", "*", "-o", str(dest)]).exit_code == 0
+    assert (dest / "d" / os.fsdecode(b"\xff.txt")).read_bytes() == b"raw name"
+    assert (dest / "d" / "\\xff.txt").read_bytes() == b"literal name"
+    # a symlink inside the folder that leads out of it is not followed
+    (tmp_path / "y" / "d").mkdir(parents=True)
+    (tmp_path / "y" / "d" / "f.bin").write_bytes(b"data")
+    out2 = tmp_path / "y.hframe"
+    pack([str(tmp_path / "y"), "-o", str(out2)])
+    outside, sl = tmp_path / "outside", tmp_path / "sl"
+    outside.mkdir()
+    sl.mkdir()
+    (sl / "d").symlink_to(outside)
+    r = run_cli(["get", str(out2), "--match", "*", "-o", str(sl)])
+    assert r.exit_code == 2 and "symlink" in r.stderr and list(outside.iterdir()) == []
