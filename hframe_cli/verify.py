@@ -55,6 +55,8 @@ from .errors import (
     UnsupportedVersion,
 )
 from .format import (
+    CODEC_IDS,
+    CODEC_NAMES,
     FLAG_COMPRESSED,
     FLAG_DICT,
     HEADER_SIZE,
@@ -114,6 +116,8 @@ class _IndexCols:
     md5: bytes  # 16 bytes per frame
     names: list[bytes]
     media: list[str]
+    raw_length: MutableSequence[int]
+    codec: list[int]  # codec ids (-1: a name this release does not know)
 
     @classmethod
     def load(cls, path: str, ranges: list[tuple[int, int]] | None = None) -> _IndexCols:
@@ -121,14 +125,14 @@ class _IndexCols:
 
         The lists are full length either way, so frame ids index them directly.
         """
-        cols = ["offset", "length", "record_offset", "md5", "name", "name_raw", "media_type"]
+        cols = ["offset", "length", "record_offset", "md5", "name", "name_raw", "media_type", "raw_length", "codec"]
         t = read_index(path, cols)
         n = t.num_rows
         if ranges is None or sum(b - a for a, b in ranges) * 2 > n:
             ranges = [(0, n)]
         if ranges == [(0, n)]:
             return cls._from_table(t)
-        out = cls([0] * n, [0] * n, [0] * n, b"", [b""] * n, ["unknown"] * n)
+        out = cls([0] * n, [0] * n, [0] * n, b"", [b""] * n, ["unknown"] * n, [0] * n, [0] * n)
         md5 = bytearray(16 * n)
         for a, b in ranges:
             part = cls._from_table(t.slice(a, b - a))
@@ -137,6 +141,8 @@ class _IndexCols:
             out.record_offset[a:b] = part.record_offset
             out.names[a:b] = part.names
             out.media[a:b] = part.media
+            out.raw_length[a:b] = part.raw_length
+            out.codec[a:b] = part.codec
             md5[16 * a : 16 * b] = part.md5
         out.md5 = bytes(md5)
         return out
@@ -163,6 +169,8 @@ class _IndexCols:
             md5,
             names,
             t.column("media_type").to_pylist(),
+            _int64_column(t, "raw_length"),
+            [CODEC_IDS.get(c, -1) for c in t.column("codec").to_pylist()],
         )
 
 
@@ -361,6 +369,7 @@ class _Verifier:
             (idx.offset, idx.length, idx.record_offset, idx.names, idx.media) if idx else ([], [], [], [], [])
         )
         n_rows = len(offs)
+        iraw, icodec = (idx.raw_length, idx.codec) if idx else ([], [])
         fast_frames = fast_bytes = 0
         # with no hashing pool (each forked part hashes inline) a frame on the fast path is hashed
         # right here and compared with its record header and index row: no batch to build, walk
@@ -383,13 +392,15 @@ class _Verifier:
                     ln, off = lens[i], offs[i]
                     if at >= 0 and off + ln - ws <= len(wb) and off + ln <= end and rofs[i] == pos:
                         f = unpack(wb, at)
-                        rmagic, rsize, rid, rlen, _, _, _, _, _, nlen, elen, _, rcrc = f
+                        rmagic, rsize, rid, rlen, rraw, _, _, rcodec, _, nlen, elen, _, rcrc = f
                         body = at + RECORD_FIXED
                         hend = body + nlen + elen
                         if (
                             rid == i
                             and rlen == ln
                             and pos + rsize == off
+                            and rraw == iraw[i]
+                            and rcodec == icodec[i]
                             and rmagic == RECORD_MAGIC
                             and crc32(wb[body:hend], crc32(wb[at : body - 4])) == rcrc
                             and wb[body : body + nlen] == names[i]
@@ -484,7 +495,7 @@ class _Verifier:
                             length=length,
                         )
                     else:
-                        self.compare_row(i, idx, pos, offset, length, name)
+                        self.compare_row(i, idx, pos, offset, length, name, f[4], f[7])
                 at += size  # the payload follows the record header in the same buffer
                 if buf is not batch_buf and batch:
                     self.submit(pool, pending, batch, meta, decode_ids, idx, packed)
@@ -603,7 +614,31 @@ class _Verifier:
                     found=message,
                 )
 
-    def compare_row(self, i: int, idx: _IndexCols, rec_pos: int, offset: int, length: int, name: bytes) -> None:
+    def compare_row(
+        self,
+        i: int,
+        idx: _IndexCols,
+        rec_pos: int,
+        offset: int,
+        length: int,
+        name: bytes,
+        raw_length: int = -1,
+        codec: int = -1,
+    ) -> None:
+        for col, mine, theirs in (("codec", idx.codec[i], codec), ("raw_length", idx.raw_length[i], raw_length)):
+            if theirs >= 0 and mine != theirs:  # the reader trusts these two to decode the frame
+                shown = (lambda c: CODEC_NAMES.get(c, str(c))) if col == "codec" else str
+                self.add(
+                    "index",
+                    f"{self.frame_where(i, idx.offset[i], idx.length[i])}: index {col} {shown(mine)} "
+                    f"disagrees with the record header in the pack ({shown(theirs)})",
+                    i,
+                    name=_show(idx.names[i]),
+                    offset=idx.offset[i],
+                    length=idx.length[i],
+                    expected=shown(theirs),
+                    found=shown(mine),
+                )
         fields = (
             ("offset", idx.offset[i], offset),
             ("length", idx.length[i], length),

@@ -232,3 +232,20 @@ def test_sharded_compressed_run_resumes_byte_identical(records, tmp_path):
     for s in shards:
         assert (tmp_path / s.name.replace("clean-", "k-")).read_bytes() == s.read_bytes(), s.name
     assert run_cli(["verify", str(out), "-q"]).exit_code == 0
+
+
+@pytest.mark.parametrize(("column", "value"), [("codec", "none"), ("raw_length", 7)])
+def test_verify_compares_the_index_codec_and_raw_length_with_the_records(records, tmp_path, column, value):
+    out = tmp_path / "e.hframe"
+    pack(records, out, "--compress", "zstd")
+    t = pq.read_table(f"{out}.index.parquet")
+    vals = t.column(column).to_pylist()
+    vals[3] = value
+    t = t.set_column(
+        t.schema.get_field_index(column), t.schema.field(column), pa.array(vals, t.schema.field(column).type)
+    )
+    pq.write_table(t, f"{out}.index.parquet")
+    doc = json.loads(run_cli(["verify", str(out), "--json"]).stdout)
+    problems = doc["packs"][0]["problems"]
+    assert not doc["ok"] and {p["frame_id"] for p in problems} == {3}
+    assert any(p["check"] == "index" and column in p["message"] for p in problems)
