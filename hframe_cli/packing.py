@@ -553,8 +553,17 @@ def _add_video(
             writer.add(name, vf.data, mtime_ns=src.mtime_ns, media=media_type, kind=kind, meta=meta)
     except InputError as e:
         writer.rollback(mark)
-        if item.data is not None and not has_video_extension(src.name):
+        if not has_video_extension(src.name):
             # only its first bytes looked like a video: pack the file as it is
+            if item.data is None:  # too big to have been read: streamed, like any big file
+                try:
+                    with open(src.path, "rb") as f:
+                        writer.add_stream(src.name, f, src.size, mtime_ns=src.mtime_ns)
+                except InputError as err:
+                    item.error = str(err)
+                except OSError as err:
+                    item.error = f"cannot read: {err.strerror}"
+                return None
             fr = prep.prepare(src.name, item.data, item.md5)
             if fr is None:
                 writer.add(src.name, item.data, mtime_ns=src.mtime_ns, md5=item.md5)

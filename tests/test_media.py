@@ -406,3 +406,16 @@ def test_get_into_a_folder_keeps_exact_names_and_stays_inside(tmp_path):
     (sl / "d").symlink_to(outside)
     r = run_cli(["get", str(out2), "--match", "*", "-o", str(sl)])
     assert r.exit_code == 2 and "symlink" in r.stderr and list(outside.iterdir()) == []
+
+
+def test_files_that_only_look_like_videos_are_packed_as_files_small_or_streamed(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    small = b"\0\0\0 ftypM4A " + b"x" * 1000  # an ISO-container audio header: not a video
+    big = b"\0\0\0 ftypM4A " + b"y" * (33 << 20)  # above the streaming threshold
+    (src / "small.bin").write_bytes(small)
+    (src / "big.bin").write_bytes(big)
+    out = tmp_path / "o.hframe"
+    pack([str(src), "-o", str(out), "--video-frames", "all"])
+    with h.open_pack(out) as p:
+        assert p["small.bin"] == small and p["big.bin"] == big
