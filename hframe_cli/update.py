@@ -59,8 +59,13 @@ class UpdatePlan:
         }
 
 
-def plan_update(sources: SourceList, output: str | os.PathLike[str], *, checksum: bool = False) -> UpdatePlan:
-    """Compare ``sources`` with the published pack's index (size + mtime, md5 with ``checksum``)."""
+def plan_update(
+    sources: SourceList, output: str | os.PathLike[str], *, checksum: bool = False, videos: bool = False
+) -> UpdatePlan:
+    """Compare ``sources`` with the published pack's index (size + mtime, md5 with ``checksum``).
+
+    With ``videos``, frames cut from a video stand for that video (its name, size and mtime;
+    ``checksum`` cannot apply to it, as the pack holds frames, not the file)."""
     from .reader import PackReader
 
     out = os.fspath(output)
@@ -70,12 +75,18 @@ def plan_update(sources: SourceList, output: str | os.PathLike[str], *, checksum
         alignment, data_end = reader.info.header.alignment, reader.info.trailer.data_end
         from .index import read_index
 
-        table = read_index(reader.index_path, ["name", "name_raw", "source_size", "md5", "source_mtime"])
-        t = table.select(["name", "name_raw", "source_size", "md5"]).to_pydict()
+        cols = ["name", "name_raw", "source_size", "md5", "source_mtime", "kind", "source"]
+        table = read_index(reader.index_path, cols)
+        t = table.select(["name", "name_raw", "source_size", "md5", "kind", "source"]).to_pydict()
         mtimes_us = table.column("source_mtime").cast(pa.int64()).to_pylist()
-    old: dict[bytes, tuple[int, int, str]] = {}
-    for name, raw, size, us, md5 in zip(t["name"], t["name_raw"], t["source_size"], mtimes_us, t["md5"]):
-        old[raw if raw is not None else name.encode()] = (size, us, md5)
+    old: dict[bytes, tuple[int, int, str | None]] = {}
+    for name, raw, size, us, md5, kind, source in zip(
+        t["name"], t["name_raw"], t["source_size"], mtimes_us, t["md5"], t["kind"], t["source"]
+    ):
+        if videos and kind == "video_frame" and source is not None:
+            old.setdefault(source.encode(), (size, us, None))
+        else:
+            old[raw if raw is not None else name.encode()] = (size, us, md5)
     current = {s.name: s for s in sources.sources}
     added = [s for s in sources.sources if s.name not in old]
     removed = sorted(n for n in old if n not in current)
@@ -86,7 +97,7 @@ def plan_update(sources: SourceList, output: str | os.PathLike[str], *, checksum
         size, us, md5 = old[name]
         if s.size != size or s.mtime_ns // 1000 != us:
             changed.append(name)
-        elif checksum:
+        elif checksum and md5 is not None:
             digest = hashlib.md5()
             with open(s.path, "rb") as f:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -136,7 +147,7 @@ def update_pack(
     if not os.path.exists(out) and get_manifest_path(out).exists():
         raise InputError(f"{out}: --update of a sharded dataset is not supported yet; repack it with --force")
     media = media or MediaOptions()
-    plan = plan_update(sources, out, checksum=checksum)
+    plan = plan_update(sources, out, checksum=checksum, videos=media.video_frames is not None)
     if media.video_frames is not None and plan.status != "up_to_date":
         plan.status = "repack"  # frames are named after their videos: no append by source name
     elif media.wants_dictionary and plan.status == "append" and not _has_dictionary(out):

@@ -419,3 +419,19 @@ def test_files_that_only_look_like_videos_are_packed_as_files_small_or_streamed(
     pack([str(src), "-o", str(out), "--video-frames", "all"])
     with h.open_pack(out) as p:
         assert p["small.bin"] == small and p["big.bin"] == big
+
+
+def test_update_of_a_video_pack_with_nothing_changed_writes_nothing(clips, tmp_path):
+    out = tmp_path / "u.hframe"
+    pack([str(clips), "-o", str(out), "--video-frames", "every:10"])
+    before = out.stat().st_mtime_ns
+    r = run_cli(["pack", str(clips), "-o", str(out), "--video-frames", "every:10", "--update", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["changed"] is False
+    assert out.stat().st_mtime_ns == before
+    make_video(clips / "b" / "four.mp4", "mpeg4", n=10)  # a new video: the pack is rebuilt with it
+    try:
+        r = run_cli(["pack", str(clips), "-o", str(out), "--video-frames", "every:10", "--update", "--json"])
+        assert r.exit_code == 0 and json.loads(r.stdout)["changed"] is True
+        assert "b/four.mp4" in {row["source"] for row in index_rows(out)}
+    finally:
+        (clips / "b" / "four.mp4").unlink()
