@@ -53,8 +53,17 @@ class MediaOptions:
         """Refuse bad values early, naming the flag."""
         parse_compress(self.compress)
         parse_split(self.split)
-        if self.zstd_dict != "none" and parse_compress(self.compress) is None:
+        level = parse_compress(self.compress)
+        if self.zstd_dict != "none" and level is None:
             raise InputError("--zstd-dict needs --compress zstd[:LEVEL]")
+        if self.zstd_dict not in ("auto", "none") and level is not None:
+            from .codec import check_dictionary
+
+            try:
+                with open(self.zstd_dict, "rb") as f:
+                    check_dictionary(f.read(), level, f"--zstd-dict {self.zstd_dict}")
+            except OSError as e:
+                raise InputError(f"--zstd-dict {self.zstd_dict}: cannot read: {e.strerror}") from None
         if self.video_frames is not None:
             from .video import parse_frame_format, parse_video_frames
 

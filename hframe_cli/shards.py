@@ -67,26 +67,54 @@ def shard_path(output: str | os.PathLike[str], i: int) -> Path:
 _META_ALLOWANCE = 128
 
 
-def estimated_bytes(s: Source, alignment: int) -> int:
+def estimated_bytes(s: Source, alignment: int, meta_bytes: int = _META_ALLOWANCE) -> int:
     """An upper bound on the bytes a source adds to a pack (not for videos cut into frames,
     whose output size is unknown until they are decoded; compression only makes it smaller)."""
-    return RECORD_FIXED + len(s.name) + _META_ALLOWANCE + s.size + (alignment - 1)
+    return RECORD_FIXED + len(s.name) + meta_bytes + s.size + (alignment - 1)
 
 
-def plan_shards(sources: Sequence[Source], max_pack_bytes: int, alignment: int = 1) -> list[tuple[int, int]]:
+def media_allowances(media: Any) -> tuple[int, int]:
+    """(bytes per frame, bytes per shard) that ``media`` options may add beyond the sources:
+    the metadata in record headers (longest label and split name), and a stored dictionary."""
+    if media is None:
+        return _META_ALLOWANCE, 0
+    from .codec import DICT_SIZE
+    from .labels import LabelPolicy, parse_split
+
+    labels = LabelPolicy.parse(media.label_from)
+    longest_label = max((len(v.encode()) for v in (labels.mapping or {}).values()), default=0)
+    longest_split = max((len(n.encode()) for n, _ in parse_split(media.split)), default=0)
+    per_frame = _META_ALLOWANCE + longest_label + longest_split
+    per_shard = 0
+    if media.wants_dictionary:
+        try:
+            per_shard = DICT_SIZE if media.zstd_dict == "auto" else os.path.getsize(media.zstd_dict)
+        except OSError:
+            per_shard = 0  # reported when the dictionary is read
+    return per_frame, per_shard + 64
+
+
+def plan_shards(
+    sources: Sequence[Source],
+    max_pack_bytes: int,
+    alignment: int = 1,
+    per_frame: int = _META_ALLOWANCE,
+    per_shard: int = 0,
+) -> list[tuple[int, int]]:
     """Split the sorted sources into consecutive runs whose packs stay under ``max_pack_bytes``.
 
+    ``per_frame`` and ``per_shard`` are the most the media options add (``media_allowances``).
     Returns [start, stop) index ranges; a single source larger than the limit gets a shard alone.
     """
     if max_pack_bytes < 1:
         raise InputError(f"--max-pack-bytes must be positive (got {max_pack_bytes})")
     ranges: list[tuple[int, int]] = []
-    start, size = 0, HEADER_SIZE + TRAILER_SIZE
+    start, size = 0, HEADER_SIZE + TRAILER_SIZE + per_shard
     for k, s in enumerate(sources):
-        b = estimated_bytes(s, alignment)
+        b = estimated_bytes(s, alignment, per_frame)
         if k > start and size + b > max_pack_bytes:
             ranges.append((start, k))
-            start, size = k, HEADER_SIZE + TRAILER_SIZE
+            start, size = k, HEADER_SIZE + TRAILER_SIZE + per_shard
         size += b
     ranges.append((start, len(sources)))
     return ranges
@@ -391,7 +419,7 @@ def pack_sharded(
     from .packing import pack_sources
 
     out = os.fspath(output)
-    ranges = plan_shards(sources.sources, max_pack_bytes, alignment)
+    ranges = plan_shards(sources.sources, max_pack_bytes, alignment, *media_allowances(options.get("media")))
     if len(ranges) == 1:
         return None, [
             pack_sources(

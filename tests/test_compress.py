@@ -249,3 +249,19 @@ def test_verify_compares_the_index_codec_and_raw_length_with_the_records(records
     problems = doc["packs"][0]["problems"]
     assert not doc["ok"] and {p["frame_id"] for p in problems} == {3}
     assert any(p["check"] == "index" and column in p["message"] for p in problems)
+
+
+def test_shards_stay_under_max_pack_bytes_with_a_stored_dictionary(tmp_path):
+    src = tmp_path / "rnd"
+    src.mkdir()
+    rng = random.Random(3)
+    for i in range(40):
+        (src / f"{i:02d}.bin").write_bytes(rng.randbytes(1000))  # incompressible: stored raw
+    samples = [rng.randbytes(200) + b"common text " * 20 for _ in range(200)]
+    (tmp_path / "big.dict").write_bytes(zstandard.train_dictionary(20000, samples).as_bytes())
+    out = tmp_path / "r.hframe"
+    r = run_cli(["pack", str(src), "-o", str(out), "--compress", "zstd", "--zstd-dict", str(tmp_path / "big.dict"),
+                 "--max-pack-bytes", "30000", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    sizes = [s["pack_bytes"] for s in json.loads(r.stdout)["shards"]]
+    assert len(sizes) > 1 and max(sizes) <= 30000
