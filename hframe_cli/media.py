@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -197,4 +198,32 @@ def decode_meta(data: bytes, where: str) -> dict[str, Any]:
         raise FormatError(f"{where}: frame metadata is not valid JSON ({e})") from None
     if not isinstance(meta, dict):
         raise FormatError(f"{where}: frame metadata is not a JSON object")
+    for key, value in meta.items():
+        kind = _META_TYPES.get(key)
+        if value is None or kind is None:
+            continue  # null, or a key from a later release: ignored
+        ok = (
+            (kind == "int32" and type(value) is int and 0 <= value < 2**31)
+            or (kind == "int64" and type(value) is int and 0 <= value < 2**63)
+            or (kind == "float" and type(value) in (int, float) and math.isfinite(value))
+            or (kind == "bool" and type(value) is bool)
+            or (kind == "str" and type(value) is str)
+        )
+        if not ok:
+            raise FormatError(f"{where}: frame metadata {key!r} has an invalid value ({str(value)[:40]!r})")
     return meta
+
+
+_META_TYPES = {
+    "width": "int32",
+    "height": "int32",
+    "frame_index": "int64",
+    "source_size": "int64",
+    "pts_s": "float",
+    "keyframe": "bool",
+    "mode": "str",
+    "label": "str",
+    "split": "str",
+    "source": "str",
+    "media_type": "str",
+}

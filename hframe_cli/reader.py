@@ -10,6 +10,7 @@ thread pool (``os.pread`` has no shared file position, so threads never race).
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 import time
@@ -227,7 +228,10 @@ class PackReader:
         elif isinstance(key, bytes):
             raw = key
         else:
-            raise InputError(f"frame key must be an int id or a name, not {type(key).__name__}")
+            try:
+                return self.frame_id(operator.index(key))  # numpy and torch integers
+            except TypeError:
+                raise InputError(f"frame key must be an int id or a name, not {type(key).__name__}") from None
         try:
             text: str | None = raw.decode("utf-8")
         except UnicodeDecodeError:

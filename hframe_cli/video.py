@@ -226,7 +226,12 @@ class VideoFrames:
             except Exception as e:  # noqa: BLE001 - a decoder error ends the video, it is not a crash
                 self.damage = f"decoding stopped after frame {self.decoded - 1}: {_reason(e)}"
             while pending:
-                yield done()
+                try:
+                    frame_out = done()
+                except Exception as e:  # noqa: BLE001 - a frame that cannot be encoded ends the video
+                    self.damage = self.damage or f"a kept frame could not be encoded: {_reason(e)}"
+                    return
+                yield frame_out
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)

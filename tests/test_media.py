@@ -435,3 +435,15 @@ def test_update_of_a_video_pack_with_nothing_changed_writes_nothing(clips, tmp_p
         assert "b/four.mp4" in {row["source"] for row in index_rows(out)}
     finally:
         (clips / "b" / "four.mp4").unlink()
+
+
+def test_rebuild_refuses_frame_metadata_of_the_wrong_type(tmp_path):
+    from hframe_cli.writer import PackWriter
+
+    out = tmp_path / "m.hframe"
+    with PackWriter(out) as w:
+        w.add(b"a.bin", b"payload", meta={"width": -5, "height": 2, "mode": "L"})  # a writer bug, or a crafted pack
+        w.seal()
+        w.publish()
+    r = run_cli(["index", str(out), "--rebuild"])
+    assert r.exit_code == 1 and "frame 0" in r.stderr and "'width'" in r.stderr and "Traceback" not in r.stderr
