@@ -209,10 +209,10 @@ _BLOB_KIND = KIND_IDS["blob"]
 class _Window:
     """Sequential reads in large chunks; ``get(pos, n)`` returns (buffer, start) holding the range."""
 
-    def __init__(self, storage: LocalFile, end: int, chunk: int = CHUNK_BYTES) -> None:
+    def __init__(self, storage: LocalFile, end: int, chunk: int | None = None) -> None:
         self.storage = storage
         self.end = end
-        self.chunk = chunk
+        self.chunk = chunk or CHUNK_BYTES
         self.buf = b""
         self.start = 0
         self.bytes_read = 0
@@ -408,8 +408,9 @@ class _Verifier:
                         ):
                             p0 = off - ws
                             magic = _MAGICS.get(media[i])
+                            compressed = None
                             if f[7]:  # compressed: the magic is checked on the raw bytes
-                                packed[i] = (f[7], f[11], f[4], magic)
+                                compressed = (f[7], f[11], f[4], magic)
                                 magic = None
                             if magic is None or wb[p0 : p0 + len(magic)] == magic:
                                 if inline and not f[7]:
@@ -429,6 +430,8 @@ class _Verifier:
                                 if wb is not batch_buf and batch:
                                     self.submit(pool, pending, batch, meta, decode_ids, idx, packed)
                                     batch, meta, decode_ids, packed = [], [], set(), {}
+                                if compressed is not None:  # after the flush: it belongs to this batch
+                                    packed[i] = compressed
                                 batch_buf = wb
                                 batch.append((i, wb, p0, p0 + ln))
                                 meta.append((i, f[5], off, ln))

@@ -265,3 +265,26 @@ def test_shards_stay_under_max_pack_bytes_with_a_stored_dictionary(tmp_path):
     assert r.exit_code == 0, r.stderr
     sizes = [s["pack_bytes"] for s in json.loads(r.stdout)["shards"]]
     assert len(sizes) > 1 and max(sizes) <= 30000
+
+
+def test_a_damaged_record_at_a_chunk_boundary_does_not_taint_the_next_compressed_frame(tmp_path, monkeypatch):
+    from hframe_cli import verify as verify_mod
+
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = random.Random(5)
+    for i in range(300):  # compressible records of ~2-6 KB
+        (src / f"{i:04d}.txt").write_text(
+            " ".join(rng.choice(["alpha", "beta", "gamma"]) for _ in range(rng.randint(400, 1200)))
+        )
+    out = tmp_path / "c.hframe"
+    pack(src, out, "--compress", "zstd:1")
+    chunk = 64 << 10
+    monkeypatch.setattr(verify_mod, "CHUNK_BYTES", chunk)  # small reads: many chunk boundaries
+    rows = pq.read_table(f"{out}.index.parquet").to_pylist()
+    i = max(k for k, r in enumerate(rows) if r["record_offset"] < 128 + chunk)  # straddles the first boundary
+    raw = bytearray(out.read_bytes())
+    raw[rows[i]["record_offset"] + 20] ^= 0x01  # inside the record header (its length field)
+    out.write_bytes(bytes(raw))
+    rep = verify_mod.verify_pack(out, workers=1)
+    assert rep.bad_frames == [i], [(p.frame_id, p.message) for p in rep.problems]
