@@ -429,18 +429,41 @@ def read_index(path: str | os.PathLike[str], columns: list[str] | None = None) -
         # ParquetFile, not read_table: the same rows without importing pyarrow.dataset (~90 ms)
         with pq.ParquetFile(path) as pf:
             if columns is None:
-                return _with_added_columns(pf.read())
+                return _conform(_with_added_columns(pf.read()), where)
             have = set(pf.schema_arrow.names)
             table = pf.read(columns=[c for c in columns if c in have])
         missing = [c for c in columns if c not in have and c in ADDED_COLUMNS]
         if missing:  # an index written before these columns existed: they read as nulls
             table = _with_added_columns(table, missing)
             table = table.select([c for c in columns if c in table.column_names])
-        return table
+        return _conform(table, where)
     except FileNotFoundError as e:
         raise InputError(f"{where}: index not found (rebuild it with 'hframe index PACK --rebuild')") from e
     except (pa.ArrowInvalid, OSError) as e:
         raise FormatError(f"{where}: not a readable Parquet index ({e})") from e
+
+
+def _conform(table: pa.Table, where: str) -> pa.Table:
+    """The index columns in the schema's types (an index rewritten by another tool may use, say,
+    large_string or int32), with no nulls where the schema allows none.
+
+    Raises:
+        FormatError: a column that cannot be read as its schema type, or nulls in a required one.
+    """
+    for k, name in enumerate(table.column_names):
+        if name not in COLUMNS:
+            continue
+        want = SCHEMA.field(name)
+        col = table.column(k)
+        if col.type != want.type:
+            try:
+                col = col.cast(want.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise FormatError(f"{where}: index column {name!r} is {col.type}, expected {want.type} ({e})") from None
+            table = table.set_column(k, want, col)
+        if not want.nullable and col.null_count:
+            raise FormatError(f"{where}: index column {name!r} has {col.null_count} null values")
+    return table
 
 
 def _with_added_columns(table: pa.Table, names: list[str] | None = None) -> pa.Table:

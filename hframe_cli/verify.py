@@ -831,6 +831,8 @@ def verify_pack(
         pass
     except (InputError, UnsupportedVersion, NotAPack, StorageError) as e:
         report.error = str(e)
+    except FormatError as e:  # raised here only by an index that cannot be used at all
+        report.error = str(e)
     finally:
         v.close()
         storage.close()

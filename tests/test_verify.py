@@ -278,3 +278,34 @@ def test_large_pack_is_checked_in_parallel_parts_with_exact_results(tmp_path):
         assert [p.frame_id for p in rep.problems] == sorted(p.frame_id for p in rep.problems)  # frame order
     rep = verify_pack(out, workers=2, max_errors=2)
     assert len(rep.problems) == 2 and rep.stopped_early
+
+
+@pytest.mark.parametrize("edit", ["large_string_names", "int32_offsets", "dictionary_codec", "null_length"])
+def test_index_columns_rewritten_by_other_tools(tmp_path, packed, cli, edit):
+    """Another tool may rewrite the index with other Arrow types: read as the schema's types;
+    nulls in a required column make the index unusable (exit 2), never a traceback."""
+    t = pq.read_table(f"{packed}.index.parquet")
+
+    def replace(name: str, arr: pa.Array) -> pa.Table:
+        return t.set_column(t.schema.get_field_index(name), pa.field(name, arr.type), arr)
+
+    if edit == "large_string_names":
+        t = replace("name", t.column("name").cast(pa.large_string()))
+    elif edit == "int32_offsets":
+        t = replace("offset", t.column("offset").cast(pa.int32()))
+    elif edit == "dictionary_codec":
+        t = replace("codec", t.column("codec").combine_chunks().dictionary_encode())
+    else:
+        lengths = t.column("length").to_pylist()
+        lengths[3] = None
+        t = replace("length", pa.array(lengths, pa.int64()))
+    pq.write_table(t, f"{packed}.index.parquet")
+    for extra in ([], ["--frames", "2:6"], ["--sample", "20%"]):
+        r = cli(["verify", str(packed), *extra])
+        if edit == "null_length":
+            assert r.exit_code == 2 and "null" in r.stdout + r.stderr, (extra, r.stdout, r.stderr)
+        else:
+            assert r.exit_code == 0, (extra, r.stdout, r.stderr)
+    if edit != "null_length":
+        with h.open_pack(packed) as p:
+            assert p[5] and p.read_many([1, 2]) and p.frame_id(p.table.column("name")[4].as_py()) == 4
