@@ -390,7 +390,13 @@ class _Verifier:
                     wb, ws = win.buf, win.start
                     at = pos - ws
                     ln, off = lens[i], offs[i]
-                    if at >= 0 and off + ln - ws <= len(wb) and off + ln <= end and rofs[i] == pos:
+                    if (
+                        at >= 0
+                        and at + RECORD_FIXED <= len(wb)
+                        and off + ln - ws <= len(wb)
+                        and off + ln <= end
+                        and rofs[i] == pos
+                    ):
                         f = unpack(wb, at)
                         rmagic, rsize, rid, rlen, rraw, _, _, rcodec, _, nlen, elen, _, rcrc = f
                         body = at + RECORD_FIXED

@@ -309,3 +309,20 @@ def test_index_columns_rewritten_by_other_tools(tmp_path, packed, cli, edit):
     if edit != "null_length":
         with h.open_pack(packed) as p:
             assert p[5] and p.read_many([1, 2]) and p.frame_id(p.table.column("name")[4].as_py()) == 4
+
+
+@pytest.mark.parametrize("bad_offset", [0, -5, 50])
+def test_an_index_offset_pointing_before_its_record_is_reported_not_a_crash(tmp_path, bad_offset):
+    out = tmp_path / "o.hframe"
+    with PackWriter(out) as w:
+        for i in range(40):
+            w.add(f"{i:03d}".encode(), bytes([i]) * 100)
+        w.seal()
+        w.publish()
+    t = pq.read_table(f"{out}.index.parquet")
+    offs = t.column("offset").to_pylist()
+    offs[19] = bad_offset  # the last frame of the run checked below
+    t = t.set_column(t.schema.get_field_index("offset"), t.schema.field("offset"), pa.array(offs, pa.int64()))
+    pq.write_table(t, f"{out}.index.parquet")
+    rep = verify_pack(out, frames=(10, 20))
+    assert rep.error is None and rep.bad_frames == [19]
