@@ -228,6 +228,8 @@ class PackReader:
         elif isinstance(key, bytes):
             raw = key
         else:
+            if isinstance(key, bool):
+                raise InputError("frame key must be an int id or a name, not bool")
             try:
                 return self.frame_id(operator.index(key))  # numpy and torch integers
             except TypeError:

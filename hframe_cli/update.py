@@ -86,9 +86,9 @@ def plan_update(
         if videos and kind == "video_frame" and source is not None:
             old.setdefault(source.encode(), (size, us, None))
         else:
-            old[raw if raw is not None else name.encode()] = (size, us, md5)
-    current = {s.name: s for s in sources.sources}
-    added = [s for s in sources.sources if s.name not in old]
+            old[_key(raw if raw is not None else name.encode(), videos)] = (size, us, md5)
+    current = {_key(s.name, videos): s for s in sources.sources}
+    added = [s for key, s in current.items() if key not in old]
     removed = sorted(n for n in old if n not in current)
     changed = []
     for name, s in current.items():
@@ -108,6 +108,12 @@ def plan_update(
     if changed or removed:
         status = "repack"
     return UpdatePlan(status, added, sorted(changed), removed, len(old), alignment, data_end)
+
+
+def _key(name: bytes, videos: bool) -> bytes:
+    """How a source is matched with the index: its exact name, or with videos its name as the
+    ``source`` column holds it (not-UTF-8 bytes shown as \\xNN)."""
+    return name.decode("utf-8", "backslashreplace").encode() if videos else name
 
 
 def _has_dictionary(pack: str) -> bool:

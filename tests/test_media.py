@@ -447,3 +447,20 @@ def test_rebuild_refuses_frame_metadata_of_the_wrong_type(tmp_path):
         w.publish()
     r = run_cli(["index", str(out), "--rebuild"])
     assert r.exit_code == 1 and "frame 0" in r.stderr and "'width'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_update_matches_a_video_whose_name_is_not_utf8(clips, tmp_path):
+    src = tmp_path / "v"
+    src.mkdir()
+    (src / os.fsdecode(b"b\xff.mp4")).write_bytes((clips / "a" / "one.mp4").read_bytes())
+    (src / "plain.txt").write_bytes(b"plain")
+    out = tmp_path / "u.hframe"
+    pack([str(src), "-o", str(out), "--video-frames", "every:10"])
+    r = run_cli(["pack", str(src), "-o", str(out), "--video-frames", "every:10", "--update", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["changed"] is False, r.stdout
+
+
+def test_frame_keys_are_ints_or_names_not_bools(packed):
+    with h.open_pack(packed) as p:
+        with pytest.raises(h.InputError, match="bool"):
+            p.frame_id(True)
