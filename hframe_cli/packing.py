@@ -387,25 +387,36 @@ def _run(
     input_names = {s.name for s in sources.sources if b"#frame=" in s.name} if videos else set()
     warnings: list[Rejected] = []
 
+    def interrupted(signum: int, next_source: int, where: str) -> Interrupted:
+        name = signal.Signals(signum).name
+        checkpoint(next_source, f"stopped by {name}")
+        return Interrupted(
+            f"{out}: interrupted by {name} after {len(writer)} frames{where}; "
+            + (
+                f"checkpoint kept: run 'hframe resume {out}' to continue"
+                if policy.enabled
+                else "no checkpoint (checkpoints are off)"
+            )
+        )
+
     with _StopSignals(settings.handle_signals) as stop:
         for k, item in enumerate(loaded_in_order(todo, workers, prep, videos), start=start_source):
             src = item.source
             if item.video:
                 note = _add_video(writer, item, prep, stop, skip_bad, input_names)
-                if note is not None and note.startswith("stopped"):
-                    checkpoint(k, f"stopped by {signal.Signals(stop.signum or signal.SIGINT).name}")
-                    raise Interrupted(
-                        f"{out}: interrupted by {signal.Signals(stop.signum or signal.SIGINT).name} after "
-                        f"{len(writer)} frames (in {src.path}, which starts again on resume); "
-                        + (
-                            f"checkpoint kept: run 'hframe resume {out}' to continue"
-                            if policy.enabled
-                            else "no checkpoint (checkpoints are off)"
-                        )
+                if note is _STOPPED:
+                    raise interrupted(
+                        stop.signum or signal.SIGINT, k, f" (in {src.path}, which starts again on resume)"
                     )
-                if note is not None:
+                if note is _NOT_A_VIDEO:  # only its first bytes looked like a video: pack the file as it is
+                    item.video, item.stream = False, item.data is None
+                    if item.data is not None:
+                        item.frame = prep.prepare(src.name, item.data, item.md5)
+                elif note is not None:
                     warnings.append(Rejected(src.path, note))
                     _note(on_event, f"warning: {src.path}: {note}")
+            if item.video:
+                pass  # its frames are in (or item.error says why not)
             elif item.stream:
                 try:
                     with open(src.path, "rb") as f:
@@ -440,15 +451,7 @@ def _run(
                     on_progress(len(writer), done_bytes)
             fault_point("after-frame")
             if stop.signum is not None:
-                checkpoint(k + 1, f"stopped by {signal.Signals(stop.signum).name}")
-                raise Interrupted(
-                    f"{out}: interrupted by {signal.Signals(stop.signum).name} after {len(writer)} frames; "
-                    + (
-                        f"checkpoint kept: run 'hframe resume {out}' to continue"
-                        if policy.enabled
-                        else "no checkpoint (checkpoints are off)"
-                    )
-                )
+                raise interrupted(stop.signum, k + 1, "")
             if policy.enabled and (
                 (policy.every_frames and len(writer) - last_frames >= policy.every_frames)
                 or (policy.every_bytes and writer.position - last_bytes >= policy.every_bytes)
@@ -499,6 +502,10 @@ def _add_prepared(writer: PackWriter, src: Source, fr: PreparedFrame) -> None:
     )
 
 
+_STOPPED = "stopped"  # _add_video's answers besides None and a damage note (compared by identity)
+_NOT_A_VIDEO = "not a video"
+
+
 def _add_video(
     writer: PackWriter,
     item: Loaded,
@@ -507,10 +514,10 @@ def _add_video(
     skip_bad: bool,
     input_names: set[bytes] | frozenset[bytes] = frozenset(),
 ) -> str | None:
-    """Append the selected frames of one video. Returns None when all went well, a note
-    about damage (the frames decoded before it are kept, with ``skip_bad``), or ``"stopped"``
-    after a signal (the video's frames are rolled back). A file that is not a video after all:
-    packed as a plain file when only its bytes looked like a video, else bad input.
+    """Append the selected frames of one video. Returns None when all went well (or when it
+    failed: ``item.error`` says why), a note about damage (the frames decoded before it are kept,
+    with ``skip_bad``), ``_STOPPED`` after a signal (the video's frames are rolled back), or
+    ``_NOT_A_VIDEO`` when only its bytes looked like a video (the caller packs it as a file).
 
     Raises:
         InputError: not a video (by its extension), or damaged, without ``skip_bad``.
@@ -554,27 +561,12 @@ def _add_video(
     except InputError as e:
         writer.rollback(mark)
         if not has_video_extension(src.name):
-            # only its first bytes looked like a video: pack the file as it is
-            if item.data is None:  # too big to have been read: streamed, like any big file
-                try:
-                    with open(src.path, "rb") as f:
-                        writer.add_stream(src.name, f, src.size, mtime_ns=src.mtime_ns)
-                except InputError as err:
-                    item.error = str(err)
-                except OSError as err:
-                    item.error = f"cannot read: {err.strerror}"
-                return None
-            fr = prep.prepare(src.name, item.data, item.md5)
-            if fr is None:
-                writer.add(src.name, item.data, mtime_ns=src.mtime_ns, md5=item.md5)
-            else:
-                _add_prepared(writer, src, fr)
-            return None
+            return _NOT_A_VIDEO
         item.error = str(e).removeprefix(f"{src.path}: ")
         return None
     if frames.stopped:
         writer.rollback(mark)
-        return "stopped"
+        return _STOPPED
     if frames.damage is None:
         return None
     if not skip_bad:

@@ -634,38 +634,33 @@ class _Verifier:
         raw_length: int = -1,
         codec: int = -1,
     ) -> None:
-        for col, mine, theirs in (("codec", idx.codec[i], codec), ("raw_length", idx.raw_length[i], raw_length)):
-            if theirs >= 0 and mine != theirs:  # the reader trusts these two to decode the frame
-                shown = (lambda c: CODEC_NAMES.get(c, str(c))) if col == "codec" else str
-                self.add(
-                    "index",
-                    f"{self.frame_where(i, idx.offset[i], idx.length[i])}: index {col} {shown(mine)} "
-                    f"disagrees with the record header in the pack ({shown(theirs)})",
-                    i,
-                    name=_show(idx.names[i]),
-                    offset=idx.offset[i],
-                    length=idx.length[i],
-                    expected=shown(theirs),
-                    found=shown(mine),
-                )
-        fields = (
+        def disagrees(check: str, col: str, mine: str, theirs: str) -> None:
+            self.add(
+                check,
+                f"{self.frame_where(i, idx.offset[i], idx.length[i])}: index {col} {mine} "
+                f"disagrees with the record header in the pack ({theirs})",
+                i,
+                name=_show(idx.names[i]),
+                offset=idx.offset[i],
+                length=idx.length[i],
+                expected=theirs,
+                found=mine,
+            )
+
+        # the reader trusts these two to decode the frame (-1: the caller has no record value)
+        if codec >= 0 and idx.codec[i] != codec:
+            disagrees(
+                "index", "codec", CODEC_NAMES.get(idx.codec[i], str(idx.codec[i])), CODEC_NAMES.get(codec, str(codec))
+            )
+        if raw_length >= 0 and idx.raw_length[i] != raw_length:
+            disagrees("index", "raw_length", str(idx.raw_length[i]), str(raw_length))
+        for col, mine, theirs in (
             ("offset", idx.offset[i], offset),
             ("length", idx.length[i], length),
             ("record_offset", idx.record_offset[i], rec_pos),
-        )
-        for col, mine, theirs in fields:
+        ):
             if mine != theirs:
-                self.add(
-                    "layout",
-                    f"{self.frame_where(i, idx.offset[i], idx.length[i])}: index {col} {mine} "
-                    f"disagrees with the record header in the pack ({theirs})",
-                    i,
-                    name=_show(idx.names[i]),
-                    offset=idx.offset[i],
-                    length=idx.length[i],
-                    expected=str(theirs),
-                    found=str(mine),
-                )
+                disagrees("layout", col, str(mine), str(theirs))
                 return
         if idx.names[i] != name:
             self.add(
