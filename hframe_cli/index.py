@@ -137,11 +137,6 @@ class IndexMeta:
                 )
 
 
-def label_of(name: bytes) -> bytes | None:
-    """The ImageFolder-style label of a frame: the name of its parent folder, if any."""
-    return parent_label(name)
-
-
 def display_name(name: bytes) -> str:
     """The ``name`` column value: UTF-8 text; invalid bytes shown as ``\\xNN``."""
     return name.decode("utf-8", "backslashreplace")

@@ -82,7 +82,12 @@ def test_compressed_pack_round_trips_through_reader_get_and_verify(records, tmp_
         r = run_cli(["verify", str(out), "--json", *extra])
         assert r.exit_code == 0 and json.loads(r.stdout)["ok"], (extra, r.stdout)
     header = json.loads(run_cli(["dump-header", str(out), "--json"]).stdout)
-    assert header["header"]["format_version"] == "1.1"
+    assert header["header"]["format_version"] == "1.1" and header["header"]["compressed"] is True
+    assert (
+        (header["header"]["zstd_dict_bytes"] or 0) > 0
+        if dict_mode == "auto"
+        else header["header"]["zstd_dict_bytes"] is None
+    )
 
 
 def test_dictionary_beats_no_dictionary_on_small_records(tmp_path):

@@ -98,6 +98,10 @@ def test_video_modes_give_the_expected_frames_and_times(clips, tmp_path, mode, i
         assert {r["source_size"] for r in mine} == {(clips / clip).stat().st_size}
         assert [r["keyframe"] for r in mine] == [i in keyframe_indices(clips / clip) for i in indices]
     assert run_cli(["verify", str(out)]).exit_code == 0
+    r = run_cli(["index", str(out), "--kind", "video_frame", "-c", "name", "--no-header"])
+    assert r.stdout.split() == [row["name"] for row in rows]
+    r = run_cli(["index", str(out), "--kind", "image", "-c", "name", "--no-header"])
+    assert r.exit_code == 0 and r.stdout.split() == []
 
 
 def test_keyframes_mode_and_max_frames(clips, tmp_path):
