@@ -107,9 +107,13 @@ class _TooManyProblems(Exception):
 
 # -- the index as arrays ----------------------------------------------------------------
 
+_INDEX_COLUMNS = ["offset", "length", "record_offset", "md5", "name", "name_raw", "media_type", "raw_length", "codec"]
+
 
 @dataclass
 class _IndexCols:
+    """The index columns verify compares, as Python sequences indexed by frame id."""
+
     offset: MutableSequence[int]  # array('q') or list
     length: MutableSequence[int]
     record_offset: MutableSequence[int]
@@ -119,18 +123,18 @@ class _IndexCols:
     raw_length: MutableSequence[int]
     codec: list[int]  # codec ids (-1: a name this release does not know)
 
-    @classmethod
-    def load(cls, path: str, ranges: list[tuple[int, int]] | None = None) -> _IndexCols:
-        """The columns verify compares: for every row, or only rows in ``ranges`` (others unset).
+    @staticmethod
+    def read(path: str) -> pa.Table:
+        """The index columns verify compares (media type and codec dictionary-encoded)."""
+        return read_index(path, _INDEX_COLUMNS, as_dictionary=("media_type", "codec"))
 
-        The lists are full length either way, so frame ids index them directly.
-        """
-        cols = ["offset", "length", "record_offset", "md5", "name", "name_raw", "media_type", "raw_length", "codec"]
-        t = read_index(path, cols)
+    @classmethod
+    def from_table(cls, t: pa.Table, ranges: list[tuple[int, int]] | None = None) -> _IndexCols:
+        """Rows of ``t`` (from ``read``) as Python sequences: all of them, or only those in
+        ``ranges`` (the others hold placeholders). The sequences are full length either way, so
+        frame ids index them directly."""
         n = t.num_rows
-        if ranges is None or sum(b - a for a, b in ranges) * 2 > n:
-            ranges = [(0, n)]
-        if ranges == [(0, n)]:
+        if ranges is None or ranges == [(0, n)]:
             return cls._from_table(t)
         out = cls([0] * n, [0] * n, [0] * n, b"", [b""] * n, ["unknown"] * n, [0] * n, [0] * n)
         md5 = bytearray(16 * n)
@@ -168,10 +172,26 @@ class _IndexCols:
             _int64_column(t, "record_offset"),
             md5,
             names,
-            t.column("media_type").to_pylist(),
+            _rows_of(t.column("media_type"), str),
             _int64_column(t, "raw_length"),
-            [CODEC_IDS.get(c, -1) for c in t.column("codec").to_pylist()],
+            _rows_of(t.column("codec"), lambda c: CODEC_IDS.get(c, -1)),
         )
+
+
+def _rows_of(col: pa.ChunkedArray, convert: Callable[[Any], Any]) -> list[Any]:
+    """``convert`` of every value of a string column without nulls, converting each distinct
+    value once where the column is dictionary-encoded (a column of one value: no per-row work)."""
+    out: list[Any] = []
+    for chunk in col.chunks:
+        if pa.types.is_dictionary(chunk.type):
+            values = [convert(v) for v in chunk.dictionary.to_pylist()]
+            if len(values) == 1:
+                out.extend(values * len(chunk))
+            else:
+                out.extend([values[k] for k in chunk.indices.to_pylist()])
+        else:
+            out.extend([convert(v) for v in chunk.to_pylist()])
+    return out
 
 
 def _md5_column_bytes(col: pa.Array) -> bytes:
@@ -884,7 +904,7 @@ def _verify_open(
     except FormatError as e:
         v.add("trailer", str(e))
     meta: IndexMeta | None = None
-    idx: _IndexCols | None = None
+    table: pa.Table | None = None
     rows = 0
     ranges: list[tuple[int, int]] = []
     if use_index:
@@ -899,7 +919,7 @@ def _verify_open(
         if rows != meta.frame_count:
             v.add("index", f"{ipath}: index has {rows} rows, its metadata says {meta.frame_count}")
         ranges, report.selection = _selection(rows, meta.payload_bytes, sample, seed, frames)
-        idx = _IndexCols.load(ipath, ranges)
+        table = _IndexCols.read(ipath)
         if trailer is not None and meta.frame_count != trailer.frame_count:
             v.add("index", f"{ipath}: index says {meta.frame_count} frames, pack trailer says {trailer.frame_count}")
         if meta.pack_bytes != size:
@@ -918,11 +938,13 @@ def _verify_open(
     end = trailer.data_end if trailer is not None else size
     if trailer is None and tail[:8] == TRAILER_MAGIC and size >= HEADER_SIZE + TRAILER_SIZE:
         end, data_end_known = size - TRAILER_SIZE, True  # trailer bytes damaged, but it is where it should be
-    if use_index and idx is not None:
+    if table is not None:
         if report.selection == "full" and v.processes > 1 and n > 1 and end - HEADER_SIZE >= _PARALLEL_ABOVE:
-            stop_pos = _walk_in_parallel(v, idx, n, end, data_end_known)
+            stop_pos = _walk_in_parallel(v, table, n, end, data_end_known)
             _check_end(v, stop_pos, size, end, trailer, data_end_known)
-            ranges = []
+            return
+        # a selection of most rows converts them all: simpler and no slower
+        idx = _IndexCols.from_table(table, ranges if sum(b - a for a, b in ranges) * 2 <= n else None)
         if report.selection != "full" and len(ranges) > 1 and hasattr(os, "posix_fadvise"):
             # a sample reads many separate runs: ask for all of them at once, so a cold disk
             # serves them in parallel instead of one seek after another
@@ -949,13 +971,20 @@ def _verify_open(
         _check_end(v, stop_pos, size, end, trailer, data_end_known)
 
 
-def _walk_in_parallel(v: _Verifier, idx: _IndexCols, n: int, end: int, data_end_known: bool) -> int:
+def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_known: bool) -> int:
     """Walk the pack as ``v.processes`` contiguous parts at once: forked children take parts
     1.., this process part 0; problems come back in frame order. Returns where the last part
-    ended. Falls back to one walk if the index's record offsets are not in order."""
-    rofs = idx.record_offset
+    ended. Falls back to one walk if the index's record offsets are not in order.
+
+    Each process converts only its own part's index rows (and the next part's first row,
+    where a lost record resumes), so that work is shared out too."""
+    rofs = _int64_column(table, "record_offset")
     if any(b < a for a, b in zip(rofs, rofs[1:])):
-        return v.walk(HEADER_SIZE, 0, n, end, data_end_known, idx)
+        return v.walk(HEADER_SIZE, 0, n, end, data_end_known, _IndexCols.from_table(table))
+
+    def rows(a: int, b: int) -> _IndexCols:
+        return _IndexCols.from_table(table, [(a, min(n, b + 1))])
+
     parts_n = min(v.processes, n)
     cuts = [0]
     for k in range(1, parts_n):
@@ -983,7 +1012,9 @@ def _walk_in_parallel(v: _Verifier, idx: _IndexCols, n: int, end: int, data_end_
                     child.decompressor = v.decompressor
                     pos = -1
                     try:
-                        pos = child.walk(rofs[a], a, b, end, data_end_known, idx, read_end=rofs[b] if b < n else end)
+                        pos = child.walk(
+                            rofs[a], a, b, end, data_end_known, rows(a, b), read_end=rofs[b] if b < n else end
+                        )
                     except _TooManyProblems:
                         pass
                     payload = pickle.dumps(
@@ -1004,7 +1035,7 @@ def _walk_in_parallel(v: _Verifier, idx: _IndexCols, n: int, end: int, data_end_
             parts[0][1],
             end,
             data_end_known,
-            idx,
+            rows(*parts[0]),
             read_end=rofs[parts[0][1]] if parts[0][1] < n else end,
         )
         for (pid, r), (a, b) in zip(children, parts[1:]):
@@ -1018,7 +1049,7 @@ def _walk_in_parallel(v: _Verifier, idx: _IndexCols, n: int, end: int, data_end_
             _, status = os.waitpid(pid, 0)
             children = [c for c in children if c[0] != pid]
             if status != 0 or not chunks:  # the child failed: walk its part here
-                pos = v.walk(rofs[a], a, b, end, data_end_known, idx)
+                pos = v.walk(rofs[a], a, b, end, data_end_known, rows(a, b))
                 continue
             problems, frames, nbytes, pos, stopped = pickle.loads(b"".join(chunks))
             v.r.frames_checked += frames
