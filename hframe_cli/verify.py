@@ -2,8 +2,10 @@
 
 ``verify_pack`` walks the chain of record headers sequentially in large chunks (the pack's own
 structure, independent of the index), hashing every payload (a large pack as one part per
-core, in forked processes), and compares each
-record with its index row. Problems are attributed to exactly the frames they damage:
+core, in forked processes), and compares each record with its index row. Sound records take a
+lean loop (``_Verifier.clean_run``); the first record that is not sound takes the careful path,
+which re-checks it and reports exactly what is wrong. Problems are attributed to exactly the
+frames they damage:
 
 - header / trailer: magic, version, checksum, position, UUID (pack-level, no frame id);
 - index vs pack: UUID (another pack's index: cannot verify), frame count, pack size;
@@ -32,9 +34,7 @@ import signal
 import time
 import zlib
 from array import array
-from collections import deque
 from collections.abc import Callable, Iterator, MutableSequence, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,9 +220,6 @@ def _md5_bytes(h: str) -> bytes:
 # -- chunked sequential reads -----------------------------------------------------------
 
 
-PROGRESS_BYTES = 16 << 20  # inline hashing reports progress this often
-
-
 _BLOB_KIND = KIND_IDS["blob"]
 
 
@@ -307,7 +304,6 @@ class _Verifier:
         report: PackReport,
         storage: LocalFile,
         max_errors: int | None,
-        workers: int,
         decode: bool,
         on_progress: ProgressFn | None,
     ) -> None:
@@ -315,24 +311,10 @@ class _Verifier:
         self.storage = storage
         self.where = storage.location
         self.max_errors = max_errors
-        self.workers = max(1, workers)
         self.decode = decode
         self.on_progress = on_progress
-        self._pool: ThreadPoolExecutor | None = None
-        self.auto_workers = False
-        self.processes = 1
+        self.processes = 1  # parts of a big pack walked at once (forked processes)
         self.decompressor: Decompressor | None = None  # set when the pack has compressed frames
-
-    def get_pool(self) -> ThreadPoolExecutor | None:
-        """One hashing pool for every run this verifier walks."""
-        if self.workers > 1 and self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="hframe-verify")
-        return self._pool
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
 
     def add(self, check: str, message: str, frame_id: int | None = None, **kw: Any) -> None:
         self.r.problems.append(Problem(check, message, frame_id, **kw))
@@ -364,14 +346,6 @@ class _Verifier:
         win = _Window(self.storage, read_end if read_end is not None else end)
         if hasattr(os, "posix_fadvise"):  # bigger read-ahead for this descriptor: the walk is sequential
             os.posix_fadvise(self.storage.fileno(), start_pos, 0, os.POSIX_FADV_SEQUENTIAL)
-        pool = self.get_pool()
-        pending: deque[
-            tuple[
-                Future[list[tuple[bytes, str | None]]] | list[tuple[bytes, str | None]],
-                list[tuple[int, bytes, int, int]],
-                list[tuple[int, bytes, int, int]],
-            ]
-        ] = deque()
         batch: list[tuple[int, bytes, int, int]] = []
         meta: list[tuple[int, bytes, int, int]] = []  # (frame_id, rec_md5, offset, length)
         decode_ids: set[int] = set()
@@ -382,7 +356,7 @@ class _Verifier:
         # fast path: a record that lies wholly in the current chunk and agrees with its index row
         # is checked with a handful of operations; anything else takes the careful path below,
         # which re-checks it and reports exactly what is wrong
-        fast = idx is not None and not self.decode
+        fast_idx = idx if not self.decode else None
         unpack = RECORD_STRUCT.unpack_from
         crc32 = zlib.crc32
         offs, lens, rofs, names, media = (
@@ -391,23 +365,26 @@ class _Verifier:
         n_rows = len(offs)
         iraw, icodec = (idx.raw_length, idx.codec) if idx else ([], [])
         fast_frames = fast_bytes = 0
-        # with no hashing pool (each forked part hashes inline) a frame on the fast path is hashed
-        # right here and compared with its record header and index row: no batch to build, walk
-        # again and join; a mismatch goes into a batch, whose careful comparison reports it
-        inline = fast and pool is None
-        md5 = hashlib.md5
-        imd5 = idx.md5 if idx is not None else b""
-        wmv_buf: bytes | None = None
-        wmv = memoryview(b"")
-        inline_bytes = 0
+        stop = n_rows if stop_id is None else min(stop_id, n_rows)
+        magics = [_MAGICS.get(m) for m in media[first_id:stop]] if fast_idx is not None else []
         try:
             while True:
                 if stop_id is not None and i >= stop_id:
                     break
                 if pos >= end:
                     break
-                if fast and i < n_rows:
+                if fast_idx is not None and i < n_rows:
                     wb, ws = win.buf, win.start
+                    # the common case: a run of sound records in this chunk, hashed right here
+                    run_pos, run_i, run_bytes = self.clean_run(wb, ws, pos, i, stop, end, fast_idx, magics, first_id)
+                    if run_i > i:
+                        fast_frames += run_i - i
+                        fast_bytes += run_bytes
+                        pos, i = run_pos, run_i
+                        continue
+                    # not a sound, uncompressed record wholly in this chunk: compressed frames
+                    # are decompressed and hashed in a batch; anything else takes the careful
+                    # path below, which re-checks the record and reports exactly what is wrong
                     at = pos - ws
                     ln, off = lens[i], offs[i]
                     if (
@@ -425,6 +402,7 @@ class _Verifier:
                             rid == i
                             and rlen == ln
                             and pos + rsize == off
+                            and hend <= at + rsize
                             and rraw == iraw[i]
                             and rcodec == icodec[i]
                             and rmagic == RECORD_MAGIC
@@ -433,28 +411,14 @@ class _Verifier:
                             and (hend == at + rsize or not wb[hend : at + rsize].strip(b"\0"))
                         ):
                             p0 = off - ws
-                            magic = _MAGICS.get(media[i])
+                            magic = magics[i - first_id]
                             compressed = None
                             if f[7]:  # compressed: the magic is checked on the raw bytes
                                 compressed = (f[7], f[11], f[4], magic)
                                 magic = None
                             if magic is None or wb[p0 : p0 + len(magic)] == magic:
-                                if inline and not f[7]:
-                                    if wb is not wmv_buf:
-                                        wmv_buf, wmv = wb, memoryview(wb)
-                                    d = md5(wmv[p0 : p0 + ln]).digest()
-                                    if d == f[5] and d == imd5[16 * i : 16 * i + 16]:
-                                        fast_frames += 1
-                                        fast_bytes += ln
-                                        inline_bytes += ln
-                                        if inline_bytes >= PROGRESS_BYTES and self.on_progress is not None:
-                                            self.on_progress(inline_bytes)
-                                            inline_bytes = 0
-                                        pos = off + ln
-                                        i += 1
-                                        continue
                                 if wb is not batch_buf and batch:
-                                    self.submit(pool, pending, batch, meta, decode_ids, idx, packed)
+                                    self.submit(batch, meta, decode_ids, idx, packed)
                                     batch, meta, decode_ids, packed = [], [], set(), {}
                                 if compressed is not None:  # after the flush: it belongs to this batch
                                     packed[i] = compressed
@@ -464,10 +428,8 @@ class _Verifier:
                                 fast_frames += 1
                                 fast_bytes += ln
                                 if len(batch) >= 4096:
-                                    self.submit(pool, pending, batch, meta, decode_ids, idx, packed)
+                                    self.submit(batch, meta, decode_ids, idx, packed)
                                     batch, meta, decode_ids, packed = [], [], set(), {}
-                                    while len(pending) > 2 * self.workers:
-                                        self.collect(pending.popleft(), idx)
                                 pos = off + ln
                                 i += 1
                                 continue
@@ -527,7 +489,7 @@ class _Verifier:
                         self.compare_row(i, idx, pos, offset, length, name, f[4], f[7])
                 at += size  # the payload follows the record header in the same buffer
                 if buf is not batch_buf and batch:
-                    self.submit(pool, pending, batch, meta, decode_ids, idx, packed)
+                    self.submit(batch, meta, decode_ids, idx, packed)
                     batch, meta, decode_ids, packed = [], [], set(), {}
                 batch_buf = buf
                 batch.append((i, buf, at, at + length))
@@ -556,53 +518,106 @@ class _Verifier:
                 self.r.frames_checked += 1
                 self.r.bytes_checked += length
                 if len(batch) >= 4096:
-                    self.submit(pool, pending, batch, meta, decode_ids, idx, packed)
+                    self.submit(batch, meta, decode_ids, idx, packed)
                     batch, meta, decode_ids, packed = [], [], set(), {}
-                    while len(pending) > 2 * self.workers:
-                        self.collect(pending.popleft(), idx)
                 pos = offset + length
                 i += 1
-            if inline_bytes and self.on_progress is not None:
-                self.on_progress(inline_bytes)
             if batch:
-                self.submit(pool, pending, batch, meta, decode_ids, idx, packed)
-            while pending:
-                self.collect(pending.popleft(), idx)
-            self.r.frames_checked += fast_frames
-            self.r.bytes_checked += fast_bytes
+                self.submit(batch, meta, decode_ids, idx, packed)
             if stop_id is not None and i < stop_id and not self.r.problems_after(i):
                 self.missing_from(i, None, end, idx, stop_id, f"the pack ends at byte {end}")
-        finally:
-            for fut, _, _ in pending:
-                if isinstance(fut, Future):
-                    fut.cancel()
+        finally:  # counted even when stopped early by --max-errors
+            self.r.frames_checked += fast_frames
+            self.r.bytes_checked += fast_bytes
         self.next_id = i
         return pos
 
+    def clean_run(
+        self,
+        wb: bytes,
+        ws: int,
+        pos: int,
+        i: int,
+        stop: int,
+        end: int,
+        idx: _IndexCols,
+        magics: list[bytes | None],
+        first_id: int,
+    ) -> tuple[int, int, int]:
+        """Check frames ``i``, ``i + 1``, ... from ``pos`` while each is sound: wholly inside
+        ``wb`` (pack bytes from ``ws``), stored uncompressed, its record header intact and equal
+        to its index row, its magic bytes right, and the md5 of its payload equal to both the
+        record header's and the index's. Stops before frame ``stop`` and at the first frame that
+        is not sound, which the caller's careful path then examines.
+
+        Returns (position after the last sound frame, the next frame id, payload bytes checked).
+        This is the loop nearly every byte of a full verify goes through: keep it lean.
+        """
+        unpack, crc32, md5 = RECORD_STRUCT.unpack_from, zlib.crc32, hashlib.md5
+        offs, lens, rofs, iraw, icodec, names, imd5 = (
+            idx.offset,
+            idx.length,
+            idx.record_offset,
+            idx.raw_length,
+            idx.codec,
+            idx.names,
+            idx.md5,
+        )
+        limit = min(ws + len(wb), end)
+        i0, nbytes = i, 0
+        with memoryview(wb) as mv:
+            while i < stop:
+                off, ln = offs[i], lens[i]
+                at = pos - ws
+                if off + ln > limit or rofs[i] != pos or at < 0 or at + RECORD_FIXED > len(wb):
+                    break
+                rmagic, rsize, rid, rlen, rraw, rmd5, _, rcodec, _, nlen, elen, _, rcrc = unpack(wb, at)
+                body = at + RECORD_FIXED
+                hend = body + nlen + elen
+                if (
+                    rid != i
+                    or rlen != ln
+                    or pos + rsize != off
+                    or hend > at + rsize
+                    or rcodec
+                    or icodec[i]
+                    or rraw != iraw[i]
+                    or rmagic != RECORD_MAGIC
+                    or crc32(mv[body:hend], crc32(mv[at : body - 4])) != rcrc
+                    or wb[body : body + nlen] != names[i]
+                    or (hend != at + rsize and wb[hend : at + rsize].strip(b"\0"))
+                ):
+                    break
+                p0 = off - ws
+                magic = magics[i - first_id]
+                if magic is not None and wb[p0 : p0 + len(magic)] != magic:
+                    break
+                d = md5(mv[p0 : p0 + ln]).digest()
+                if d != rmd5 or d != imd5[16 * i : 16 * i + 16]:
+                    break
+                nbytes += ln
+                pos = off + ln
+                i += 1
+        if i > i0 and self.on_progress is not None:
+            self.on_progress(nbytes)
+        return pos, i, nbytes
+
     def submit(
         self,
-        pool: ThreadPoolExecutor | None,
-        pending: deque[Any],
         batch: list[tuple[int, bytes, int, int]],
         meta: list[tuple[int, bytes, int, int]],
         decode_ids: set[int],
         idx: _IndexCols | None,
         packed: dict[int, Packed] | None = None,
     ) -> None:
-        dec = self.decompressor
-        if pool is None:
-            pending.append((_hash_batch(batch, decode_ids, packed, dec), batch, meta))
-            self.collect(pending.popleft(), idx)
-        else:
-            pending.append((pool.submit(_hash_batch, batch, decode_ids, packed, dec), batch, meta))
-            while len(pending) > 2 * self.workers:
-                self.collect(pending.popleft(), idx)
+        """Hash a batch of frames (decompressing those in ``packed``) and report what differs."""
+        self.collect(_hash_batch(batch, decode_ids, packed, self.decompressor), meta, idx)
         if self.on_progress is not None:
             self.on_progress(sum(m[3] for m in meta))
 
-    def collect(self, item: Any, idx: _IndexCols | None) -> None:
-        fut, batch, meta = item
-        results = fut.result() if isinstance(fut, Future) else fut
+    def collect(
+        self, results: list[tuple[bytes, str | None]], meta: list[tuple[int, bytes, int, int]], idx: _IndexCols | None
+    ) -> None:
         if not self.decode and meta:
             # the usual case, all well: compare the whole batch's digests in one go
             digests = b"".join([d for d, _ in results])
@@ -842,10 +857,9 @@ def verify_pack(
     except HframeError as e:
         report.error = str(e)
         return report
-    v = _Verifier(report, storage, max_errors, workers or 1, decode, on_progress)
-    v.auto_workers = workers is None
-    if workers is not None:  # explicit: that many parts walked at once, each hashing inline
-        v.processes, v.workers = workers, 1
+    v = _Verifier(report, storage, max_errors, decode, on_progress)
+    # a big pack is walked as one part per core (default), in forked processes
+    v.processes = max(1, workers if workers is not None else min(4, os.cpu_count() or 1))
     try:
         _verify_open(v, report, storage, ipath, use_index, sample, seed, frames)
     except _TooManyProblems:
@@ -855,7 +869,6 @@ def verify_pack(
     except FormatError as e:  # raised here only by an index that cannot be used at all
         report.error = str(e)
     finally:
-        v.close()
         storage.close()
         # pack-level problems first, then by frame (md5 results arrive in batches, after layout ones)
         report.problems.sort(key=lambda p: -1 if p.frame_id is None else p.frame_id)
@@ -929,10 +942,6 @@ def _verify_open(
                 f"({'truncated' if size < meta.pack_bytes else 'bytes appended'}?)",
             )
     n = rows if use_index else (trailer.frame_count if trailer is not None else 0)
-    if v.auto_workers:
-        # a big pack is walked as one part per core, in forked processes, each hashing inline
-        v.processes = min(4, os.cpu_count() or 1)
-        v.workers = 1
     report.frames_total = n
     data_end_known = trailer is not None
     end = trailer.data_end if trailer is not None else size
@@ -1005,7 +1014,6 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
                         PackReport(v.r.pack, v.r.index, v.r.mode, v.r.selection),
                         v.storage,
                         v.max_errors,
-                        1,
                         v.decode,
                         None,
                     )

@@ -326,3 +326,53 @@ def test_an_index_offset_pointing_before_its_record_is_reported_not_a_crash(tmp_
     pq.write_table(t, f"{out}.index.parquet")
     rep = verify_pack(out, frames=(10, 20))
     assert rep.error is None and rep.bad_frames == [19]
+
+
+def _damage(pack: Path, kind: str, rng: random.Random) -> set[int]:
+    """Damage ``pack`` (or its index) one way; return the frame ids that must be reported."""
+    rs = rows(pack)
+    if kind == "payload":
+        hit = set(rng.sample(range(len(rs)), 4))
+        for i in hit:
+            flip(pack, rs[i]["offset"] + rng.randrange(rs[i]["length"]))
+        return hit
+    if kind == "record_header":
+        hit = set(rng.sample(range(len(rs)), 3))
+        for i in hit:
+            flip(pack, rs[i]["record_offset"] + rng.randrange(rs[i]["offset"] - rs[i]["record_offset"]))
+        return hit
+    if kind == "truncate":
+        data = pack.read_bytes()
+        cut = rng.randrange(len(data) // 3, len(data))
+        pack.write_bytes(data[:cut])
+        return {r["frame_id"] for r in rs if r["offset"] + r["length"] > cut}
+    t = pq.read_table(f"{pack}.index.parquet")  # an index row edited: md5, offset or length
+    victim = rng.randrange(len(rs))
+    values = t.column(kind).to_pylist()
+    values[victim] = ("0" * 32) if kind == "md5" else values[victim] + 1
+    field = t.schema.field(kind)
+    pq.write_table(
+        t.set_column(t.schema.get_field_index(kind), field, pa.array(values, field.type)), f"{pack}.index.parquet"
+    )
+    return {victim}
+
+
+@pytest.mark.parametrize("kind", ["payload", "record_header", "truncate", "md5", "offset", "length"])
+@pytest.mark.parametrize("seed", range(3))
+def test_parallel_parts_and_small_chunks_report_exactly_what_one_walk_does(tmp_path, photos, monkeypatch, kind, seed):
+    """A full verify is split into parts (each converting only its own index rows) and read in
+    chunks that sound records must lie wholly inside: neither may change what is found."""
+    import hframe_cli.verify as verify_mod
+
+    pack = make_pack(tmp_path, photos, blobs=200)
+    damaged = _damage(pack, kind, random.Random(seed))
+    one = verify_pack(pack, workers=1)
+    assert set(one.bad_frames) == damaged, one.problems
+    monkeypatch.setattr(verify_mod, "_PARALLEL_ABOVE", 0)
+    monkeypatch.setattr(verify_mod, "CHUNK_BYTES", 5000)  # frames straddle chunk ends all the time
+    for workers in (1, 2, 3):
+        rep = verify_pack(pack, workers=workers)
+        assert [(p.check, p.frame_id, p.message) for p in rep.problems] == [
+            (p.check, p.frame_id, p.message) for p in one.problems
+        ], (workers, rep.problems, one.problems)
+        assert rep.frames_checked == one.frames_checked and rep.bytes_checked == one.bytes_checked
