@@ -136,7 +136,13 @@ class _IndexCols:
         n = t.num_rows
         if ranges is None or ranges == [(0, n)]:
             return cls._from_table(t)
-        out = cls([0] * n, [0] * n, [0] * n, b"", [b""] * n, ["unknown"] * n, [0] * n, [0] * n)
+
+        def zeros() -> array[int]:  # slice-assigning an array('q') into another is a memcpy
+            z = array("q")
+            z.frombytes(bytes(8 * n))
+            return z
+
+        out = cls(zeros(), zeros(), zeros(), b"", [b""] * n, ["unknown"] * n, zeros(), [0] * n)
         md5 = bytearray(16 * n)
         for a, b in ranges:
             part = cls._from_table(t.slice(a, b - a))
