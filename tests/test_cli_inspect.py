@@ -134,3 +134,29 @@ def test_installed_command_end_to_end_with_pipes(photos, tmp_path):
     assert r.returncode != 0 and b"Traceback" in r.stderr
     r = run_bin(["--version"])
     assert r.returncode == 0 and r.stdout.decode() == f"hframe {h.__version__}\n"
+
+
+def test_installed_command_flushes_everything_and_a_closed_pipe_is_not_an_error(tmp_path):
+    """The console script skips interpreter teardown (os._exit): all output must still arrive;
+    a reader that stops early (``| head``) ends the command quietly with exit 0."""
+    import os
+    import subprocess
+
+    from conftest import hframe_bin
+
+    src = tmp_path / "many"
+    src.mkdir()
+    for i in range(3000):
+        (src / f"{i:05d}.bin").write_bytes(b"%d" % i)
+    out = tmp_path / "many.hframe"
+    assert run_bin(["pack", str(src), "-o", str(out), "-q"]).returncode == 0
+    r = run_bin(["index", str(out), "--format", "jsonl"])  # ~600 KB: many buffer flushes
+    lines = r.stdout.decode().splitlines()
+    assert r.returncode == 0 and len(lines) == 3000 and json.loads(lines[-1])["name"] == "02999.bin"
+    env = {**os.environ, "HFRAME_TTY": "0"}
+    proc = subprocess.Popen([hframe_bin(), "index", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"frame_id\t")
+    proc.stdout.close()  # like `| head -1`
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0 and err == b""
