@@ -58,6 +58,7 @@ _LAZY = {
     "verify_pack": "verify",
     "verify_packs": "verify",
     "PackWriter": "writer",
+    "FrameDataset": "torchdata",
 }
 
 
@@ -79,6 +80,7 @@ if TYPE_CHECKING:
     from .packing import CheckpointPolicy, PackResult, pack, pack_sources, resume_pack
     from .reader import PackReader, ReadStats, open_pack
     from .scan import rebuild_index
+    from .torchdata import FrameDataset
     from .verify import PackReport, VerifyReport, self_check, verify_pack, verify_packs
     from .writer import PackWriter
 
@@ -86,6 +88,7 @@ __all__ = [
     "FORMAT_VERSION",
     "ChecksumMismatch",
     "FormatError",
+    "FrameDataset",
     "FrameOutOfRange",
     "HframeError",
     "CheckpointPolicy",

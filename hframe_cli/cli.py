@@ -647,4 +647,3 @@ def run() -> None:
         except (OSError, ValueError):  # a reader that went away (| head), a closed stream
             pass
     os._exit(code)
-

@@ -1,0 +1,119 @@
+"""``FrameDataset`` with a real torch ``DataLoader``: forked workers, batches via read_many,
+splits, labels, decoding; checked against the source files decoded independently."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+import hframe_cli as h
+from hframe_cli.errors import InputError
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader  # noqa: E402
+
+from hframe_cli.torchdata import FrameDataset  # noqa: E402
+
+SIDE = 12
+
+
+def tiny_rgb(img: Image.Image) -> torch.Tensor:
+    """A picklable transform: RGB, SIDE x SIDE, as a uint8 CHW tensor."""
+    rgb = img.convert("RGB").resize((SIDE, SIDE))
+    return torch.frombuffer(bytearray(rgb.tobytes()), dtype=torch.uint8).view(SIDE, SIDE, 3).permute(2, 0, 1)
+
+
+def digest(t: torch.Tensor) -> str:
+    return hashlib.md5(bytes(t.flatten().tolist())).hexdigest()
+
+
+@pytest.fixture
+def split_pack(photos, tmp_path, cli) -> Path:
+    out = tmp_path / "s.hframe"
+    r = cli(["pack", str(photos), "-o", str(out), "--split", "train=0.7,val=0.3", "-q"])
+    assert r.exit_code == 0, r.stderr
+    return out
+
+
+def test_items_are_the_exact_bytes_with_class_indices(packed, photos):
+    ds = FrameDataset(packed)
+    files = sorted(p for p in photos.rglob("*") if p.is_file())
+    assert len(ds) == len(files) and ds.classes == sorted({p.parent.name for p in files})
+    by_name = {str(p.relative_to(photos)): p for p in files}
+    for k in range(len(ds)):
+        data, target = ds[k]
+        name = ds.reader.row(ds.frame_ids[k])["name"]
+        assert data == by_name[name].read_bytes()
+        assert ds.classes[target] == by_name[name].parent.name
+    assert ds[-1] == ds[len(ds) - 1]
+    with pytest.raises(IndexError):
+        ds[len(ds)]
+    assert ds.__getitems__([3, 0, 5]) == [ds[3], ds[0], ds[5]]  # one read_many, same items
+
+
+def test_dataloader_with_forked_workers_yields_every_frame_once(split_pack, photos):
+    """Real DataLoader: 2 forked workers, shuffled batches through __getitems__, PIL decode and a
+    transform; the (image, label) multiset equals the sources decoded independently."""
+    parts = [FrameDataset(split_pack, split=s, decode="pil", transform=tiny_rgb) for s in ("train", "val")]
+    assert parts[0].classes == parts[1].classes and len(parts[0]) + len(parts[1]) == 30
+    assert set(parts[0].frame_ids).isdisjoint(parts[1].frame_ids)
+    got = []
+    for ds in parts:
+        loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=2, generator=torch.Generator().manual_seed(7))
+        for images, targets in loader:
+            assert images.shape[1:] == (3, SIDE, SIDE) and images.dtype == torch.uint8
+            got += [(digest(img), int(t)) for img, t in zip(images, targets)]
+    want = []
+    files = sorted(p for p in photos.rglob("*") if p.is_file())
+    classes = sorted({p.parent.name for p in files})
+    for p in files:
+        with Image.open(p) as img:
+            want.append((digest(tiny_rgb(img)), classes.index(p.parent.name)))
+    assert sorted(got) == sorted(want)
+
+
+def test_filters_targets_and_decoders(split_pack, photos):
+    cats = FrameDataset(split_pack, label="cats", target=None)
+    assert len(cats) == 10 and all(isinstance(x, bytes) for x in (cats[0], cats[9]))
+    named = FrameDataset(split_pack, match="dogs/*.png", target="name", decode=len)
+    assert [t for _, t in (named[k] for k in range(len(named)))] == sorted(
+        str(p.relative_to(photos)) for p in (photos / "dogs").glob("*.png")
+    )
+    assert all(n == (photos / t).stat().st_size for n, t in (named[k] for k in range(len(named))))
+    gray = FrameDataset(split_pack, decode="pil", mode="L", target_transform=lambda t: t * 10)
+    img, t = gray[0]
+    assert img.mode == "L" and t % 10 == 0
+    for kwargs, message in (
+        ({"decode": "jpeg"}, "decode must be one of"),
+        ({"mode": "RGB"}, 'mode applies to decode="pil" only'),
+        ({"target": "nope"}, "target: unknown column 'nope'"),
+        ({"split": "test"}, "no frames selected (split='test')"),
+    ):
+        with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            FrameDataset(split_pack, **kwargs)
+
+
+def test_unlabelled_frames_need_target_none(photos, tmp_path, cli):
+    out = tmp_path / "u.hframe"
+    assert cli(["pack", str(photos), "-o", str(out), "--label-from", "none", "-q"]).exit_code == 0
+    with pytest.raises(InputError, match="30 selected frames have no label"):
+        FrameDataset(out)
+    assert len(FrameDataset(out, target=None)) == 30
+
+
+def test_sharded_dataset_and_pickling(photos, tmp_path, cli):
+    out = tmp_path / "sh.hframe"
+    r = cli(["pack", str(photos), "-o", str(out), "--max-pack-bytes", "40KB", "-q", "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert len(json.loads(r.stdout).get("shards", [])) > 1, r.stdout
+    ds = FrameDataset(out)
+    assert len(ds) == 30 and ds.frame_ids == list(range(30))
+    with h.open_pack(out) as reader:
+        assert [ds[k][0] for k in range(30)] == [reader.read(i) for i in range(30)]
+    clone = pickle.loads(pickle.dumps(ds))  # what a spawned DataLoader worker receives
+    assert [clone[k] for k in range(30)] == [ds[k] for k in range(30)]
