@@ -379,7 +379,8 @@ class _Verifier:
                     break
                 if pos >= end:
                     break
-                if fast_idx is not None and i < n_rows:
+                # (a resync may land on a record whose id is below first_id: the careful path)
+                if fast_idx is not None and first_id <= i < stop:
                     wb, ws = win.buf, win.start
                     # the common case: a run of sound records in this chunk, hashed right here
                     run_pos, run_i, run_bytes = self.clean_run(wb, ws, pos, i, stop, end, fast_idx, magics, first_id)
