@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Benchmark a PyTorch DataLoader over ``FrameDataset`` against the same loader over loose files.
+
+Usage: python scripts/bench_torch.py DATA_DIR [--frames 8192] [--batch 256] [--workers 2]
+       [--repeat 3] [--seed 1] [--decode]
+
+DATA_DIR holds ``jpegs/`` (``scripts/make_bench_data.py``) and ``_bench_out/jpegs.hframe``,
+the pack of that folder (``scripts/bench_pack.py``). ``--frames`` frames are drawn at random
+(seeded) and both methods load exactly those, in the same shuffled order, through
+``torch.utils.data.DataLoader(batch_size=--batch, num_workers=--workers)`` (forked workers):
+
+* ``hframe``: ``FrameDataset(pack, target=None)``; each batch is one ``read_many`` (``__getitems__``);
+* ``loose``:  a minimal map-style dataset whose ``__getitem__`` opens, reads and closes a file
+  (what ``ImageFolder`` does before decoding);
+* ``hframe_in_process`` / ``loose_in_process`` (information only): the same batches read in
+  this process without a DataLoader, so without its worker start-up and the pickling of every
+  sample through worker queues, which both loaders pay alike.
+
+Samples are the raw bytes (the collate function returns the list) unless ``--decode``, which
+decodes every JPEG with Pillow in both (then decoding dominates both equally).
+
+Cold: before every timed run the pack, its index and every loose file are evicted from the page
+cache (``posix_fadvise(DONTNEED)``); warm: one untimed run first. Methods alternate run by run;
+the median is reported. Correctness: both loaders return the same bytes (checked once).
+
+Target (reported, not enforced): cold frames/s, hframe ÷ loose ≥ 2 (the product's reason to be);
+warm is reported without one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench_pack import verdict
+
+from hframe_cli.storage import evict_from_page_cache
+from hframe_cli.torchdata import FrameDataset
+
+try:
+    import torch
+    from torch.utils.data import DataLoader
+except ImportError:  # pragma: no cover - the script needs torch
+    sys.exit("bench_torch.py needs torch: pip install 'hframe[torch]'")
+
+
+class LooseFiles:
+    """The baseline: one open/read/close per item."""
+
+    def __init__(self, paths: list[str], decode: bool) -> None:
+        self.paths, self.decode = paths, decode
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, k: int) -> Any:
+        with open(self.paths[k], "rb") as f:
+            data = f.read()
+        return _pil(data) if self.decode else data
+
+
+def _pil(data: bytes) -> Any:
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(data))
+    img.load()
+    return img.size
+
+
+def _as_list(batch: list[Any]) -> list[Any]:
+    return batch
+
+
+def epoch(ds: Any, order: list[int], batch: int, workers: int) -> list[Any]:
+    loader = DataLoader(ds, batch_size=batch, sampler=order, num_workers=workers, collate_fn=_as_list)
+    out: list[Any] = []
+    for b in loader:
+        out.extend(b)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("data_dir")
+    ap.add_argument("--frames", type=int, default=8192, help="frames loaded per run")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--decode", action="store_true", help="decode JPEGs with Pillow in both")
+    args = ap.parse_args()
+    pack = os.path.join(args.data_dir, "_bench_out", "jpegs.hframe")
+    folder = os.path.join(args.data_dir, "jpegs")
+    for p in (pack, folder):
+        if not os.path.exists(p):
+            ap.error(f"{p} not found: run scripts/make_bench_data.py and scripts/bench_pack.py first")
+
+    ds = FrameDataset(pack, target=None, decode=_pil if args.decode else None)
+    names = ds.reader.table.column("name").to_pylist()
+    paths = [os.path.join(folder, n) for n in names]
+    loose = LooseFiles(paths, args.decode)
+    order = random.Random(args.seed).sample(range(len(ds)), min(args.frames, len(ds)))
+    if not args.decode:
+        small = order[:512]
+        if epoch(ds, small, args.batch, args.workers) != epoch(loose, small, args.batch, args.workers):
+            raise SystemExit("hframe and loose files returned different bytes")
+    print(
+        f"bench=torch frames={len(order)} batch={args.batch} workers={args.workers} decode={args.decode} "
+        f"cpus={os.cpu_count()} load1={os.getloadavg()[0]:.2f} torch={torch.__version__}",
+        flush=True,
+    )
+    files = [pack, pack + ".index.parquet", *[paths[k] for k in order]]
+    batches = [order[i : i + args.batch] for i in range(0, len(order), args.batch)]
+    methods: dict[str, Callable[[], list[Any]]] = {
+        "hframe": lambda: epoch(ds, order, args.batch, args.workers),
+        "loose": lambda: epoch(loose, order, args.batch, args.workers),
+        # the same batches without a DataLoader (no worker processes, no IPC): the read path alone
+        "hframe_in_process": lambda: [x for b in batches for x in ds.__getitems__(b)],
+        "loose_in_process": lambda: [loose[k] for b in batches for k in b],
+    }
+    med: dict[tuple[str, str], float] = {}
+    for mode in ("cold", "warm"):
+        if mode == "warm":
+            for fn in methods.values():
+                fn()
+        walls: dict[str, list[float]] = {m: [] for m in methods}
+        for r in range(1, args.repeat + 1):
+            for name, fn in methods.items():
+                if mode == "cold":
+                    for f in files:
+                        evict_from_page_cache(f)
+                t0 = time.perf_counter()
+                got = fn()
+                wall = time.perf_counter() - t0
+                assert len(got) == len(order)
+                walls[name].append(wall)
+                print(f"bench=torch mode={mode} method={name} run={r} wall_s={wall:.3f}", flush=True)
+        for name, w in walls.items():
+            med[mode, name] = statistics.median(w)
+            print(
+                f"bench=torch mode={mode} method={name} wall_s_median={med[mode, name]:.3f} "
+                f"frames_per_s={len(order) / med[mode, name]:.0f}",
+                flush=True,
+            )
+    verdict("hframe_vs_loose", med["cold", "loose"] / med["cold", "hframe"], 2.0, True, " mode=cold")
+    print(f"hframe_vs_loose={med['warm', 'loose'] / med['warm', 'hframe']:.3f} mode=warm target=none")
+    for mode in ("cold", "warm"):
+        ratio = med[mode, "loose_in_process"] / med[mode, "hframe_in_process"]
+        print(f"hframe_vs_loose_in_process={ratio:.3f} mode={mode} target=none (no DataLoader: the read path alone)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
