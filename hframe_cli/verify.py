@@ -35,7 +35,7 @@ import time
 import zlib
 from array import array
 from collections.abc import Callable, Iterator, MutableSequence, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -122,6 +122,9 @@ class _IndexCols:
     media: list[str]
     raw_length: MutableSequence[int]
     codec: list[int]  # codec ids (-1: a name this release does not know)
+    #: where only some rows are converted: the table, to convert others on demand (``ensure``)
+    table: pa.Table | None = None
+    converted: list[tuple[int, int]] = field(default_factory=list)
 
     @staticmethod
     def read(path: str) -> pa.Table:
@@ -131,8 +134,8 @@ class _IndexCols:
     @classmethod
     def from_table(cls, t: pa.Table, ranges: list[tuple[int, int]] | None = None) -> _IndexCols:
         """Rows of ``t`` (from ``read``) as Python sequences: all of them, or only those in
-        ``ranges`` (the others hold placeholders). The sequences are full length either way, so
-        frame ids index them directly."""
+        ``ranges``. The sequences are full length either way, so frame ids index them directly;
+        a row outside ``ranges`` holds a placeholder until ``ensure`` converts it."""
         n = t.num_rows
         if ranges is None or ranges == [(0, n)]:
             return cls._from_table(t)
@@ -142,20 +145,29 @@ class _IndexCols:
             z.frombytes(bytes(8 * n))
             return z
 
-        out = cls(zeros(), zeros(), zeros(), b"", [b""] * n, ["unknown"] * n, zeros(), [0] * n)
-        md5 = bytearray(16 * n)
+        out = cls(zeros(), zeros(), zeros(), bytes(16 * n), [b""] * n, ["unknown"] * n, zeros(), [0] * n, t)
         for a, b in ranges:
-            part = cls._from_table(t.slice(a, b - a))
-            out.offset[a:b] = part.offset
-            out.length[a:b] = part.length
-            out.record_offset[a:b] = part.record_offset
-            out.names[a:b] = part.names
-            out.media[a:b] = part.media
-            out.raw_length[a:b] = part.raw_length
-            out.codec[a:b] = part.codec
-            md5[16 * a : 16 * b] = part.md5
-        out.md5 = bytes(md5)
+            out.ensure(a, b)
         return out
+
+    def ensure(self, a: int, b: int) -> None:
+        """Rows [a, b) converted, for a careful path that reports frames outside the rows asked
+        for (a part of a parallel walk, a sample): never a placeholder in a report."""
+        if self.table is None:
+            return
+        a, b = max(0, a), min(len(self.offset), b)
+        if a >= b or any(x <= a and b <= y for x, y in self.converted):
+            return
+        part = self._from_table(self.table.slice(a, b - a))
+        self.offset[a:b] = part.offset
+        self.length[a:b] = part.length
+        self.record_offset[a:b] = part.record_offset
+        self.names[a:b] = part.names
+        self.media[a:b] = part.media
+        self.raw_length[a:b] = part.raw_length
+        self.codec[a:b] = part.codec
+        self.md5 = self.md5[: 16 * a] + part.md5 + self.md5[16 * b :]
+        self.converted.append((a, b))
 
     @classmethod
     def _from_table(cls, t: pa.Table) -> _IndexCols:
@@ -320,6 +332,7 @@ class _Verifier:
         self.decode = decode
         self.on_progress = on_progress
         self.processes = 1  # parts of a big pack walked at once (forked processes)
+        self.report_to: int | None = None  # the walk reports missing frames up to this id
         self.decompressor: Decompressor | None = None  # set when the pack has compressed frames
 
     def add(self, check: str, message: str, frame_id: int | None = None, **kw: Any) -> None:
@@ -343,11 +356,14 @@ class _Verifier:
         idx: _IndexCols | None,
         n_total: int | None = None,
         read_end: int | None = None,
+        report_to: int | None = None,
     ) -> int:
         """Walk records from ``start_pos`` (frame ``first_id``) up to ``stop_id`` or ``end``.
 
         ``read_end`` bounds the chunked reads (the end of a sampled run) without changing where
-        the data ends. Returns the position after the last record walked.
+        the data ends. Where the data ends early, frames are reported missing up to
+        ``report_to`` (default ``stop_id``: a selection reports only its own frames; a part of
+        a full walk passes the frame count). Returns the position after the last record walked.
         """
         win = _Window(self.storage, read_end if read_end is not None else end)
         if hasattr(os, "posix_fadvise"):  # bigger read-ahead for this descriptor: the walk is sequential
@@ -359,6 +375,7 @@ class _Verifier:
         batch_buf: bytes | None = None
         pos, i = start_pos, first_id
         n_index = len(idx.offset) if idx is not None else n_total
+        self.report_to = report_to if report_to is not None else (stop_id if stop_id is not None else n_index)
         # fast path: a record that lies wholly in the current chunk and agrees with its index row
         # is checked with a handful of operations; anything else takes the careful path below,
         # which re-checks it and reports exactly what is wrong
@@ -432,8 +449,6 @@ class _Verifier:
                                 batch_buf = wb
                                 batch.append((i, wb, p0, p0 + ln))
                                 meta.append((i, f[5], off, ln))
-                                fast_frames += 1
-                                fast_bytes += ln
                                 if len(batch) >= 4096:
                                     self.submit(batch, meta, decode_ids, idx, packed)
                                     batch, meta, decode_ids, packed = [], [], set(), {}
@@ -480,10 +495,11 @@ class _Verifier:
                     )
                 offset = pos + size
                 if offset + length > end:
-                    self.missing_from(i, offset, end, idx, n_index, f"payload runs past the end of data ({end})")
+                    self.missing_from(i, offset, end, idx, self.report_to, f"payload runs past the end of data ({end})")
                     break
                 name = bytes(buf[at + RECORD_FIXED : at + RECORD_FIXED + name_len])
                 if idx is not None:
+                    idx.ensure(i, i + 1)  # a resync may have led outside the rows walked
                     if i >= len(idx.offset):
                         self.add(
                             "index",
@@ -522,8 +538,6 @@ class _Verifier:
                             expected=magic.hex(" "),
                             found=bytes(buf[at : at + len(magic)]).hex(" "),
                         )
-                self.r.frames_checked += 1
-                self.r.bytes_checked += length
                 if len(batch) >= 4096:
                     self.submit(batch, meta, decode_ids, idx, packed)
                     batch, meta, decode_ids, packed = [], [], set(), {}
@@ -532,8 +546,8 @@ class _Verifier:
             if batch:
                 self.submit(batch, meta, decode_ids, idx, packed)
             if stop_id is not None and i < stop_id and not self.r.problems_after(i):
-                self.missing_from(i, None, end, idx, stop_id, f"the pack ends at byte {end}")
-        finally:  # counted even when stopped early by --max-errors
+                self.missing_from(i, None, end, idx, self.report_to, f"the pack ends at byte {end}")
+        finally:  # hashed by clean_run: counted even when stopped early by max_errors
             self.r.frames_checked += fast_frames
             self.r.bytes_checked += fast_bytes
         self.next_id = i
@@ -617,14 +631,23 @@ class _Verifier:
         idx: _IndexCols | None,
         packed: dict[int, Packed] | None = None,
     ) -> None:
-        """Hash a batch of frames (decompressing those in ``packed``) and report what differs."""
-        self.collect(_hash_batch(batch, decode_ids, packed, self.decompressor), meta, idx)
+        """Hash a batch of frames (decompressing those in ``packed``) and report what differs.
+        Frames count as checked here, once hashed (not when queued: ``max_errors`` may stop the
+        walk with a batch still queued)."""
+        results = _hash_batch(batch, decode_ids, packed, self.decompressor)
+        nbytes = sum(m[3] for m in meta)
+        self.r.frames_checked += len(meta)
+        self.r.bytes_checked += nbytes
         if self.on_progress is not None:
-            self.on_progress(sum(m[3] for m in meta))
+            self.on_progress(nbytes)
+        self.collect(results, meta, idx)
 
     def collect(
         self, results: list[tuple[bytes, str | None]], meta: list[tuple[int, bytes, int, int]], idx: _IndexCols | None
     ) -> None:
+        if idx is not None and meta:
+            ids = [m[0] for m in meta]
+            idx.ensure(min(ids), max(ids) + 1)
         if not self.decode and meta:
             # the usual case, all well: compare the whole batch's digests in one go
             digests = b"".join([d for d, _ in results])
@@ -720,6 +743,8 @@ class _Verifier:
         self, i: int, pos: int, end: int, idx: _IndexCols | None, reason: str, n_index: int | None
     ) -> tuple[int, int] | None:
         """Report frame ``i`` unreadable at ``pos``; return where the walk can resume, if anywhere."""
+        if idx is not None:
+            idx.ensure(i, i + 2)
         off = idx.offset[i] if idx is not None and i < len(idx.offset) else None
         ln = idx.length[i] if idx is not None and i < len(idx.length) else None
         if idx is not None and n_index is not None and i >= n_index:
@@ -742,7 +767,7 @@ class _Verifier:
             return None
         found = self.resync(pos + 1, end)
         if found is None:
-            self.missing_from(i + 1, None, end, idx, n_index, "no further record headers found")
+            self.missing_from(i + 1, None, end, idx, self.report_to, "no further record headers found")
             return None
         nxt_pos, nxt_id = found
         for j in range(i + 1, nxt_id):
@@ -773,6 +798,8 @@ class _Verifier:
         last = n_index if n_index is not None else i + 1
         if self.r.problems_after(i):
             return  # already reported from here on
+        if idx is not None:
+            idx.ensure(i, last)
         for j in range(i, last):
             off = idx.offset[j] if idx is not None else offset
             ln = idx.length[j] if idx is not None else None
@@ -992,14 +1019,18 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
     1.., this process part 0; problems come back in frame order. Returns where the last part
     ended. Falls back to one walk if the index's record offsets are not in order.
 
-    Each process converts only its own part's index rows (and the next part's first row,
-    where a lost record resumes), so that work is shared out too."""
+    A part's result is used only if the part before it ended exactly where it began (same
+    position, next frame id). Where damage breaks that seam, the rest of the pack is walked
+    here in one go, from where the walk really is: the report is then what one walk gives.
+
+    Each process converts only its own part's index rows up front (others on demand, see
+    ``_IndexCols.ensure``), so that work is shared out too."""
     rofs = _int64_column(table, "record_offset")
     if any(b < a for a, b in zip(rofs, rofs[1:])):
         return v.walk(HEADER_SIZE, 0, n, end, data_end_known, _IndexCols.from_table(table))
 
     def rows(a: int, b: int) -> _IndexCols:
-        return _IndexCols.from_table(table, [(a, min(n, b + 1))])
+        return _IndexCols.from_table(table, [(min(a, n), min(n, b + 1))])
 
     parts_n = min(v.processes, n)
     cuts = [0]
@@ -1025,15 +1056,30 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
                         None,
                     )
                     child.decompressor = v.decompressor
-                    pos = -1
+                    pos, nxt = -1, -1
                     try:
                         pos = child.walk(
-                            rofs[a], a, b, end, data_end_known, rows(a, b), read_end=rofs[b] if b < n else end
+                            rofs[a],
+                            a,
+                            b,
+                            end,
+                            data_end_known,
+                            rows(a, b),
+                            read_end=rofs[b] if b < n else end,
+                            report_to=n,
                         )
+                        nxt = child.next_id
                     except _TooManyProblems:
                         pass
                     payload = pickle.dumps(
-                        (child.r.problems, child.r.frames_checked, child.r.bytes_checked, pos, child.r.stopped_early)
+                        (
+                            child.r.problems,
+                            child.r.frames_checked,
+                            child.r.bytes_checked,
+                            pos,
+                            nxt,
+                            child.r.stopped_early,
+                        )
                     )
                     view = memoryview(payload)
                     while view:
@@ -1052,8 +1098,14 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
             data_end_known,
             rows(*parts[0]),
             read_end=rofs[parts[0][1]] if parts[0][1] < n else end,
+            report_to=n,
         )
+        nxt = v.next_id
         for (pid, r), (a, b) in zip(children, parts[1:]):
+            if nxt < a:  # the walk stopped inside the part before (data ends, no record found):
+                return pos  # one walk stops there too, having reported every frame after it
+            if (pos, nxt) != (rofs[a], a):  # the seam does not join: the rest in one walk, here
+                return v.walk(pos, nxt, n, end, data_end_known, rows(nxt, n))
             chunks = []
             while True:
                 data = os.read(r, 1 << 20)
@@ -1064,9 +1116,10 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
             _, status = os.waitpid(pid, 0)
             children = [c for c in children if c[0] != pid]
             if status != 0 or not chunks:  # the child failed: walk its part here
-                pos = v.walk(rofs[a], a, b, end, data_end_known, rows(a, b))
+                pos = v.walk(rofs[a], a, b, end, data_end_known, rows(a, b), report_to=n)
+                nxt = v.next_id
                 continue
-            problems, frames, nbytes, pos, stopped = pickle.loads(b"".join(chunks))
+            problems, frames, nbytes, pos, nxt, stopped = pickle.loads(b"".join(chunks))
             v.r.frames_checked += frames
             v.r.bytes_checked += nbytes
             for p in problems:

@@ -376,3 +376,84 @@ def test_parallel_parts_and_small_chunks_report_exactly_what_one_walk_does(tmp_p
             (p.check, p.frame_id, p.message) for p in one.problems
         ], (workers, rep.problems, one.problems)
         assert rep.frames_checked == one.frames_checked and rep.bytes_checked == one.bytes_checked
+
+
+def _small_big_small(tmp_path: Path) -> tuple[Path, list[dict]]:
+    """10 small frames, one big, 10 small: with 3 parts, the cuts fall right after the big one."""
+    src = tmp_path / "sbs"
+    src.mkdir()
+    rng = random.Random(1)
+    for i in range(10):
+        (src / f"a{i}.bin").write_bytes(rng.randbytes(500))
+        (src / f"c{i}.bin").write_bytes(rng.randbytes(500))
+    (src / "b_big.bin").write_bytes(rng.randbytes(100_000))
+    out = tmp_path / "sbs.hframe"
+    h.pack([src], out)
+    return out, rows(out)
+
+
+def _problems(rep) -> list[tuple]:
+    return [(p.check, p.frame_id, p.name, p.offset, p.length, p.message) for p in rep.problems]
+
+
+@pytest.mark.parametrize(
+    "damage", ["cut_in_record_header", "cut_after_big", "part_start_record_offset", "part_start_offset"]
+)
+def test_parallel_parts_at_damaged_seams_match_one_walk(tmp_path, monkeypatch, damage):
+    """Damage where one part ends and the next begins: the parallel report (names, offsets,
+    messages, counts) is exactly one walk's; no placeholder rows, no frame reported twice."""
+    import hframe_cli.verify as verify_mod
+
+    pack, rs = _small_big_small(tmp_path)
+    if damage == "cut_in_record_header":
+        os.truncate(pack, rs[11]["record_offset"] + 10)
+    elif damage == "cut_after_big":
+        os.truncate(pack, rs[11]["record_offset"])
+    else:
+        col = "record_offset" if damage == "part_start_record_offset" else "offset"
+        t = pq.read_table(f"{pack}.index.parquet")
+        values = t.column(col).to_pylist()
+        for k in (11, 12):  # the first rows of parts 2 and 3
+            values[k] += 1
+        field = t.schema.field(col)
+        pq.write_table(
+            t.set_column(t.schema.get_field_index(col), field, pa.array(values, field.type)), f"{pack}.index.parquet"
+        )
+    one = verify_pack(pack, workers=1)
+    assert one.problems and all(p.name != "" for p in one.problems)
+    monkeypatch.setattr(verify_mod, "_PARALLEL_ABOVE", 0)
+    for workers in (2, 3):
+        rep = verify_pack(pack, workers=workers)
+        assert _problems(rep) == _problems(one), workers
+        assert (rep.frames_checked, rep.bytes_checked) == (one.frames_checked, one.bytes_checked)
+
+
+def test_a_selection_reports_only_its_own_frames(tmp_path):
+    pack, rs = _small_big_small(tmp_path)
+    os.truncate(pack, rs[13]["record_offset"] + 10)
+    rep = verify_pack(pack, frames=(12, 16))
+    assert rep.bad_frames == [13, 14, 15], rep.problems
+    for p in rep.problems:
+        if p.frame_id is not None:
+            assert (p.name, p.offset, p.length) == (
+                rs[p.frame_id]["name"],
+                rs[p.frame_id]["offset"],
+                rs[p.frame_id]["length"],
+            )
+
+
+def test_max_errors_counts_only_frames_really_hashed(tmp_path):
+    pack, rs = _small_big_small(tmp_path)
+    t = pq.read_table(f"{pack}.index.parquet")
+    names = t.column("name").to_pylist()
+    names[15] = "renamed.bin"  # a layout problem found before frame 15's batch is hashed
+    field = t.schema.field("name")
+    pq.write_table(
+        t.set_column(t.schema.get_field_index("name"), field, pa.array(names, field.type)), f"{pack}.index.parquet"
+    )
+    flip(pack, rs[3]["offset"] + 7)
+    rep = verify_pack(pack, max_errors=1)
+    assert rep.stopped_early and len(rep.problems) == 1
+    # frame 3 is damaged and unreported: it was never hashed, so it must not count as checked
+    could_be_hashed = [r["length"] for r in rs[:15] if r["frame_id"] != 3]
+    assert rep.frames_checked <= len(could_be_hashed) and rep.bytes_checked <= sum(could_be_hashed)
