@@ -368,7 +368,10 @@ def verify(
         )
     if junit is not None:
         render.write_junit(report, os.fspath(junit))
-    render.verify_report(report, as_json=json_out, as_jsonl=jsonl, quiet=quiet)
+    try:
+        render.verify_report(report, as_json=json_out, as_jsonl=jsonl, quiet=quiet)
+    except BrokenPipeError:  # the reader stopped early (`| head`): the verdict still stands
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     raise typer.Exit(report.exit_code)
 
 
@@ -583,6 +586,11 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and turn every error into one stderr line and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("HFRAME_DEBUG") == "1"
+    # a descriptor closed at start (`>&-`) leaves Python a None stream: write nowhere, not crash
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115
     code = EXIT_OK
     stdout = sys.stdout
     try:
@@ -643,7 +651,8 @@ def run() -> None:
         code = EXIT_OK
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # None: the descriptor was closed at start (`>&-`)
+                stream.flush()
         except (OSError, ValueError):  # a reader that went away (| head), a closed stream
             pass
     os._exit(code)

@@ -357,6 +357,13 @@ class DatasetReader:
                 r.close()
         self._readers = [None] * len(self.shard_paths)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles as its path and options (a spawned DataLoader worker reopens the shards)."""
+        return {"output": self.path, "options": self._options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["output"], **state["options"])  # type: ignore[misc]
+
 
 def save_plan(output: str | os.PathLike[str], ranges: list[tuple[int, int]], options: dict[str, Any]) -> None:
     """The sharded run's intent: the shard ranges over the saved source list, and its options."""

@@ -160,3 +160,43 @@ def test_installed_command_flushes_everything_and_a_closed_pipe_is_not_an_error(
     proc.stdout.close()  # like `| head -1`
     err = proc.stderr.read()
     assert proc.wait(timeout=60) == 0 and err == b""
+
+
+def test_verify_keeps_its_verdict_when_the_reader_stops_early_and_survives_closed_streams(tmp_path):
+    """`hframe verify bad --jsonl | head -1` still exits 1 (problems found); a closed stdout or
+    stderr (`>&-`) is no reason for a traceback: what would go there goes nowhere."""
+    import os
+    import subprocess
+
+    import pyarrow.parquet as pq
+    from conftest import hframe_bin
+
+    src = tmp_path / "many"
+    src.mkdir()
+    for i in range(3000):
+        (src / f"{i:05d}.bin").write_bytes(b"frame %05d" % i)
+    out = tmp_path / "many.hframe"
+    assert run_bin(["pack", str(src), "-o", str(out), "-q"]).returncode == 0
+    data = bytearray(out.read_bytes())
+    for r in pq.read_table(f"{out}.index.parquet", columns=["offset"]).to_pylist()[:2000]:
+        data[r["offset"]] ^= 0xFF  # 2000 bad frames: far more JSONL than a pipe buffer holds
+    out.write_bytes(bytes(data))
+    env = {**os.environ, "HFRAME_TTY": "0"}
+    proc = subprocess.Popen(
+        [hframe_bin(), "verify", str(out), "--jsonl"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert json.loads(proc.stdout.readline())["check"] == "md5"
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1 and err == b""
+    for fd, args in ((1, ["dump-header", str(out)]), (2, ["dump-header", str(out)]), (1, ["verify", str(out), "-q"])):
+        r = subprocess.run(
+            [hframe_bin(), *args],
+            capture_output=False,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            preexec_fn=lambda fd=fd: os.close(fd),
+            timeout=120,
+        )
+        assert r.returncode == (1 if args[0] == "verify" else 0), (fd, args)
