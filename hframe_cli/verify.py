@@ -400,7 +400,12 @@ class _Verifier:
                 if fast_idx is not None and first_id <= i < stop:
                     wb, ws = win.buf, win.start
                     # the common case: a run of sound records in this chunk, hashed right here
-                    run_pos, run_i, run_bytes = self.clean_run(wb, ws, pos, i, stop, end, fast_idx, magics, first_id)
+                    # (a frame the index says is compressed cannot start one)
+                    run_pos, run_i, run_bytes = (
+                        self.clean_run(wb, ws, pos, i, stop, end, fast_idx, magics, first_id)
+                        if not icodec[i]
+                        else (pos, i, 0)
+                    )
                     if run_i > i:
                         fast_frames += run_i - i
                         fast_bytes += run_bytes
