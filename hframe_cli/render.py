@@ -8,6 +8,7 @@ stream is an interactive terminal is decided in one place, ``interactive()``, wh
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import os
@@ -41,8 +42,15 @@ def interactive(stream: IO[Any]) -> bool:
 def _console(stderr: bool = False) -> Any:
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich exits 1 here ("problems in the data" for hframe); raise what a plain write
+            # raises instead, so the command decides its status (see cli.main and verify)
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "broken pipe")
+
     stream = sys.stderr if stderr else sys.stdout
-    return Console(file=stream, force_terminal=interactive(stream), highlight=False, soft_wrap=False)
+    return _Console(file=stream, force_terminal=interactive(stream), highlight=False, soft_wrap=False)
 
 
 def error(message: str) -> None:

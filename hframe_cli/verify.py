@@ -117,14 +117,15 @@ class _IndexCols:
     offset: MutableSequence[int]  # array('q') or list
     length: MutableSequence[int]
     record_offset: MutableSequence[int]
-    md5: bytes  # 16 bytes per frame
+    md5: bytes | bytearray  # 16 bytes per frame
     names: list[bytes]
     media: list[str]
     raw_length: MutableSequence[int]
     codec: list[int]  # codec ids (-1: a name this release does not know)
-    #: where only some rows are converted: the table, to convert others on demand (``ensure``)
+    #: where only some rows are converted: the table, to convert others on demand (``ensure``),
+    #: and one byte per row, 1 once converted
     table: pa.Table | None = None
-    converted: list[tuple[int, int]] = field(default_factory=list)
+    converted: bytearray = field(default_factory=bytearray)
 
     @staticmethod
     def read(path: str) -> pa.Table:
@@ -145,7 +146,9 @@ class _IndexCols:
             z.frombytes(bytes(8 * n))
             return z
 
-        out = cls(zeros(), zeros(), zeros(), bytes(16 * n), [b""] * n, ["unknown"] * n, zeros(), [0] * n, t)
+        out = cls(
+            zeros(), zeros(), zeros(), bytearray(16 * n), [b""] * n, ["unknown"] * n, zeros(), [0] * n, t, bytearray(n)
+        )
         for a, b in ranges:
             out.ensure(a, b)
         return out
@@ -156,7 +159,7 @@ class _IndexCols:
         if self.table is None:
             return
         a, b = max(0, a), min(len(self.offset), b)
-        if a >= b or any(x <= a and b <= y for x, y in self.converted):
+        if a >= b or self.converted.find(0, a, b) < 0:
             return
         part = self._from_table(self.table.slice(a, b - a))
         self.offset[a:b] = part.offset
@@ -166,8 +169,8 @@ class _IndexCols:
         self.media[a:b] = part.media
         self.raw_length[a:b] = part.raw_length
         self.codec[a:b] = part.codec
-        self.md5 = self.md5[: 16 * a] + part.md5 + self.md5[16 * b :]
-        self.converted.append((a, b))
+        self.md5[16 * a : 16 * b] = part.md5  # type: ignore[index]  # a bytearray here
+        self.converted[a:b] = b"\1" * (b - a)
 
     @classmethod
     def _from_table(cls, t: pa.Table) -> _IndexCols:
@@ -445,7 +448,7 @@ class _Verifier:
                             if f[7]:  # compressed: the magic is checked on the raw bytes
                                 compressed = (f[7], f[11], f[4], magic)
                                 magic = None
-                            if magic is None or wb[p0 : p0 + len(magic)] == magic:
+                            if magic is None or wb[p0 : p0 + min(len(magic), ln)] == magic:
                                 if wb is not batch_buf and batch:
                                     self.submit(batch, meta, decode_ids, idx, packed)
                                     batch, meta, decode_ids, packed = [], [], set(), {}
@@ -531,17 +534,18 @@ class _Verifier:
                     packed[i] = (f[7], f[11], f[4], magic)
                     magic = None
                 if magic is not None and idx is not None:
-                    if buf[at : at + len(magic)] != magic:
+                    head = bytes(buf[at : at + min(len(magic), length)])  # a frame shorter than its magic: all of it
+                    if head != magic:
                         self.add(
                             "magic",
                             f"{self.frame_where(i, offset, length)}: magic bytes mismatch (index says "
-                            f"{idx.media[i]}, expected {magic.hex(' ')}, read {buf[at : at + len(magic)].hex(' ')})",
+                            f"{idx.media[i]}, expected {magic.hex(' ')}, read {head.hex(' ')})",
                             i,
                             name=_show(name),
                             offset=offset,
                             length=length,
                             expected=magic.hex(" "),
-                            found=bytes(buf[at : at + len(magic)]).hex(" "),
+                            found=head.hex(" "),
                         )
                 if len(batch) >= 4096:
                     self.submit(batch, meta, decode_ids, idx, packed)
@@ -616,7 +620,7 @@ class _Verifier:
                     break
                 p0 = off - ws
                 magic = magics[i - first_id]
-                if magic is not None and wb[p0 : p0 + len(magic)] != magic:
+                if magic is not None and wb[p0 : p0 + min(len(magic), ln)] != magic:
                     break
                 d = md5(mv[p0 : p0 + ln]).digest()
                 if d != rmd5 or d != imd5[16 * i : 16 * i + 16]:
@@ -775,7 +779,7 @@ class _Verifier:
             self.missing_from(i + 1, None, end, idx, self.report_to, "no further record headers found")
             return None
         nxt_pos, nxt_id = found
-        for j in range(i + 1, nxt_id):
+        for j in range(i + 1, nxt_id if self.report_to is None else min(nxt_id, self.report_to)):
             self.add(
                 "record", f"{self.where}: frame {j}: record not found (lost between offsets {pos} and {nxt_pos})", j
             )
@@ -987,7 +991,14 @@ def _verify_open(
     if trailer is None and tail[:8] == TRAILER_MAGIC and size >= HEADER_SIZE + TRAILER_SIZE:
         end, data_end_known = size - TRAILER_SIZE, True  # trailer bytes damaged, but it is where it should be
     if table is not None:
-        if report.selection == "full" and v.processes > 1 and n > 1 and end - HEADER_SIZE >= _PARALLEL_ABOVE:
+        # --max-errors walks in one part: "the first N problems" must not depend on how parts race
+        if (
+            report.selection == "full"
+            and v.processes > 1
+            and v.max_errors is None
+            and n > 1
+            and end - HEADER_SIZE >= _PARALLEL_ABOVE
+        ):
             stop_pos = _walk_in_parallel(v, table, n, end, data_end_known)
             _check_end(v, stop_pos, size, end, trailer, data_end_known)
             return

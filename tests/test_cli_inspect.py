@@ -177,6 +177,12 @@ def test_verify_keeps_its_verdict_when_the_reader_stops_early_and_survives_close
         (src / f"{i:05d}.bin").write_bytes(b"frame %05d" % i)
     out = tmp_path / "many.hframe"
     assert run_bin(["pack", str(src), "-o", str(out), "-q"]).returncode == 0
+    env = {**os.environ, "HFRAME_TTY": "1"}  # rich tables (and a progress bar) on a pipe closed at once
+    proc = subprocess.Popen([hframe_bin(), "verify", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0 and b"Traceback" not in err and b"error" not in err, err
     data = bytearray(out.read_bytes())
     for r in pq.read_table(f"{out}.index.parquet", columns=["offset"]).to_pylist()[:2000]:
         data[r["offset"]] ^= 0xFF  # 2000 bad frames: far more JSONL than a pipe buffer holds

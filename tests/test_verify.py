@@ -457,3 +457,62 @@ def test_max_errors_counts_only_frames_really_hashed(tmp_path):
     # frame 3 is damaged and unreported: it was never hashed, so it must not count as checked
     could_be_hashed = [r["length"] for r in rs[:15] if r["frame_id"] != 3]
     assert rep.frames_checked <= len(could_be_hashed) and rep.bytes_checked <= sum(could_be_hashed)
+
+
+def test_max_errors_gives_the_same_problems_whatever_the_workers(tmp_path, monkeypatch):
+    import hframe_cli.verify as verify_mod
+
+    pack, rs = _small_big_small(tmp_path)
+    flip(pack, rs[3]["offset"] + 5)
+    flip(pack, rs[15]["record_offset"] + 9)
+    monkeypatch.setattr(verify_mod, "_PARALLEL_ABOVE", 0)
+    for n in (1, 2):
+        reps = [verify_pack(pack, workers=w, max_errors=n) for w in (1, 2, 3)]
+        assert len({(tuple(_problems(r)), r.frames_checked, r.bytes_checked) for r in reps}) == 1, n
+
+
+def test_a_frame_shorter_than_its_magic_is_judged_on_its_own_bytes(tmp_path, monkeypatch):
+    """A 3-byte frame the index calls a PNG (8 magic bytes): the bytes found are its own, never
+    the next record's header, in one walk and in parts."""
+    import hframe_cli.verify as verify_mod
+
+    src = tmp_path / "zeros"
+    src.mkdir()
+    for i in range(12):
+        (src / f"{i:02d}.bin").write_bytes(b"abc")
+    pack = tmp_path / "z.hframe"
+    h.pack([src], pack)
+    t = pq.read_table(f"{pack}.index.parquet")
+    media = t.column("media_type").to_pylist()
+    media[7] = "png"
+    field = t.schema.field("media_type")
+    pq.write_table(
+        t.set_column(t.schema.get_field_index("media_type"), field, pa.array(media, field.type)),
+        f"{pack}.index.parquet",
+    )
+    monkeypatch.setattr(verify_mod, "_PARALLEL_ABOVE", 0)
+    for workers in (1, 3):
+        rep = verify_pack(pack, workers=workers)
+        assert [(p.check, p.frame_id, p.found) for p in rep.problems] == [("magic", 7, "61 62 63")], workers
+
+
+def test_every_one_frame_selection_reports_only_its_own_frame(tmp_path):
+    """1000 bytes cut out of frame 20 shift every later record off its index position. At the
+    end the index points past the data, so the walk resynchronises on a shifted header and finds
+    records "lost" in between. A --frames selection still reports only its own frames."""
+    src = tmp_path / "varied"
+    src.mkdir()
+    rng = random.Random(3)
+    sizes = [rng.randrange(50, 1500) for _ in range(57)] + [820, 400, 100]  # see the docstring
+    for i, size in enumerate(sizes):
+        (src / f"{i:02d}.bin").write_bytes(rng.randbytes(size))
+    pack = tmp_path / "varied.hframe"
+    h.pack([src], pack)
+    rs = rows(pack)
+    data = bytearray(pack.read_bytes())
+    del data[rs[20]["offset"] + 5 : rs[20]["offset"] + 1005]
+    pack.write_bytes(bytes(data))
+    assert any("record not found" in p.message for p in verify_pack(pack, frames=(57, 60)).problems)
+    for i in range(60):
+        rep = verify_pack(pack, frames=(i, i + 1))
+        assert set(rep.bad_frames) <= {i}, (i, [(p.frame_id, p.message) for p in rep.problems])
