@@ -409,9 +409,10 @@ class PackReader:
             # cost more than the copies themselves
             blobs.extend(self._read_plan(read_at, p[0], p[1]) for p in plans[1:])
         elif len(plans) > 1:
-            # one task per worker, each reading a contiguous share of the sorted ranges
+            # one task per worker, each reading a contiguous share of the sorted ranges; a warm
+            # batch is only memory copies: more threads than cores would just take turns
             rest = plans[1:]
-            k = min(w, len(rest))
+            k = min(w if cold else min(w, os.cpu_count() or 1), len(rest))
             shares = [rest[i * len(rest) // k : (i + 1) * len(rest) // k] for i in range(k)]
             pool = self._get_pool(w)
             for part in pool.map(lambda share: [self._read_plan(read_at, p[0], p[1]) for p in share], shares):
