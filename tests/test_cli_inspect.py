@@ -5,10 +5,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from conftest import run_bin
+from conftest import hframe_bin, run_bin
 
 import hframe_cli as h
 
@@ -136,20 +138,21 @@ def test_installed_command_end_to_end_with_pipes(photos, tmp_path):
     assert r.returncode == 0 and r.stdout.decode() == f"hframe {h.__version__}\n"
 
 
+def _pack_of_tiny_frames(tmp_path: Path, n: int) -> Path:
+    """A pack of ``n`` tiny frames named 00000.bin ...: listings and reports longer than a pipe holds."""
+    src = tmp_path / "many"
+    src.mkdir()
+    for i in range(n):
+        (src / f"{i:05d}.bin").write_bytes(b"frame %05d" % i)
+    out = tmp_path / "many.hframe"
+    assert run_bin(["pack", str(src), "-o", str(out), "-q"]).returncode == 0
+    return out
+
+
 def test_installed_command_flushes_everything_and_a_closed_pipe_is_not_an_error(tmp_path):
     """The console script skips interpreter teardown (os._exit): all output must still arrive;
     a reader that stops early (``| head``) ends the command quietly with exit 0."""
-    import os
-    import subprocess
-
-    from conftest import hframe_bin
-
-    src = tmp_path / "many"
-    src.mkdir()
-    for i in range(3000):
-        (src / f"{i:05d}.bin").write_bytes(b"%d" % i)
-    out = tmp_path / "many.hframe"
-    assert run_bin(["pack", str(src), "-o", str(out), "-q"]).returncode == 0
+    out = _pack_of_tiny_frames(tmp_path, 3000)
     r = run_bin(["index", str(out), "--format", "jsonl"])  # ~600 KB: many buffer flushes
     lines = r.stdout.decode().splitlines()
     assert r.returncode == 0 and len(lines) == 3000 and json.loads(lines[-1])["name"] == "02999.bin"
@@ -165,18 +168,7 @@ def test_installed_command_flushes_everything_and_a_closed_pipe_is_not_an_error(
 def test_verify_keeps_its_verdict_when_the_reader_stops_early_and_survives_closed_streams(tmp_path):
     """`hframe verify bad --jsonl | head -1` still exits 1 (problems found); a closed stdout or
     stderr (`>&-`) is no reason for a traceback: what would go there goes nowhere."""
-    import os
-    import subprocess
-
-    import pyarrow.parquet as pq
-    from conftest import hframe_bin
-
-    src = tmp_path / "many"
-    src.mkdir()
-    for i in range(3000):
-        (src / f"{i:05d}.bin").write_bytes(b"frame %05d" % i)
-    out = tmp_path / "many.hframe"
-    assert run_bin(["pack", str(src), "-o", str(out), "-q"]).returncode == 0
+    out = _pack_of_tiny_frames(tmp_path, 3000)
     env = {**os.environ, "HFRAME_TTY": "1"}  # rich tables (and a progress bar) on a pipe closed at once
     proc = subprocess.Popen([hframe_bin(), "verify", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     assert proc.stdout is not None and proc.stderr is not None
