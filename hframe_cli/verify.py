@@ -20,7 +20,6 @@ after evicting the pack from the page cache, raising on the first problem.
 
 from __future__ import annotations
 
-import binascii
 import bisect
 import contextlib
 import hashlib
@@ -33,9 +32,7 @@ import re
 import signal
 import time
 import zlib
-from array import array
-from collections.abc import Callable, Iterator, MutableSequence, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -55,7 +52,6 @@ from .errors import (
     UnsupportedVersion,
 )
 from .format import (
-    CODEC_IDS,
     CODEC_NAMES,
     FLAG_COMPRESSED,
     FLAG_DICT,
@@ -73,10 +69,11 @@ from .format import (
     record_crc,
     record_fields,
 )
-from .index import IndexMeta, get_index_path, read_index, read_index_meta
+from .index import IndexMeta, get_index_path, read_index_meta
 from .inputs import expand_globs
 from .reader import _int64_column, read_dictionary
 from .storage import LocalFile, evict_from_page_cache, open_storage
+from .verify_index import IndexCols
 from .verify_report import PackReport, Problem, VerifyReport, parse_frames, parse_sample
 
 __all__ = [
@@ -103,139 +100,6 @@ ProgressFn = Callable[[int], None]
 
 class _TooManyProblems(Exception):
     pass
-
-
-# -- the index as arrays ----------------------------------------------------------------
-
-_INDEX_COLUMNS = ["offset", "length", "record_offset", "md5", "name", "name_raw", "media_type", "raw_length", "codec"]
-
-
-@dataclass
-class _IndexCols:
-    """The index columns verify compares, as Python sequences indexed by frame id."""
-
-    offset: MutableSequence[int]  # array('q') or list
-    length: MutableSequence[int]
-    record_offset: MutableSequence[int]
-    md5: bytes | bytearray  # 16 bytes per frame
-    names: list[bytes]
-    media: list[str]
-    raw_length: MutableSequence[int]
-    codec: list[int]  # codec ids (-1: a name this release does not know)
-    #: where only some rows are converted: the table, to convert others on demand (``ensure``),
-    #: and one byte per row, 1 once converted
-    table: pa.Table | None = None
-    converted: bytearray = field(default_factory=bytearray)
-
-    @staticmethod
-    def read(path: str) -> pa.Table:
-        """The index columns verify compares (media type and codec dictionary-encoded)."""
-        return read_index(path, _INDEX_COLUMNS, as_dictionary=("media_type", "codec"))
-
-    @classmethod
-    def from_table(cls, t: pa.Table, ranges: list[tuple[int, int]] | None = None) -> _IndexCols:
-        """Rows of ``t`` (from ``read``) as Python sequences: all of them, or only those in
-        ``ranges``. The sequences are full length either way, so frame ids index them directly;
-        a row outside ``ranges`` holds a placeholder until ``ensure`` converts it."""
-        n = t.num_rows
-        if ranges is None or ranges == [(0, n)]:
-            return cls._from_table(t)
-
-        def zeros() -> array[int]:  # slice-assigning an array('q') into another is a memcpy
-            z = array("q")
-            z.frombytes(bytes(8 * n))
-            return z
-
-        out = cls(
-            zeros(), zeros(), zeros(), bytearray(16 * n), [b""] * n, ["unknown"] * n, zeros(), [0] * n, t, bytearray(n)
-        )
-        for a, b in ranges:
-            out.ensure(a, b)
-        return out
-
-    def ensure(self, a: int, b: int) -> None:
-        """Rows [a, b) converted, for a careful path that reports frames outside the rows asked
-        for (a part of a parallel walk, a sample): never a placeholder in a report."""
-        if self.table is None:
-            return
-        a, b = max(0, a), min(len(self.offset), b)
-        if a >= b or self.converted.find(0, a, b) < 0:
-            return
-        part = self._from_table(self.table.slice(a, b - a))
-        self.offset[a:b] = part.offset
-        self.length[a:b] = part.length
-        self.record_offset[a:b] = part.record_offset
-        self.names[a:b] = part.names
-        self.media[a:b] = part.media
-        self.raw_length[a:b] = part.raw_length
-        self.codec[a:b] = part.codec
-        self.md5[16 * a : 16 * b] = part.md5  # type: ignore[index]  # a bytearray here
-        self.converted[a:b] = b"\1" * (b - a)
-
-    @classmethod
-    def _from_table(cls, t: pa.Table) -> _IndexCols:
-        n = t.num_rows
-        md5_col = t.column("md5").combine_chunks() if n else pa.array([], pa.string())
-        md5 = _md5_column_bytes(md5_col)
-        name_col = t.column("name").combine_chunks() if n else pa.array([], pa.string())
-        # the same buffers read as binary: bytes values, without a cast (pyarrow.compute, ~45 ms)
-        names: list[bytes] = pa.Array.from_buffers(
-            pa.binary(), n, name_col.buffers(), name_col.null_count, name_col.offset
-        ).to_pylist()
-        raw_col = t.column("name_raw")
-        if raw_col.null_count < n:  # names that are not UTF-8: the exact bytes
-            for k, raw in enumerate(raw_col.to_pylist()):
-                if raw is not None:
-                    names[k] = raw
-        return cls(
-            _int64_column(t, "offset"),
-            _int64_column(t, "length"),
-            _int64_column(t, "record_offset"),
-            md5,
-            names,
-            _rows_of(t.column("media_type"), str),
-            _int64_column(t, "raw_length"),
-            _rows_of(t.column("codec"), lambda c: CODEC_IDS.get(c, -1)),
-        )
-
-
-def _rows_of(col: pa.ChunkedArray, convert: Callable[[Any], Any]) -> list[Any]:
-    """``convert`` of every value of a string column without nulls, converting each distinct
-    value once where the column is dictionary-encoded (a column of one value: no per-row work)."""
-    out: list[Any] = []
-    for chunk in col.chunks:
-        if pa.types.is_dictionary(chunk.type):
-            values = [convert(v) for v in chunk.dictionary.to_pylist()]
-            if len(values) == 1:
-                out.extend(values * len(chunk))
-            else:
-                out.extend([values[k] for k in chunk.indices.to_pylist()])
-        else:
-            out.extend([convert(v) for v in chunk.to_pylist()])
-    return out
-
-
-def _md5_column_bytes(col: pa.Array) -> bytes:
-    """16 bytes per row from the hex md5 column: straight from its buffers when every value is
-    32 characters (the usual case), else value by value (bad values become ff..ff)."""
-    n = len(col)
-    if n and col.null_count == 0:
-        offsets = memoryview(col.buffers()[1]).cast("i")[col.offset : col.offset + n + 1]
-        o0 = offsets[0]
-        if offsets.tobytes() == array("i", range(o0, o0 + 32 * n + 1, 32)).tobytes():
-            try:
-                return binascii.unhexlify(memoryview(col.buffers()[2])[o0 : o0 + 32 * n])
-            except (binascii.Error, ValueError):
-                pass
-    return b"".join(_md5_bytes(h) if h is not None else b"\xff" * 16 for h in col.to_pylist())
-
-
-def _md5_bytes(h: str) -> bytes:
-    try:
-        b = bytes.fromhex(h)
-        return b if len(b) == 16 else b"\xff" * 16
-    except ValueError:
-        return b"\xff" * 16
 
 
 # -- chunked sequential reads -----------------------------------------------------------
@@ -356,7 +220,7 @@ class _Verifier:
         stop_id: int | None,
         end: int,
         data_end_known: bool,
-        idx: _IndexCols | None,
+        idx: IndexCols | None,
         n_total: int | None = None,
         read_end: int | None = None,
         report_to: int | None = None,
@@ -570,7 +434,7 @@ class _Verifier:
         i: int,
         stop: int,
         end: int,
-        idx: _IndexCols,
+        idx: IndexCols,
         magics: list[bytes | None],
         first_id: int,
     ) -> tuple[int, int, int]:
@@ -637,7 +501,7 @@ class _Verifier:
         batch: list[tuple[int, bytes, int, int]],
         meta: list[tuple[int, bytes, int, int]],
         decode_ids: set[int],
-        idx: _IndexCols | None,
+        idx: IndexCols | None,
         packed: dict[int, Packed] | None = None,
     ) -> None:
         """Hash a batch of frames (decompressing those in ``packed``) and report what differs.
@@ -652,7 +516,7 @@ class _Verifier:
         self.collect(results, meta, idx)
 
     def collect(
-        self, results: list[tuple[bytes, str | None]], meta: list[tuple[int, bytes, int, int]], idx: _IndexCols | None
+        self, results: list[tuple[bytes, str | None]], meta: list[tuple[int, bytes, int, int]], idx: IndexCols | None
     ) -> None:
         if idx is not None and meta:
             ids = [m[0] for m in meta]
@@ -700,7 +564,7 @@ class _Verifier:
     def compare_row(
         self,
         i: int,
-        idx: _IndexCols,
+        idx: IndexCols,
         rec_pos: int,
         offset: int,
         length: int,
@@ -749,7 +613,7 @@ class _Verifier:
             )
 
     def lost_record(
-        self, i: int, pos: int, end: int, idx: _IndexCols | None, reason: str, n_index: int | None
+        self, i: int, pos: int, end: int, idx: IndexCols | None, reason: str, n_index: int | None
     ) -> tuple[int, int] | None:
         """Report frame ``i`` unreadable at ``pos``; return where the walk can resume, if anywhere."""
         if idx is not None:
@@ -802,7 +666,7 @@ class _Verifier:
         return None
 
     def missing_from(
-        self, i: int, offset: int | None, end: int, idx: _IndexCols | None, n_index: int | None, reason: str
+        self, i: int, offset: int | None, end: int, idx: IndexCols | None, n_index: int | None, reason: str
     ) -> None:
         last = n_index if n_index is not None else i + 1
         if self.r.problems_after(i):
@@ -975,7 +839,7 @@ def _verify_open(
         if rows != meta.frame_count:
             v.add("index", f"{ipath}: index has {rows} rows, its metadata says {meta.frame_count}")
         ranges, report.selection = _selection(rows, meta.payload_bytes, sample, seed, frames)
-        table = _IndexCols.read(ipath)
+        table = IndexCols.read(ipath)
         if trailer is not None and meta.frame_count != trailer.frame_count:
             v.add("index", f"{ipath}: index says {meta.frame_count} frames, pack trailer says {trailer.frame_count}")
         if meta.pack_bytes != size:
@@ -1003,7 +867,7 @@ def _verify_open(
             _check_end(v, stop_pos, size, end, trailer, data_end_known)
             return
         # a selection of most rows converts them all: simpler and no slower
-        idx = _IndexCols.from_table(table, ranges if sum(b - a for a, b in ranges) * 2 <= n else None)
+        idx = IndexCols.from_table(table, ranges if sum(b - a for a, b in ranges) * 2 <= n else None)
         if report.selection != "full" and len(ranges) > 1 and hasattr(os, "posix_fadvise"):
             # a sample reads many separate runs: ask for all of them at once, so a cold disk
             # serves them in parallel instead of one seek after another
@@ -1040,13 +904,13 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
     here in one go, from where the walk really is: the report is then what one walk gives.
 
     Each process converts only its own part's index rows up front (others on demand, see
-    ``_IndexCols.ensure``), so that work is shared out too."""
+    ``IndexCols.ensure``), so that work is shared out too."""
     rofs = _int64_column(table, "record_offset")
     if any(b < a for a, b in zip(rofs, rofs[1:])):
-        return v.walk(HEADER_SIZE, 0, n, end, data_end_known, _IndexCols.from_table(table))
+        return v.walk(HEADER_SIZE, 0, n, end, data_end_known, IndexCols.from_table(table))
 
-    def rows(a: int, b: int) -> _IndexCols:
-        return _IndexCols.from_table(table, [(min(a, n), min(n, b + 1))])
+    def rows(a: int, b: int) -> IndexCols:
+        return IndexCols.from_table(table, [(min(a, n), min(n, b + 1))])
 
     parts_n = min(v.processes, n)
     cuts = [0]
