@@ -33,6 +33,17 @@ step hframe index sample/photos.hframe --rebuild
 step hframe bench-cold sample/photos.hframe --frames 16 --batches 5 --seed 1 --compare sample/photos --md5
 step hframe bench-warm sample/photos.hframe --frames 16 --batches 5 --seed 1 --sampler block-local --block-size 20
 step python -c "import hframe_cli as h; p = h.open_pack('sample/photos.hframe'); print(len(p), 'frames;', 'read_many of 8:', [len(b) for b in p.read_many(range(8))])"
+# training: a DataLoader over the pack (only where torch is installed: pip install 'hframe[torch]')
+if python -c "import torch" 2>/dev/null; then
+    step python -W ignore -c "
+from torch.utils.data import DataLoader
+from hframe_cli.torchdata import FrameDataset
+ds = FrameDataset('sample/photos.hframe', decode='pil', transform=lambda im: im.size)
+sizes, labels = next(iter(DataLoader(ds, batch_size=8, shuffle=True, num_workers=2)))
+print(len(ds), 'frames,', 'classes', ds.classes, '; a batch of labels:', labels.tolist())"
+else
+    echo "(torch not installed: skipping the DataLoader step)" >&2
+fi
 # media: videos cut into frames, per-frame zstd with a trained dictionary, hashed splits
 step hframe pack sample/clips -o sample/clips.hframe --video-frames fps:2 --frame-format jpeg:90 --split train=0.8,val=0.2
 step hframe index sample/clips.hframe --columns name,source,frame_index,pts_s,keyframe,width,height,split --name 'clip000*'
@@ -43,4 +54,4 @@ step hframe get sample/records.hframe 00007.json -o sample/00007.json
 step cmp sample/00007.json sample/records/00007.json
 step hframe bench-warm sample/records.hframe --frames 64 --batches 5 --seed 1 --md5
 echo >&2
-echo "demo ok: pack, verify, dump-header, index, get, dd, rebuild, cold/warm bench, Python reader, video frames, zstd" >&2
+echo "demo ok: pack, verify, dump-header, index, get, dd, rebuild, cold/warm bench, Python reader, DataLoader (with torch), video frames, zstd" >&2
