@@ -615,11 +615,6 @@ def main(argv: list[str] | None = None) -> None:
     except (KeyboardInterrupt, typer.Abort):
         render.error(_INTERRUPTED)
         code = EXIT_INTERRUPTED
-    except BrokenPipeError:
-        # the reader went away (`| head`): stop quietly
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        code = EXIT_OK
     except SystemExit:
         if sys.stdout is stdout:
             raise

@@ -203,7 +203,11 @@ class _Verifier:
         self.decompressor: Decompressor | None = None  # set when the pack has compressed frames
 
     def add(self, check: str, message: str, frame_id: int | None = None, **kw: Any) -> None:
-        self.r.problems.append(Problem(check, message, frame_id, **kw))
+        self.keep(Problem(check, message, frame_id, **kw))
+
+    def keep(self, problem: Problem) -> None:
+        """Record a problem; stop the walk once ``max_errors`` are recorded."""
+        self.r.problems.append(problem)
         if self.max_errors is not None and len(self.r.problems) >= self.max_errors:
             self.r.stopped_early = True
             raise _TooManyProblems
@@ -1003,16 +1007,7 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
             v.r.frames_checked += frames
             v.r.bytes_checked += nbytes
             for p in problems:
-                v.add(
-                    p.check,
-                    p.message,
-                    p.frame_id,
-                    name=p.name,
-                    offset=p.offset,
-                    length=p.length,
-                    expected=p.expected,
-                    found=p.found,
-                )
+                v.keep(p)
             if stopped:
                 v.r.stopped_early = True
                 raise _TooManyProblems

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -99,3 +101,16 @@ def hframe_bin() -> str:
 def run_bin(args: list[str], **kw) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "HFRAME_TTY": "0", **kw.pop("env", {})}
     return subprocess.run([hframe_bin(), *args], capture_output=True, env=env, timeout=120, **kw)
+
+
+def killed_and_resumed(src: Path, tmp_path: Path, args: list[str], fault: str) -> tuple[Path, Path, dict]:
+    """Pack ``src`` twice with ``args``: once cleanly, once SIGKILLed by ``HFRAME_FAULT=fault``
+    and then resumed. Returns (clean pack, resumed pack, resume --json document)."""
+    clean = tmp_path / "clean.hframe"
+    assert run_bin(["pack", str(src), "-o", str(clean), *args]).returncode == 0
+    out = tmp_path / "k.hframe"
+    r = run_bin(["pack", str(src), "-o", str(out), *args], env={"HFRAME_FAULT": fault})
+    assert r.returncode == -signal.SIGKILL
+    r = run_bin(["resume", str(out), "--json"])
+    assert r.returncode == 0, r.stderr
+    return clean, out, json.loads(r.stdout)

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from conftest import make_image, run_bin, run_cli
+from conftest import killed_and_resumed, make_image, run_bin, run_cli
 from PIL import Image
 
 import hframe_cli as h
@@ -172,14 +172,8 @@ def test_decompression_bombs_are_refused(records, tmp_path):
 
 def test_compressed_pack_resumes_byte_identical_after_sigkill(records, tmp_path):
     args = ["--compress", "zstd:3", "--zstd-dict", "auto", "--created", "1700000000", "--checkpoint-every", "10", "-q"]
-    clean = tmp_path / "clean.hframe"
-    assert run_bin(["pack", str(records), "-o", str(clean), *args]).returncode == 0
-    out = tmp_path / "k.hframe"
-    r = run_bin(["pack", str(records), "-o", str(out), *args], env={"HFRAME_FAULT": "after-frame:57"})
-    assert r.returncode == -signal.SIGKILL
-    r = run_bin(["resume", str(out), "--json"])
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["resumed_from_frame"] == 50
+    clean, out, resumed = killed_and_resumed(records, tmp_path, args, "after-frame:57")
+    assert resumed["resumed_from_frame"] == 50
     assert out.read_bytes() == clean.read_bytes()
     assert run_cli(["verify", str(out)]).exit_code == 0
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import av
 import pyarrow.parquet as pq
 import pytest
-from conftest import make_photos, run_bin, run_cli
+from conftest import killed_and_resumed, make_photos, run_bin, run_cli
 from PIL import Image, ImageDraw
 
 import hframe_cli as h
@@ -189,14 +189,8 @@ def test_truncated_video_keeps_the_good_frames_with_skip_bad(tmp_path, name, cod
 
 def test_video_pack_resumes_byte_identical_after_sigkill(clips, tmp_path):
     args = ["--video-frames", "every:3", "--created", "1700000000", "--checkpoint-every", "1", "-q"]
-    clean = tmp_path / "clean.hframe"
-    assert run_bin(["pack", str(clips), "-o", str(clean), *args]).returncode == 0
-    out = tmp_path / "k.hframe"
-    r = run_bin(["pack", str(clips), "-o", str(out), *args], env={"HFRAME_FAULT": "after-frame:2"})
-    assert r.returncode == -signal.SIGKILL
-    r = run_bin(["resume", str(out), "--json"])
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["resumed_from_frame"] == 10  # two videos of 10 frames committed
+    clean, out, resumed = killed_and_resumed(clips, tmp_path, args, "after-frame:2")
+    assert resumed["resumed_from_frame"] == 10  # two videos of 10 frames committed
     assert out.read_bytes() == clean.read_bytes()
     assert Path(f"{out}.index.parquet").read_bytes() == Path(f"{clean}.index.parquet").read_bytes()
 
