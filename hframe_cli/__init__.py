@@ -32,6 +32,7 @@ from .errors import (
     NotFound,
     NothingToResume,
     PackLocked,
+    PackReplaced,
     StorageError,
     UnsupportedVersion,
 )
@@ -103,6 +104,7 @@ __all__ = [
     "NotFound",
     "NothingToResume",
     "PackLocked",
+    "PackReplaced",
     "PackReader",
     "PackReport",
     "PackResult",

@@ -31,6 +31,21 @@ app = typer.Typer(
 )
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+WaitOpt = Annotated[
+    float,
+    typer.Option(
+        "--wait",
+        help="If another run holds the output, wait up to SECONDS for it (like flock -w); default: exit 3 at once.",
+        min=0,
+    ),
+]
+SkipLockedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-if-locked",
+        help="If another run holds the output, do nothing and exit 0 (cron: an overlapping run is not an error).",
+    ),
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary; errors only.")]
 LabelOpt = Annotated[Optional[str], typer.Option("--label", help="Only frames with this label.")]
 SplitOpt = Annotated[Optional[str], typer.Option("--split", help="Only frames in this split (train, val, ...).")]
@@ -192,109 +207,157 @@ def pack(
         bool,
         typer.Option("--strict-images", help="An image whose header cannot be read is bad input (default: a warning)."),
     ] = False,
+    wait: WaitOpt = 0.0,
+    skip_if_locked: SkipLockedOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Pack files into OUTPUT and its index OUTPUT.index.parquet, self-check, then publish."""
-    from .inputs import collect_sources
-    from .packing import CheckpointPolicy, parse_created
+    from .errors import PackLocked
+    from .guard import writer_run
+    from .packing import CheckpointPolicy
     from .units import parse_size
 
     policy = CheckpointPolicy(
         checkpoint_every, parse_size(checkpoint_bytes, "--checkpoint-bytes"), checkpoint_seconds, not no_checkpoint
     )
     if resume:
-        _resume(output, rescan=False, workers=workers, policy=policy, json_out=json_out, quiet=quiet)
-        return
-    created_us = parse_created(created)
-    max_bytes = parse_size(max_frame_bytes, "--max-frame-bytes")
-    from .media import MediaOptions
-
-    media = MediaOptions(
-        compress=compress,
-        zstd_dict=zstd_dict,
-        video_frames=video_frames,
-        frame_format=frame_format,
-        max_frames_per_video=max_frames_per_video,
-        label_from=label_from,
-        split=split,
-        image_meta=not no_image_meta,
-        strict_images=strict_images,
-    )
-    media.check()
-    srcs = collect_sources(
-        sources,
-        stdin=sys.stdin.buffer,
-        null_separated=null,
-        include=include or (),
-        exclude=exclude or (),
-        base=base,
-        output=os.fspath(output),
-        skip_bad=skip_bad,
-        max_frame_bytes=max_bytes,
-        allow_empty=allow_empty,
-    )
-    common: dict[str, Any] = dict(
-        alignment=align,
-        created_us=created_us,
-        force=force,
-        skip_bad=skip_bad,
-        self_check_frames=self_check,
-        workers=workers,
-        checkpoints=policy,
-        handle_signals=True,
-        on_event=render.event_logger(quiet or json_out),
-        media=media,
-    )
-    if update:
-        from .update import update_pack
-
-        with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
-            plan, maybe = update_pack(
-                srcs,
-                output,
-                checksum=checksum,
-                on_progress=on_progress,
-                **{k: v for k, v in common.items() if k != "force"},
-            )
-        render.update_summary(plan, maybe, os.fspath(output), json_out, quiet)
-        return
-    if checksum:
-        raise InputError("--checksum only applies with --update")
-    if shard_of is not None:
-        from .shards import pack_part
-
-        with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
-            result = pack_part(srcs, output, shard_of, on_progress=on_progress, **common)
-        render.pack_summary(result, json_out, quiet)
-        return
-    from .shards import pack_sharded
-
-    with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
-        manifest, results = pack_sharded(
-            srcs,
+        _resume(
             output,
-            max_pack_bytes=parse_size(max_pack_bytes, "--max-pack-bytes"),
-            on_progress=on_progress,
-            **common,
+            rescan=False,
+            workers=workers,
+            policy=policy,
+            json_out=json_out,
+            quiet=quiet,
+            wait=wait,
+            skip_if_locked=skip_if_locked,
         )
-    if manifest is None:
-        render.pack_summary(results[0], json_out, quiet)
-    else:
-        render.sharded_summary(manifest, results, os.fspath(output), json_out, quiet)
+        return
+    target = os.fspath(output)
+    if shard_of is not None:  # a job-array part writes (and locks) its own shard
+        from .shards import parse_shard_of, shard_path
+
+        target = os.fspath(shard_path(output, parse_shard_of(shard_of)[0]))
+    events = render.event_logger(quiet or json_out)
+    try:
+        # the lock before anything else: a locked run has listed nothing, planned nothing
+        with writer_run(target, wait=wait, handle_signals=True, on_event=events, on_warning=render.warning):
+            from .inputs import collect_sources
+            from .packing import parse_created
+            from .units import parse_size
+
+            created_us = parse_created(created)
+            max_bytes = parse_size(max_frame_bytes, "--max-frame-bytes")
+            from .media import MediaOptions
+
+            media = MediaOptions(
+                compress=compress,
+                zstd_dict=zstd_dict,
+                video_frames=video_frames,
+                frame_format=frame_format,
+                max_frames_per_video=max_frames_per_video,
+                label_from=label_from,
+                split=split,
+                image_meta=not no_image_meta,
+                strict_images=strict_images,
+            )
+            media.check()
+            srcs = collect_sources(
+                sources,
+                stdin=sys.stdin.buffer,
+                null_separated=null,
+                include=include or (),
+                exclude=exclude or (),
+                base=base,
+                output=os.fspath(output),
+                skip_bad=skip_bad,
+                max_frame_bytes=max_bytes,
+                allow_empty=allow_empty,
+            )
+            common: dict[str, Any] = dict(
+                alignment=align,
+                created_us=created_us,
+                force=force,
+                skip_bad=skip_bad,
+                self_check_frames=self_check,
+                workers=workers,
+                checkpoints=policy,
+                handle_signals=True,
+                on_event=events,
+                media=media,
+            )
+            if update:
+                from .update import update_pack
+
+                with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
+                    plan, maybe = update_pack(
+                        srcs,
+                        output,
+                        checksum=checksum,
+                        on_progress=on_progress,
+                        **{k: v for k, v in common.items() if k != "force"},
+                    )
+                render.update_summary(plan, maybe, os.fspath(output), json_out, quiet)
+                return
+            if checksum:
+                raise InputError("--checksum only applies with --update")
+            if shard_of is not None:
+                from .shards import pack_part
+
+                with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
+                    result = pack_part(srcs, output, shard_of, on_progress=on_progress, **common)
+                render.pack_summary(result, json_out, quiet)
+                return
+            from .shards import pack_sharded
+
+            with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
+                manifest, results = pack_sharded(
+                    srcs,
+                    output,
+                    max_pack_bytes=parse_size(max_pack_bytes, "--max-pack-bytes"),
+                    on_progress=on_progress,
+                    **common,
+                )
+            if manifest is None:
+                render.pack_summary(results[0], json_out, quiet)
+            else:
+                render.sharded_summary(manifest, results, os.fspath(output), json_out, quiet)
+    except PackLocked as e:
+        if not skip_if_locked:
+            raise
+        render.locked_skip(target, str(e), json_out, quiet)
 
 
-def _resume(output: Path, *, rescan: bool, workers: int | None, policy: Any, json_out: bool, quiet: bool) -> None:
+def _resume(
+    output: Path,
+    *,
+    rescan: bool,
+    workers: int | None,
+    policy: Any,
+    json_out: bool,
+    quiet: bool,
+    wait: float,
+    skip_if_locked: bool,
+) -> None:
+    from .errors import PackLocked
     from .packing import resume_pack
 
-    outcome = resume_pack(
-        output,
-        rescan=rescan,
-        workers=workers,
-        checkpoints=policy,
-        handle_signals=True,
-        on_event=render.event_logger(quiet or json_out),
-    )
+    try:
+        outcome = resume_pack(
+            output,
+            rescan=rescan,
+            workers=workers,
+            checkpoints=policy,
+            handle_signals=True,
+            on_event=render.event_logger(quiet or json_out),
+            on_warning=render.warning,
+            wait=wait,
+        )
+    except PackLocked as e:
+        if not skip_if_locked:
+            raise
+        render.locked_skip(os.fspath(output), str(e), json_out, quiet)
+        return
     render.resume_summary(outcome, os.fspath(output), json_out, quiet)
 
 
@@ -310,11 +373,22 @@ def resume_cmd(
     workers: Annotated[
         Optional[int], typer.Option("--workers", help="Threads reading and hashing sources.", min=1)
     ] = None,
+    wait: WaitOpt = 0.0,
+    skip_if_locked: SkipLockedOpt = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Continue an interrupted pack from its last checkpoint (byte-identical to an uninterrupted run)."""
-    _resume(output, rescan=rescan, workers=workers, policy=None, json_out=json_out, quiet=quiet)
+    _resume(
+        output,
+        rescan=rescan,
+        workers=workers,
+        policy=None,
+        json_out=json_out,
+        quiet=quiet,
+        wait=wait,
+        skip_if_locked=skip_if_locked,
+    )
 
 
 @app.command()

@@ -15,6 +15,7 @@ Our exception hierarchy::
     │   ├── MagicMismatch            magic bytes disagree with the recorded media type
     │   └── FrameOutOfRange          offset + length lies beyond the end of the pack
     ├── StorageError                 exit 3: I/O failed (disk full, unreachable, permission)
+    │   └── PackReplaced             a reader's pack was replaced and its version is out of reach
     ├── PackLocked                   exit 3: another run holds the output
     ├── NothingToResume              exit 5: resume found no partial pack, checkpoint or pack
     └── Interrupted                  exit 130: SIGINT/SIGTERM; a checkpoint was written
@@ -46,6 +47,7 @@ __all__ = [
     "NotFound",
     "NothingToResume",
     "PackLocked",
+    "PackReplaced",
     "StorageError",
     "UnsupportedVersion",
 ]
@@ -119,6 +121,10 @@ class StorageError(HframeError):
     """Reading or writing storage failed (disk full, unreachable, permission)."""
 
     exit_code = EXIT_ENV
+
+
+class PackReplaced(StorageError):
+    """The pack a reader opened was replaced (republished), and that version can no longer be reached."""
 
 
 class PackLocked(HframeError):

@@ -406,11 +406,12 @@ def write_index(table: pa.Table, path: str | os.PathLike[str]) -> None:
         os.fsync(f.fileno())
 
 
-def read_index_meta(path: str | os.PathLike[str]) -> IndexMeta:
-    """Read only the metadata of an index file."""
+def read_index_meta(path: str | os.PathLike[str], *, stream: Any = None) -> IndexMeta:
+    """Read only the metadata of an index file (from ``stream``, an open file object, if given:
+    ``path`` then only names it in messages)."""
     where = os.fspath(path)
     try:
-        schema = pq.read_schema(path)
+        schema = pq.read_schema(stream if stream is not None else path)
     except FileNotFoundError as e:
         raise InputError(f"{where}: index not found (rebuild it with 'hframe index PACK --rebuild')") from e
     except (pa.ArrowInvalid, OSError) as e:
@@ -419,9 +420,14 @@ def read_index_meta(path: str | os.PathLike[str]) -> IndexMeta:
 
 
 def read_index(
-    path: str | os.PathLike[str], columns: list[str] | None = None, *, as_dictionary: Sequence[str] = ()
+    path: str | os.PathLike[str],
+    columns: list[str] | None = None,
+    *,
+    as_dictionary: Sequence[str] = (),
+    stream: Any = None,
 ) -> pa.Table:
-    """Read index rows (all columns, or only ``columns``).
+    """Read index rows (all columns, or only ``columns``), from ``stream`` (an open file object)
+    if given, else from ``path``.
 
     ``as_dictionary`` names string columns to return dictionary-encoded (indices into their
     distinct values): far cheaper than one Python string per row for columns such as
@@ -430,7 +436,7 @@ def read_index(
     where = os.fspath(path)
     try:
         # ParquetFile, not read_table: the same rows without importing pyarrow.dataset (~90 ms)
-        with pq.ParquetFile(path, read_dictionary=list(as_dictionary) or None) as pf:
+        with pq.ParquetFile(stream if stream is not None else path, read_dictionary=list(as_dictionary) or None) as pf:
             if columns is None:
                 return _conform(_with_added_columns(pf.read()), where)
             have = set(pf.schema_arrow.names)

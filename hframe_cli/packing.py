@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 import uuid as uuid_mod
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +21,6 @@ from typing import Any
 
 from .checkpoint import (
     Checkpoint,
-    OutputLock,
     checkpoint_paths,
     load_checkpoint,
     load_sources,
@@ -33,6 +31,7 @@ from .checkpoint import (
 from .errors import FormatError, InputError, IntegrityError, Interrupted, NothingToResume
 from .faults import fault_point
 from .format import HEADER_SIZE
+from .guard import StopSignals, stop_signals, writer_run
 from .index import get_index_path
 from .inputs import Rejected, Source, SourceList
 from .loading import STREAM_ABOVE, Loaded, loaded_in_order
@@ -132,28 +131,6 @@ class CheckpointPolicy:
     enabled: bool = True
 
 
-class _StopSignals:
-    """Turn SIGINT/SIGTERM into a flag checked between frames (main thread only)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and threading.current_thread() is threading.main_thread()
-        self.signum: int | None = None
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> _StopSignals:
-        if self.enabled:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._old[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: object) -> None:
-        self.signum = signum
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-
-
 def _note(on_event: EventFn | None, message: str) -> None:
     if on_event is not None:
         on_event(message)
@@ -207,45 +184,49 @@ def pack_sources(
         PackLocked: another run is writing ``output``.
         Interrupted: SIGINT/SIGTERM; a checkpoint was written.
     """
-    policy = checkpoints or CheckpointPolicy()
-    media = media or MediaOptions()
-    media.check()
-    media.fix_label_csv()
     out = os.fspath(output)
-    if not force and checkpoint_paths(out).checkpoint.exists():
-        if not os.path.exists(out):
-            raise InputError(
-                f"{out}: an interrupted run left {out}.partial; continue it with 'hframe resume {out}' "
-                "or start over with --force"
-            )
-    if created_us is None:
-        created_us = time.time_ns() // 1000
-        pack_uuid = pack_uuid or str(uuid_mod.uuid4())
-    # with a fixed creation time and no fixed UUID, the UUID is derived from the frames at seal
-    # time, so the same inputs give the same bytes
-    if os.path.exists(out) and not force:
-        raise InputError(f"{out}: already exists (use --force to replace it)")
-    ckpt = Checkpoint(
-        output=out,
-        phase="packing",
-        options={
-            "alignment": alignment,
-            "created_us": created_us,
-            "pack_uuid": pack_uuid,
-            "skip_bad": skip_bad,
-            "self_check_frames": self_check_frames,
-            "collect": sources.collect,  # how they were found: resume walks the folders again
-            "media": media.to_dict(),
-        },
-        fingerprint=source_fingerprint(sources.sources),
-        source_count=len(sources.sources),
-        committed_bytes=HEADER_SIZE,
-    )
-    dictionary = _dictionary_for(sources, media, on_event)  # a bad --zstd-dict fails before any file is made
-    with OutputLock(out) as lock:
-        if policy.enabled:  # the intent, on disk before the partial pack exists
-            save_sources(out, sources)
-            ckpt.save(out)
+    with (
+        writer_run(out, handle_signals=handle_signals, on_event=on_event) as lock,
+        stop_signals(handle_signals) as stop,
+    ):
+        policy = checkpoints or CheckpointPolicy()
+        media = media or MediaOptions()
+        media.check()
+        media.fix_label_csv()
+        if not force and checkpoint_paths(out).checkpoint.exists():
+            if not os.path.exists(out):
+                raise InputError(
+                    f"{out}: an interrupted run left {out}.partial; continue it with 'hframe resume {out}' "
+                    "or start over with --force"
+                )
+        if created_us is None:
+            created_us = time.time_ns() // 1000
+            pack_uuid = pack_uuid or str(uuid_mod.uuid4())
+        # with a fixed creation time and no fixed UUID, the UUID is derived from the frames at seal
+        # time, so the same inputs give the same bytes
+        if os.path.exists(out) and not force:
+            raise InputError(f"{out}: already exists (use --force to replace it)")
+        ckpt = Checkpoint(
+            output=out,
+            phase="packing",
+            options={
+                "alignment": alignment,
+                "created_us": created_us,
+                "pack_uuid": pack_uuid,
+                "skip_bad": skip_bad,
+                "self_check_frames": self_check_frames,
+                "collect": sources.collect,  # how they were found: resume walks the folders again
+                "media": media.to_dict(),
+            },
+            fingerprint=source_fingerprint(sources.sources),
+            source_count=len(sources.sources),
+            committed_bytes=HEADER_SIZE,
+        )
+        dictionary = _dictionary_for(sources, media, on_event)  # a bad --zstd-dict fails before any file is made
+        if policy.enabled:  # the intent, on disk before the partial pack exists: both files or neither
+            with stop.deferred():
+                save_sources(out, sources)
+                ckpt.save(out)
         writer = PackWriter(
             output,
             alignment=alignment,
@@ -386,7 +367,8 @@ def _run(
 
     def interrupted(signum: int, next_source: int, where: str) -> Interrupted:
         name = signal.Signals(signum).name
-        checkpoint(next_source, f"stopped by {name}")
+        with stop.deferred(act_after=False):
+            checkpoint(next_source, f"stopped by {name}")
         return Interrupted(
             f"{out}: interrupted by {name} after {len(writer)} frames{where}; "
             + (
@@ -396,7 +378,8 @@ def _run(
             )
         )
 
-    with _StopSignals(settings.handle_signals) as stop:
+    with stop_signals(settings.handle_signals) as stop, stop.deferred(act_after=False):
+        # a signal stops the loop after the current frame, with a checkpoint
         for k, item in enumerate(loaded_in_order(todo, workers, prep, videos), start=start_source):
             src = item.source
             if item.video:
@@ -457,17 +440,27 @@ def _run(
                 checkpoint(k + 1, "periodic")
     if len(writer) == 0:
         raise InputError("nothing to pack: every input was skipped")
-    checkpoint(len(sources.sources), "all frames written")
+    with stop.deferred(act_after=False):
+        checkpoint(len(sources.sources), "all frames written")
+    if stop.signum is not None:
+        raise Interrupted(
+            f"{out}: interrupted by {stop.name} after all {len(writer)} frames were written; "
+            + (f"checkpoint kept: run 'hframe resume {out}' to seal and publish" if policy.enabled else "no checkpoint")
+        )
+    # sealing and the self-check: a signal stops them where they are (resume seals again)
     sealed = writer.seal()
     fault_point("after-seal")
     if settings.after_seal is not None:
         settings.after_seal(sealed)
     checked = self_check(sealed.partial_path, sealed.partial_index_path, self_check_frames)
-    if policy.enabled:
-        ckpt.phase = "publishing"
-        ckpt.save(out)
-    writer.publish()
-    remove_checkpoint_files(out)
+    with stop.deferred(act_after=False):  # publishing is never cut in half; a signal now comes too late
+        if policy.enabled:
+            ckpt.phase = "publishing"
+            ckpt.save(out)
+        writer.publish()
+        remove_checkpoint_files(out)
+    if stop.signum is not None:
+        _note(on_event, f"{out}: {stop.name} arrived while publishing; the pack was published first")
     return PackResult(
         path=out,
         index_path=os.fspath(writer.index_path),
@@ -507,7 +500,7 @@ def _add_video(
     writer: PackWriter,
     item: Loaded,
     prep: FramePrep,
-    stop: _StopSignals,
+    stop: StopSignals,
     skip_bad: bool,
     input_names: set[bytes] | frozenset[bytes] = frozenset(),
 ) -> str | None:
@@ -641,6 +634,8 @@ def resume_pack(
     handle_signals: bool = False,
     on_progress: ProgressFn | None = None,
     on_event: EventFn | None = None,
+    on_warning: EventFn | None = None,
+    wait: float = 0.0,
 ) -> ResumeResult:
     """Continue an interrupted ``pack`` from its last checkpoint.
 
@@ -651,6 +646,7 @@ def resume_pack(
     Args:
         rescan: if the inputs changed since the run started, start over with the current
             inputs instead of refusing.
+        wait: seconds to wait for the output lock (the lock is taken before anything is read).
 
     Raises:
         NothingToResume: no partial pack, checkpoint or finished pack at ``output``.
@@ -658,6 +654,19 @@ def resume_pack(
         PackLocked: another run holds the output.
     """
     out = os.fspath(output)
+    with writer_run(out, wait=wait, handle_signals=handle_signals, on_event=on_event, on_warning=on_warning):
+        return _resume_locked(out, rescan, workers, checkpoints, handle_signals, on_progress, on_event)
+
+
+def _resume_locked(
+    out: str,
+    rescan: bool,
+    workers: int | None,
+    checkpoints: CheckpointPolicy | None,
+    handle_signals: bool,
+    on_progress: ProgressFn | None,
+    on_event: EventFn | None,
+) -> ResumeResult:
     policy = checkpoints or CheckpointPolicy()
     ckpt, notes = load_checkpoint(out)  # notes (a torn checkpoint) are returned with the result
     partial = out + ".partial"
@@ -669,26 +678,25 @@ def resume_pack(
             ranges, popts = plan
             saved_all = load_sources(out)
             _note(on_event, f"resume: sharded run of {out}: {len(ranges)} shards")
-            with OutputLock(out):
-                manifest, results = run_shards(
-                    out,
-                    saved_all,
-                    ranges,
-                    on_event=on_event,
-                    force=False,
-                    resuming=True,
-                    alignment=popts["alignment"],
-                    created_us=popts["created_us"],
-                    **{
-                        k: (MediaOptions.from_dict(popts[k]) if k == "media" else popts[k])
-                        for k in SHARD_OPTIONS
-                        if k in popts
-                    },
-                    workers=workers,
-                    checkpoints=policy,
-                    handle_signals=handle_signals,
-                    on_progress=on_progress,
-                )
+            manifest, results = run_shards(
+                out,
+                saved_all,
+                ranges,
+                on_event=on_event,
+                force=False,
+                resuming=True,
+                alignment=popts["alignment"],
+                created_us=popts["created_us"],
+                **{
+                    k: (MediaOptions.from_dict(popts[k]) if k == "media" else popts[k])
+                    for k in SHARD_OPTIONS
+                    if k in popts
+                },
+                workers=workers,
+                checkpoints=policy,
+                handle_signals=handle_signals,
+                on_progress=on_progress,
+            )
             return ResumeResult("resumed", results[-1] if results else None, notes, manifest)
         if os.path.exists(partial):
             raise FormatError(
@@ -698,10 +706,15 @@ def resume_pack(
         if os.path.exists(out) and get_index_path(out).exists():
             _note(on_event, f"{out}: already complete; nothing to resume")
             return ResumeResult("already_complete", None, notes)
+        from .shards import get_manifest_path
+
+        if not os.path.exists(out) and get_manifest_path(out).exists():
+            _note(on_event, f"{out}: dataset already complete ({get_manifest_path(out)}); nothing to resume")
+            return ResumeResult("already_complete", None, notes)
         raise NothingToResume(f"{out}: nothing to resume (no partial pack, checkpoint or finished pack)")
     opts = ckpt.options
     if ckpt.phase == "publishing":
-        with OutputLock(out):
+        with stop_signals(handle_signals) as stop, stop.deferred(act_after=False):
             publish_partials(out)
             remove_checkpoint_files(out)
         _note(on_event, f"resume: finished publishing {out} (the pack was complete and self-checked)")
@@ -797,13 +810,31 @@ def pack(
     skip_bad: bool = False,
     allow_empty: bool = False,
     max_frame_bytes: int | None = None,
+    wait: float = 0.0,
     **options: object,
 ) -> PackResult:
     """Collect ``paths`` (files and folders) and pack them: the library form of ``hframe pack``.
 
-    Keyword options not listed here go to ``pack_sources`` (``alignment``, ``created_us``,
-    ``force``, ``self_check_frames``, ``workers``, ``on_progress``).
+    The output lock is taken first (waiting up to ``wait`` seconds), then the folders are
+    walked. Keyword options not listed here go to ``pack_sources`` (``alignment``,
+    ``created_us``, ``force``, ``self_check_frames``, ``workers``, ``on_progress``).
     """
+
+    with writer_run(output, wait=wait, handle_signals=bool(options.get("handle_signals"))):
+        return _collect_and_pack(paths, output, include, exclude, base, skip_bad, allow_empty, max_frame_bytes, options)
+
+
+def _collect_and_pack(
+    paths: Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    include: Sequence[str],
+    exclude: Sequence[str],
+    base: str | None,
+    skip_bad: bool,
+    allow_empty: bool,
+    max_frame_bytes: int | None,
+    options: dict[str, object],
+) -> PackResult:
     from .inputs import DEFAULT_MAX_FRAME_BYTES, collect_sources
 
     sources = collect_sources(

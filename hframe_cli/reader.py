@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from .codec import Decompressor
-from .errors import FrameOutOfRange, IncompletePack, InputError, NotFound
+from .errors import FormatError, FrameOutOfRange, IncompletePack, IndexMismatch, InputError, NotFound, PackReplaced
 from .format import (
     CODEC_IDS,
     EXTRA_ZSTD_DICT,
@@ -107,6 +107,152 @@ def read_dictionary(storage: LocalFile) -> bytes:
     return entries[EXTRA_ZSTD_DICT]
 
 
+#: How often ``open_generation`` looks again when the pack or index at the path changed while it
+#: was opening them (a publish under way); each look is a few syscalls, with a short pause between.
+_OPEN_ATTEMPTS = 10
+
+
+def open_generation(
+    path: str, index_path: str, snapshot: dict[str, Any] | None = None
+) -> tuple[LocalFile, PackInfo, LocalFile, IndexMeta]:
+    """Open one pack generation: the pack, and the index that belongs to it (``man/hframe.5``,
+    PUBLISHING AND READERS).
+
+    A publish renames ``PACK.partial`` over the pack, then ``INDEX.partial`` over the index.
+    Whenever the pair at the paths does not match, this finds the matching pair instead of
+    failing: the new pack with ``INDEX.partial`` (between the two renames, or after a writer died
+    there), or, when the pack at the path changed since it was opened, both again. Only a pair
+    that stays put and does not match is an ``IndexMismatch`` (a genuinely stray index).
+
+    ``snapshot`` (from an unpickled reader) names the generation wanted: the one its parent held,
+    reached through the parent's open files where possible; another generation is refused.
+
+    Returns:
+        (pack handle, its header and trailer, index handle, index metadata).
+    """
+    if snapshot is not None:
+        return _reopen_generation(path, index_path, snapshot)
+    for attempt in range(_OPEN_ATTEMPTS):
+        if attempt:
+            time.sleep(min(0.05, 0.001 * (2**attempt)))
+        storage = open_storage(path)
+        try:
+            info = read_pack_info(storage)
+            match, stray, stray_meta = _look_for_index(index_path, info)
+            if match is not None:
+                return storage, info, match[0], match[1]
+            settled = storage.is_at_path() and (stray is None or stray.is_at_path())
+            if stray is not None:
+                stray.close()
+            if settled:  # nothing is being published: the index really is missing or stray
+                if stray_meta is None:
+                    raise InputError(f"{index_path}: index not found (rebuild it with 'hframe index PACK --rebuild')")
+                stray_meta.check_pack(info.uuid, info.size, info.trailer.frame_count, index_path)
+        except BaseException:
+            storage.close()
+            raise
+        storage.close()  # a publish is under way: look again
+    raise IndexMismatch(
+        f"{index_path}: pack and index kept changing while being opened ({_OPEN_ATTEMPTS} attempts); "
+        "is something republishing it in a loop?"
+    )
+
+
+def _look_for_index(
+    index_path: str, info: PackInfo
+) -> tuple[tuple[LocalFile, IndexMeta] | None, LocalFile | None, IndexMeta | None]:
+    """The index of ``info``'s pack, at ``index_path`` or (mid-publish) ``index_path.partial``.
+
+    Returns (match, stray, stray_meta): ``match`` is the open index handle and its metadata;
+    otherwise ``stray`` is the open handle of the non-matching file at ``index_path`` (None if
+    there is none) and ``stray_meta`` its metadata.
+    """
+    stray: LocalFile | None = None
+    stray_meta: IndexMeta | None = None
+    for candidate in (index_path, index_path + ".partial"):
+        try:
+            handle = open_storage(candidate)
+        except InputError:
+            continue  # not there (or a folder): the other candidate, or nothing
+        try:
+            meta = read_index_meta(candidate, stream=handle.stream())
+        except (FormatError, InputError):
+            handle.close()
+            if candidate == index_path:
+                raise  # a published index is never half-written: this one is damaged
+            continue  # a .partial still being written
+        if (
+            meta.pack_uuid == info.uuid
+            and meta.pack_bytes == info.size
+            and meta.frame_count == info.trailer.frame_count
+        ):
+            if stray is not None:
+                stray.close()
+            return (handle, meta), None, None
+        if candidate == index_path:
+            stray, stray_meta = handle, meta
+        else:
+            handle.close()
+    return None, stray, stray_meta
+
+
+def _reopen_generation(
+    path: str, index_path: str, snapshot: dict[str, Any]
+) -> tuple[LocalFile, PackInfo, LocalFile, IndexMeta]:
+    """The generation an unpickled reader's parent held: through the parent's open files while
+    it lives (``/proc/PID/fd``), else by path if the path still holds the same generation."""
+    want, size = snapshot["uuid"], snapshot["size"]
+
+    def replaced(now: str) -> PackReplaced:
+        return PackReplaced(
+            f"{path}: the pack was replaced since this reader was opened (it holds pack {want}, the path "
+            f"now has {now}), and the old one cannot be reached from this process; open the pack again"
+        )
+
+    def same_pack(fd: int) -> None:
+        try:
+            head = Header.decode(os.pread(fd, HEADER_SIZE, 0), path)
+        except FormatError:
+            raise replaced("a file that is not a complete pack") from None
+        if str(head.uuid) != want or os.fstat(fd).st_size != size:
+            raise replaced(f"pack {head.uuid}")
+
+    def same_index(fd: int) -> None:
+        with os.fdopen(os.dup(fd), "rb") as f:
+            try:
+                meta = read_index_meta(index_path, stream=f)
+            except (FormatError, InputError):
+                raise replaced("an unreadable index") from None
+        if meta.pack_uuid != want:
+            raise replaced(f"an index of pack {meta.pack_uuid}")
+
+    storage = open_storage(path, origin=snapshot.get("pack"), same_generation=same_pack)
+    try:
+        info = read_pack_info(storage)
+        if info.uuid != want:
+            raise replaced(f"pack {info.uuid}")
+        location = snapshot.get("index_location") or index_path
+        try:
+            index = open_storage(location, origin=snapshot.get("index"), same_generation=same_index)
+        except InputError:  # e.g. it was opened as INDEX.partial, since renamed: the path now
+            index = open_storage(index_path)
+            try:
+                same_index(index.fileno())
+            except BaseException:
+                index.close()
+                raise
+        try:
+            meta = read_index_meta(index_path, stream=index.stream())
+            meta.check_pack(info.uuid, info.size, info.trailer.frame_count, index_path)
+        except BaseException:
+            index.close()
+            raise
+    except BaseException:
+        storage.close()
+        raise
+    return storage, info, index, meta
+
+
 class PackReader:
     """Random access to the frames of one pack.
 
@@ -127,6 +273,7 @@ class PackReader:
         workers: int | None = None,
         coalesce_gap: int = DEFAULT_COALESCE_GAP,
         max_read: int = DEFAULT_MAX_READ,
+        _snapshot: dict[str, Any] | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self.index_path = os.fspath(index_path) if index_path is not None else os.fspath(get_index_path(path))
@@ -137,11 +284,16 @@ class PackReader:
         self.workers = workers
         self.coalesce_gap = coalesce_gap
         self.max_read = max_read
-        self._storage = open_storage(self.path)
-        self.info = read_pack_info(self._storage)
-        self.meta: IndexMeta = read_index_meta(self.index_path)
-        self.meta.check_pack(self.info.uuid, self.info.size, self.info.trailer.frame_count, self.index_path)
-        table = read_index(self.index_path, ["offset", "length"])
+        self._storage, self.info, self._index, self.meta = open_generation(self.path, self.index_path, _snapshot)
+        self._pool: ThreadPoolExecutor | None = None
+        try:
+            self._load()
+        except BaseException:
+            self.close()
+            raise
+
+    def _load(self) -> None:
+        table = self.read_index_columns(["offset", "length"])
         self._offsets = _int64_column(table, "offset")
         self._lengths = _int64_column(table, "length")
         if len(self._offsets) != self.meta.frame_count:
@@ -160,12 +312,27 @@ class PackReader:
             self._load_codecs()
         self._table: pa.Table | None = None
         self._names: tuple[pa.Array, pa.Array] | None = None
-        self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = -1
         self._pool_lock = threading.Lock()
 
+    @property
+    def uuid(self) -> str:
+        """The UUID of the pack generation this reader holds (every read comes from it)."""
+        return self.info.uuid
+
+    @property
+    def index_location(self) -> str:
+        """The index file this reader holds: ``index_path``, or its ``.partial`` twin when it
+        opened the pack between the two renames of a publish (``man/hframe.5``, PUBLISHING)."""
+        return self._index.location
+
+    def read_index_columns(self, columns: list[str] | None = None, **options: Any) -> pa.Table:
+        """Index columns of this reader's pack generation (never another one: the index file
+        opened with the pack is read, whatever the path names now)."""
+        return read_index(self.index_path, columns, stream=self._index.stream(), **options)
+
     def _load_codecs(self) -> None:
-        t = read_index(self.index_path, ["codec", "raw_length"])
+        t = self.read_index_columns(["codec", "raw_length"])
         names = t.column("codec").combine_chunks() if t.num_rows else pa.array([], pa.string())
         coded = names.dictionary_encode()
         ids = [CODEC_IDS.get(c, -1) for c in coded.dictionary.to_pylist()]
@@ -212,7 +379,7 @@ class PackReader:
     def table(self) -> pa.Table:
         """All index columns (loaded on first use)."""
         if self._table is None:
-            self._table = read_index(self.index_path)
+            self._table = self.read_index_columns()
         return self._table
 
     def frame_id(self, key: FrameKey) -> int:
@@ -256,7 +423,7 @@ class PackReader:
     def _name_columns(self) -> tuple[pa.Array, pa.Array]:
         """The name and name_raw columns only (a name lookup needs nothing else)."""
         if self._names is None:
-            t = self._table if self._table is not None else read_index(self.index_path, ["name", "name_raw"])
+            t = self._table if self._table is not None else self.read_index_columns(["name", "name_raw"])
             self._names = (t.column("name").combine_chunks(), t.column("name_raw").combine_chunks())
         return self._names
 
@@ -521,14 +688,24 @@ class PackReader:
             self._pool.shutdown(wait=True)
         self._pool = None
         self._storage.close()
+        self._index.close()
 
     def __getstate__(self) -> dict[str, Any]:
+        """Pickles as paths, options and the generation it holds: the process that unpickles it
+        (a spawned DataLoader worker) reads that same generation or fails with ``PackReplaced``."""
         return {
             "path": self.path,
             "index_path": self.index_path,
             "workers": self.workers,
             "coalesce_gap": self.coalesce_gap,
             "max_read": self.max_read,
+            "_snapshot": {
+                "uuid": self.info.uuid,
+                "size": self.info.size,
+                "pack": self._storage.origin,
+                "index": self._index.origin,
+                "index_location": self._index.location,
+            },
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:

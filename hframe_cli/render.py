@@ -63,6 +63,20 @@ def note(message: str) -> None:
     sys.stderr.write(f"hframe: {message}\n")
 
 
+def warning(message: str) -> None:
+    """One line on stderr, even with ``-q``: something an operator should know (a run died)."""
+    sys.stderr.write(f"hframe: warning: {message}\n")
+    sys.stderr.flush()
+
+
+def locked_skip(output: str, message: str, as_json: bool, quiet: bool) -> None:
+    """``--skip-if-locked`` met a lock: nothing was done, and that is not an error."""
+    if as_json:
+        print_json({"ok": True, "pack": output, "skipped": "locked", "reason": message})
+    elif not quiet:
+        note(f"skipped: {message}")
+
+
 def print_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=_json_default) + "\n")
 

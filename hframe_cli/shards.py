@@ -497,6 +497,8 @@ def run_shards(
             continue
         if resuming and os.path.exists(path) and get_index_path(path).exists():
             _note(on_event, f"shard {k + 1} of {len(ranges)}: {path} already complete")  # published by this plan
+            with OutputLock(path):  # a lock file its run left when it was killed goes with this one
+                pass
             continue
         _note(on_event, f"shard {k + 1} of {len(ranges)}: {b - a} sources -> {path}")
         results.append(pack_sources(part, path, force=force or resuming, on_event=on_event, **options))

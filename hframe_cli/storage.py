@@ -1,21 +1,23 @@
 """File access behind one small interface: the only module that opens packs for reading.
 
 ``open_storage(uri)`` is the single place where a location is parsed. Local paths get an
-``os.pread`` fast path with a handle opened lazily per process, so a reader created before
-``fork()`` (PyTorch DataLoader workers) never shares a file position or descriptor with its
-parent. Remote schemes (``s3://``, ``gs://``, ``hdfs://``, ``http(s)://``) will plug in here
+``os.pread`` fast path with a descriptor per process, pinned to the file first opened, so a
+reader created before ``fork()`` (PyTorch DataLoader workers) never shares a descriptor with its
+parent, and never reads a newer file that a publish renamed over the path. Remote schemes (``s3://``, ``gs://``, ``hdfs://``, ``http(s)://``) will plug in here
 through ``pyarrow.fs`` without touching callers; this release refuses them clearly.
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import os
 import stat
 import threading
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from .errors import InputError, StorageError
+from .errors import InputError, PackReplaced, StorageError
 
 __all__ = ["LocalFile", "Storage", "evict_from_page_cache", "open_storage"]
 
@@ -40,35 +42,100 @@ def _storage_error(location: str, err: OSError) -> StorageError:
 
 
 class LocalFile:
-    """A local file read with ``os.pread`` through a per-process descriptor."""
+    """A local file read with ``os.pread`` through a per-process descriptor, pinned to one file.
 
-    def __init__(self, path: str) -> None:
+    The file is the one opened first (its device and inode, ``identity``), not whatever the path
+    names later: a pack replaced by a publish (a rename over the path) stays readable through
+    handles opened before. A forked child reaches the same file through the descriptor it
+    inherited (reopened as ``/proc/self/fd/N`` where that exists, so it gets its own file
+    description, else duplicated); a process it is pickled to (a spawned DataLoader worker)
+    through ``/proc/PID/fd/N`` of the process that opened it, while that process lives. Only when
+    neither can be reached is the path opened again; then ``same_generation(fd)`` (set by the
+    owner, e.g. ``PackReader``) decides whether that file may stand in for the first one, and
+    raises ``PackReplaced`` when it may not.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        origin: tuple[int, int, int, int] | None = None,
+        same_generation: Callable[[int], None] | None = None,
+    ) -> None:
         self.location = path
         self._fd = -1
         self._pid = -1
         self._lock = threading.Lock()
         self._size = -1
+        #: (pid, fd, st_dev, st_ino) of the handle this one was pickled from (spawned workers)
+        self._origin = origin
+        self.identity: tuple[int, int] | None = (origin[2], origin[3]) if origin else None
+        self.same_generation = same_generation
         self.fileno()  # fail now, with the path, if it cannot be opened
 
     def fileno(self) -> int:
-        """The descriptor for this process, opening it on first use after a fork."""
+        """The descriptor for this process, reaching the same file on first use after a fork."""
         pid = os.getpid()
         if self._pid != pid:
             with self._lock:
                 if self._pid != pid:
-                    try:
-                        fd = os.open(self.location, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-                    except FileNotFoundError as e:
-                        raise InputError(f"{self.location}: no such file") from e
-                    except IsADirectoryError as e:
-                        raise InputError(f"{self.location}: is a directory, not a pack") from e
-                    except OSError as e:
-                        raise _storage_error(self.location, e) from e
-                    if stat.S_ISDIR(os.fstat(fd).st_mode):
-                        os.close(fd)
-                        raise InputError(f"{self.location}: is a directory, not a pack")
+                    fd = self._reattach()
+                    if fd < 0:
+                        fd = self._open_path()
                     self._fd, self._pid = fd, pid
         return self._fd
+
+    def _reattach(self) -> int:
+        """The first file again, through an inherited descriptor or the opener's /proc entry."""
+        if self.identity is None:
+            return -1
+        candidates = []
+        if self._fd >= 0:  # inherited across fork
+            candidates += [f"/proc/self/fd/{self._fd}", self._fd]
+        if self._origin is not None:
+            candidates.append(f"/proc/{self._origin[0]}/fd/{self._origin[1]}")
+        for c in candidates:
+            try:
+                fd = os.open(c, os.O_RDONLY | os.O_CLOEXEC) if isinstance(c, str) else os.dup(c)
+            except OSError:
+                continue
+            try:
+                st = os.fstat(fd)
+            except OSError:
+                os.close(fd)
+                continue
+            if (st.st_dev, st.st_ino) == self.identity:
+                return fd
+            os.close(fd)
+        return -1
+
+    def _open_path(self) -> int:
+        try:
+            fd = os.open(self.location, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError as e:
+            raise InputError(f"{self.location}: no such file") from e
+        except IsADirectoryError as e:
+            raise InputError(f"{self.location}: is a directory, not a pack") from e
+        except OSError as e:
+            raise _storage_error(self.location, e) from e
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            os.close(fd)
+            raise InputError(f"{self.location}: is a directory, not a pack")
+        ident = (st.st_dev, st.st_ino)
+        if self.identity is not None and ident != self.identity:
+            try:
+                if self.same_generation is None:
+                    raise PackReplaced(
+                        f"{self.location}: the file was replaced since this handle opened it, and the "
+                        "version it opened can no longer be reached; open it again"
+                    )
+                self.same_generation(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+        self.identity = ident
+        return fd
 
     def size(self) -> int:
         """The current size of the file (one ``fstat``)."""
@@ -96,29 +163,100 @@ class LocalFile:
         except OSError as e:
             raise _storage_error(self.location, e) from e
 
+    def stream(self) -> io.RawIOBase:
+        """A read-only file object over this same file (its own position; ``pread`` underneath),
+        for readers that want one, such as pyarrow's Parquet reader."""
+        return _PreadStream(self)
+
+    def is_at_path(self) -> bool:
+        """Whether the path still names the file this handle reads (False once it was replaced)."""
+        try:
+            st = os.stat(self.location)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self.identity
+
     def close(self) -> None:
         if self._fd >= 0 and self._pid == os.getpid():
             os.close(self._fd)
         self._fd, self._pid = -1, -1
 
     def __getstate__(self) -> dict[str, object]:
-        return {"location": self.location}
+        origin = None
+        if self._fd >= 0 and self._pid == os.getpid() and self.identity is not None:
+            origin = (self._pid, self._fd, *self.identity)
+        elif self._origin is not None:
+            origin = self._origin
+        return {"location": self.location, "origin": origin}
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        self.__init__(str(state["location"]))  # type: ignore[misc]
+        origin = state.get("origin")
+        self.__init__(str(state["location"]), origin=tuple(origin) if origin else None)  # type: ignore[misc,arg-type]
+
+    @property
+    def origin(self) -> tuple[int, int, int, int] | None:
+        """(pid, fd, st_dev, st_ino): how another process on this host can reach this same file."""
+        state = self.__getstate__()["origin"]
+        return state  # type: ignore[return-value]
 
 
-def open_storage(location: str | os.PathLike[str]) -> LocalFile:
-    """Open a pack location for reading: a local path (remote URIs come later)."""
+class _PreadStream(io.RawIOBase):
+    """A seekable read-only stream over a ``LocalFile`` (own position, ``pread`` underneath)."""
+
+    def __init__(self, file: LocalFile) -> None:
+        self._file = file
+        self._pos = 0
+        self._size = file.size()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = os.preadv(self._file.fileno(), [view], self._pos) if len(view) else 0
+        self._pos += n
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            size = max(0, self._size - self._pos)
+        data = self._file.read_at(self._pos, size)
+        self._pos += len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def size(self) -> int:
+        return self._size
+
+    def close(self) -> None:  # the LocalFile owns the descriptor
+        super().close()
+
+
+def open_storage(location: str | os.PathLike[str], **options: Any) -> LocalFile:
+    """Open a pack location for reading: a local path (remote URIs come later). ``options`` go
+    to ``LocalFile`` (``origin``, ``same_generation``)."""
     loc = os.fspath(location)
     scheme, sep, _ = loc.partition("://")
     if sep:
         if scheme == "file":
-            return LocalFile(loc[len("file://") :])
+            return LocalFile(loc[len("file://") :], **options)
         if scheme.lower() in REMOTE_SCHEMES:
             raise InputError(f"{loc}: remote storage ({scheme}://) is not supported by this release yet")
         raise InputError(f"{loc}: unknown URI scheme {scheme!r}")
-    return LocalFile(loc)
+    return LocalFile(loc, **options)
 
 
 def evict_from_page_cache(path: str | os.PathLike[str]) -> bool:

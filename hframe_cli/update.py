@@ -11,13 +11,17 @@ import hashlib
 import os
 import time
 import uuid as uuid_mod
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from .checkpoint import Checkpoint, OutputLock, checkpoint_paths
+from .checkpoint import Checkpoint, OutputLock, load_checkpoint, remove_checkpoint_files
 from .errors import InputError
+from .faults import fault_point
+from .guard import writer_run
+from .index import get_index_path
 from .inputs import Source, SourceList
 from .media import MediaOptions
 from .packing import (
@@ -32,7 +36,7 @@ from .packing import (
     pack_sources,
 )
 from .verify import DEFAULT_SELF_CHECK
-from .writer import PackWriter
+from .writer import PackWriter, publish_partials
 
 __all__ = ["UpdatePlan", "plan_update", "update_pack"]
 
@@ -73,10 +77,8 @@ def plan_update(
         return UpdatePlan("new", list(sources.sources))
     with PackReader(out) as reader:  # refuses an incomplete pack or a mismatched index
         alignment, data_end = reader.info.header.alignment, reader.info.trailer.data_end
-        from .index import read_index
-
         cols = ["name", "name_raw", "source_size", "md5", "source_mtime", "kind", "source"]
-        table = read_index(reader.index_path, cols)
+        table = reader.read_index_columns(cols)
         t = table.select(["name", "name_raw", "source_size", "md5", "kind", "source"]).to_pydict()
         mtimes_us = table.column("source_mtime").cast(pa.int64()).to_pylist()
     old: dict[bytes, tuple[int, int, str | None]] = {}
@@ -150,56 +152,90 @@ def update_pack(
     from .shards import get_manifest_path
 
     out = os.fspath(output)
-    if not os.path.exists(out) and get_manifest_path(out).exists():
-        raise InputError(f"{out}: --update of a sharded dataset is not supported yet; repack it with --force")
-    media = media or MediaOptions()
-    plan = plan_update(sources, out, checksum=checksum, videos=media.video_frames is not None)
-    if media.video_frames is not None and plan.status != "up_to_date":
-        plan.status = "repack"  # frames are named after their videos: no append by source name
-    elif media.wants_dictionary and plan.status == "append" and not _has_dictionary(out):
-        plan.status = "repack"  # a dictionary is trained on all inputs and lives in record 0
-    if plan.status == "up_to_date":
-        return plan, None
-    if plan.status in ("new", "repack"):
-        if plan.status == "repack":
-            _note(on_event, f"update: {len(plan.changed)} changed, {len(plan.removed)} removed: full repack")
-        res = pack_sources(
+    # the lock first: planning against a pack that another run is about to replace would
+    # republish a stale plan (frames vanish, ids shift)
+    with writer_run(out, handle_signals=handle_signals, on_event=on_event) as lock:
+        if not os.path.exists(out) and get_manifest_path(out).exists():
+            raise InputError(f"{out}: --update of a sharded dataset is not supported yet; repack it with --force")
+        _settle_interrupted_run(out, on_event)
+        media = media or MediaOptions()
+        plan = plan_update(sources, out, checksum=checksum, videos=media.video_frames is not None)
+        fault_point("after-plan")
+        if media.video_frames is not None and plan.status != "up_to_date":
+            plan.status = "repack"  # frames are named after their videos: no append by source name
+        elif media.wants_dictionary and plan.status == "append" and not _has_dictionary(out):
+            plan.status = "repack"  # a dictionary is trained on all inputs and lives in record 0
+        if plan.status == "up_to_date":
+            return plan, None
+        if plan.status in ("new", "repack"):
+            if plan.status == "repack":
+                _note(on_event, f"update: {len(plan.changed)} changed, {len(plan.removed)} removed: full repack")
+            res = pack_sources(
+                sources,
+                out,
+                alignment=alignment,
+                created_us=created_us,
+                force=True,
+                skip_bad=skip_bad,
+                self_check_frames=self_check_frames,
+                workers=workers,
+                checkpoints=checkpoints,
+                handle_signals=handle_signals,
+                on_progress=on_progress,
+                on_event=on_event,
+                media=media,
+            )
+            return plan, res
+        return plan, _append(
+            plan,
             sources,
             out,
-            alignment=alignment,
-            created_us=created_us,
-            force=True,
-            skip_bad=skip_bad,
-            self_check_frames=self_check_frames,
-            workers=workers,
-            checkpoints=checkpoints,
-            handle_signals=handle_signals,
-            on_progress=on_progress,
-            on_event=on_event,
-            media=media,
+            lock,
+            created_us,
+            RunSettings(skip_bad, self_check_frames, workers, handle_signals, on_progress, on_event, media=media),
         )
-        return plan, res
-    if checkpoint_paths(out).checkpoint.exists():
-        raise InputError(f"{out}: an interrupted run left a checkpoint; finish it with 'hframe resume {out}' first")
 
+
+def _settle_interrupted_run(out: str, on_event: EventFn | None) -> None:
+    """What an earlier, interrupted run of this output left (called holding the lock).
+
+    A run that died while publishing is finished (its pack was sealed and self-checked). A run
+    that died while packing is abandoned: ``--update`` compares the sources with the published
+    pack again, which that run never changed, and writes what is needed from there.
+    """
+    ckpt, _ = load_checkpoint(out)
+    if ckpt is not None and ckpt.phase == "publishing":
+        publish_partials(out)
+        remove_checkpoint_files(out)
+        _note(on_event, f"update: finished publishing {out}, left by an interrupted run")
+    elif ckpt is not None or os.path.exists(out + ".partial"):
+        remove_checkpoint_files(out)
+        for leftover in (out + ".partial", f"{get_index_path(out)}.partial"):
+            with suppress(FileNotFoundError):
+                os.unlink(leftover)
+        _note(on_event, f"update: discarded the partial pack of an interrupted run; {out} is unchanged")
+
+
+def _append(
+    plan: UpdatePlan,
+    sources: SourceList,
+    out: str,
+    lock: OutputLock,
+    created_us: int | None,
+    settings: RunSettings,
+) -> PackResult:
+    """A new pack: the published records copied verbatim (ids and offsets kept), then the new files."""
     pack_uuid = None
     if created_us is None:
         created_us = time.time_ns() // 1000
         pack_uuid = str(uuid_mod.uuid4())
-    _note(on_event, f"update: appending {len(plan.added)} new files to {plan.frames} existing frames")
+    _note(settings.on_event, f"update: appending {len(plan.added)} new files to {plan.frames} existing frames")
     added = SourceList(plan.added, list(sources.rejected))
     ckpt = Checkpoint(output=out, phase="packing", options={}, fingerprint="", source_count=len(plan.added))
-    with OutputLock(out) as lock:
-        writer = PackWriter(
-            out, alignment=plan.alignment, created_us=created_us, pack_uuid=pack_uuid, force=True, lock=lock
-        )
-        with writer:
-            writer.copy_records_from(out, plan.data_end)
-            with _abandon_on_bad_data(out):
-                settings = RunSettings(
-                    skip_bad, self_check_frames, workers, handle_signals, on_progress, on_event, media=media
-                )
-                res = _run(
-                    writer, added, ckpt, CheckpointPolicy(enabled=False), settings, skipped=list(sources.rejected)
-                )
-    return plan, res
+    writer = PackWriter(
+        out, alignment=plan.alignment, created_us=created_us, pack_uuid=pack_uuid, force=True, lock=lock
+    )
+    with writer:
+        writer.copy_records_from(out, plan.data_end)
+        with _abandon_on_bad_data(out):
+            return _run(writer, added, ckpt, CheckpointPolicy(enabled=False), settings, skipped=list(sources.rejected))

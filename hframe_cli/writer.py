@@ -64,7 +64,7 @@ from .media import encode_meta
 from .scan import record_meta, walk_records
 from .storage import open_storage
 
-__all__ = ["PackWriter", "SealedPack"]
+__all__ = ["PackWriter", "SealedPack", "finish_publish", "publish_partials"]
 
 _FLUSH_BYTES = 8 << 20
 _MAX_IOV = 512
@@ -572,6 +572,38 @@ def publish_partials(path: str | os.PathLike[str]) -> None:
         fsync_dir(pack.parent)
     except OSError as e:
         raise _write_error(pack, e) from e
+
+
+def finish_publish(path: str | os.PathLike[str]) -> bool:
+    """Complete a publish that a writer killed between its two renames left half done.
+
+    That writer had renamed its sealed, self-checked pack over ``path`` but not yet its index:
+    ``INDEX.partial`` belongs to the pack at ``path`` (same UUID, size and frame count). Rename it
+    into place. Returns whether there was such a publish to finish. Call it holding the lock.
+    """
+    pack = os.fspath(path)
+    index = get_index_path(pack)
+    partial = f"{index}.partial"
+    if not (os.path.exists(partial) and os.path.isfile(pack)):
+        return False
+    from .index import read_index_meta
+
+    try:
+        with open(pack, "rb") as f:
+            head = f.read(HEADER_SIZE)
+            size = os.fstat(f.fileno()).st_size
+        header = Header.decode(head, pack)
+        meta = read_index_meta(partial)
+    except (OSError, FormatError, InputError):
+        return False
+    if meta.pack_uuid != str(header.uuid) or meta.pack_bytes != size:
+        return False
+    try:
+        os.replace(partial, index)
+        fsync_dir(os.path.dirname(os.path.abspath(pack)))
+    except OSError as e:
+        raise _write_error(index, e) from e
+    return True
 
 
 def _write_error(path: Path | str, err: OSError) -> StorageError:

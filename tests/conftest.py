@@ -9,6 +9,8 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,3 +116,20 @@ def killed_and_resumed(src: Path, tmp_path: Path, args: list[str], fault: str) -
     r = run_bin(["resume", str(out), "--json"])
     assert r.returncode == 0, r.stderr
     return clean, out, json.loads(r.stdout)
+
+
+@contextmanager
+def lock_held_elsewhere(output: Path) -> Iterator[int]:
+    """Hold ``output``'s lock from another process (as another hframe run would); yields its pid."""
+    code = (
+        "import sys; from hframe_cli.checkpoint import OutputLock; "
+        "lock = OutputLock(sys.argv[1]).acquire(); print('held', flush=True); sys.stdin.read(); lock.release()"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(output)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"held\n"
+        yield proc.pid
+    finally:
+        proc.communicate(timeout=30)

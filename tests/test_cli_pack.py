@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import hframe_bin
+from conftest import hframe_bin, lock_held_elsewhere
 
 import hframe_cli as h
 from hframe_cli.checkpoint import OutputLock
@@ -199,10 +199,10 @@ def test_unreadable_file(cli, photos, tmp_path):
 
 def test_second_writer_is_locked_out_and_told_who_holds_it(cli, photos, tmp_path):
     out = tmp_path / "l.hframe"
-    with OutputLock(out):
+    with lock_held_elsewhere(out) as pid:
         r = cli(["pack", str(photos), "-o", str(out)])
     assert r.exit_code == 3
-    assert f"{out}: locked by another hframe run (pid {os.getpid()} on {socket.gethostname()} since " in r.stderr
+    assert f"{out}: locked by another hframe run (pid {pid} on {socket.gethostname()} since " in r.stderr
     assert not out.exists()
     # a lock file left by a dead process (no flock held) is stale and taken over
     Path(f"{out}.lock").write_text("pid 999999 on elsewhere since 2020-01-01T00:00:00Z\n")
