@@ -72,6 +72,7 @@ class StopSignals:
 
 
 _active: StopSignals | None = None
+_inside = threading.local()  # .outputs: the writer_run blocks this thread is in, outermost first
 
 
 @contextmanager
@@ -120,6 +121,9 @@ def writer_run(
     """
     out = os.fspath(output)
     warn = on_warning or on_event
+    outputs: list[str] = _inside.__dict__.setdefault("outputs", [])
+    outermost = not outputs  # a shard's run inside a dataset's: the dataset's says what was left
+    outputs.append(out)
     with stop_signals(handle_signals):
         try:
             with OutputLock(out, wait=wait) as lock:
@@ -132,7 +136,11 @@ def writer_run(
                 fault_point("after-lock")
                 yield lock
         except _SignalStop as e:
+            if not outermost:
+                raise
             raise Interrupted(describe_stop(out, e.signum)) from None
+        finally:
+            outputs.pop()
 
 
 def describe_stop(output: str, signum: int) -> str:

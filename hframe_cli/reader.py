@@ -109,7 +109,7 @@ def read_dictionary(storage: LocalFile) -> bytes:
 
 #: How often ``open_generation`` looks again when the pack or index at the path changed while it
 #: was opening them (a publish under way); each look is a few syscalls, with a short pause between.
-_OPEN_ATTEMPTS = 10
+OPEN_ATTEMPTS = 10
 
 
 def open_generation(
@@ -132,7 +132,7 @@ def open_generation(
     """
     if snapshot is not None:
         return _reopen_generation(path, index_path, snapshot)
-    for attempt in range(_OPEN_ATTEMPTS):
+    for attempt in range(OPEN_ATTEMPTS):
         if attempt:
             time.sleep(min(0.05, 0.001 * (2**attempt)))
         storage = open_storage(path)
@@ -153,7 +153,7 @@ def open_generation(
             raise
         storage.close()  # a publish is under way: look again
     raise IndexMismatch(
-        f"{index_path}: pack and index kept changing while being opened ({_OPEN_ATTEMPTS} attempts); "
+        f"{index_path}: pack and index kept changing while being opened ({OPEN_ATTEMPTS} attempts); "
         "is something republishing it in a loop?"
     )
 

@@ -71,7 +71,7 @@ from .format import (
 )
 from .index import IndexMeta, get_index_path, read_index_meta
 from .inputs import expand_globs
-from .reader import _int64_column, read_dictionary
+from .reader import OPEN_ATTEMPTS, _int64_column, read_dictionary
 from .storage import LocalFile, evict_from_page_cache, open_storage
 from .verify_index import IndexCols
 from .verify_report import PackReport, Problem, VerifyReport, parse_frames, parse_sample
@@ -762,29 +762,70 @@ def verify_pack(
     ipath = os.fspath(index_path) if index_path is not None else os.fspath(get_index_path(loc))
     if not use_index and (sample is not None or frames is not None):
         raise InputError("--sample and --frames need the index (drop --no-index)")
-    report = PackReport(loc, ipath if use_index else None, "index" if use_index else "no-index", "full")
-    try:
-        storage = open_storage(loc)
-    except HframeError as e:
-        report.error = str(e)
-        return report
-    v = _Verifier(report, storage, max_errors, decode, on_progress)
-    # a big pack is walked as one part per core (default), in forked processes
-    v.processes = max(1, workers if workers is not None else min(4, os.cpu_count() or 1))
-    try:
-        _verify_open(v, report, storage, ipath, use_index, sample, seed, frames)
-    except _TooManyProblems:
-        pass
-    except (InputError, UnsupportedVersion, NotAPack, StorageError) as e:
-        report.error = str(e)
-    except FormatError as e:  # raised here only by an index that cannot be used at all
-        report.error = str(e)
-    finally:
-        storage.close()
+    for attempt in range(OPEN_ATTEMPTS):
+        report = PackReport(loc, ipath if use_index else None, "index" if use_index else "no-index", "full")
+        try:
+            storage = open_storage(loc)
+        except HframeError as e:
+            report.error = str(e)
+            return report
+        v = _Verifier(report, storage, max_errors, decode, on_progress)
+        # a big pack is walked as one part per core (default), in forked processes
+        v.processes = max(1, workers if workers is not None else min(4, os.cpu_count() or 1))
+        try:
+            _verify_open(v, report, storage, ipath, use_index, sample, seed, frames)
+        except _Overtaken:
+            storage.close()
+            time.sleep(0.001 * 2**attempt)
+            continue  # a publish replaced the pack while it was being opened: verify the new one
+        except _TooManyProblems:
+            pass
+        except (InputError, UnsupportedVersion, NotAPack, StorageError) as e:
+            report.error = str(e)
+        except FormatError as e:  # raised here only by an index that cannot be used at all
+            report.error = str(e)
+        finally:
+            storage.close()
         # pack-level problems first, then by frame (md5 results arrive in batches, after layout ones)
         report.problems.sort(key=lambda p: -1 if p.frame_id is None else p.frame_id)
         report.elapsed_s = time.perf_counter() - t0
+        return report
+    report.error = f"{ipath}: pack and index kept changing while being opened ({OPEN_ATTEMPTS} attempts)"
     return report
+
+
+class _Overtaken(Exception):
+    """The pack at the path was replaced after it was opened and before its index was."""
+
+
+def _pinned_index(storage: LocalFile, ipath: str, uuids: set[str]) -> tuple[LocalFile, IndexMeta]:
+    """The index of the pack ``storage`` holds, as an open handle: ``ipath``, or mid-publish
+    ``ipath.partial`` (``man/hframe.5``, PUBLISHING AND READERS). An index of another pack is
+    returned as it is (the caller reports it) unless the pack was replaced meanwhile."""
+    try:
+        index: LocalFile | None = open_storage(ipath)
+    except InputError:
+        index = None
+    meta = read_index_meta(ipath, stream=index.stream()) if index is not None else None
+    if meta is not None and index is not None and (not uuids or meta.pack_uuid in uuids):
+        return index, meta
+    try:
+        twin = open_storage(ipath + ".partial")
+        twin_meta = read_index_meta(ipath + ".partial", stream=twin.stream())
+        if twin_meta.pack_uuid in uuids:
+            if index is not None:
+                index.close()
+            return twin, twin_meta
+        twin.close()
+    except HframeError:
+        pass
+    if not storage.is_at_path() or (index is not None and not index.is_at_path()):
+        if index is not None:
+            index.close()
+        raise _Overtaken
+    if index is None or meta is None:
+        raise InputError(f"{ipath}: index not found (rebuild it with 'hframe index PACK --rebuild')")
+    return index, meta
 
 
 def _verify_open(
@@ -832,18 +873,21 @@ def _verify_open(
     rows = 0
     ranges: list[tuple[int, int]] = []
     if use_index:
-        meta = read_index_meta(ipath)
         uuids = {str(u.uuid) for u in (header, trailer) if u is not None}
-        if uuids and meta.pack_uuid not in uuids:
-            raise InputError(
-                f"{ipath}: index belongs to another pack (index UUID {meta.pack_uuid}, pack "
-                f"{' / '.join(sorted(uuids))}); rebuild it with 'hframe index PACK --rebuild'"
-            )
-        rows = pq.ParquetFile(ipath).metadata.num_rows
-        if rows != meta.frame_count:
-            v.add("index", f"{ipath}: index has {rows} rows, its metadata says {meta.frame_count}")
-        ranges, report.selection = _selection(rows, meta.payload_bytes, sample, seed, frames)
-        table = IndexCols.read(ipath)
+        index, meta = _pinned_index(storage, ipath, uuids)
+        try:
+            if uuids and meta.pack_uuid not in uuids:
+                raise InputError(
+                    f"{ipath}: index belongs to another pack (index UUID {meta.pack_uuid}, pack "
+                    f"{' / '.join(sorted(uuids))}); rebuild it with 'hframe index PACK --rebuild'"
+                )
+            rows = pq.ParquetFile(index.stream()).metadata.num_rows
+            if rows != meta.frame_count:
+                v.add("index", f"{ipath}: index has {rows} rows, its metadata says {meta.frame_count}")
+            ranges, report.selection = _selection(rows, meta.payload_bytes, sample, seed, frames)
+            table = IndexCols.read(ipath, stream=index.stream())
+        finally:
+            index.close()
         if trailer is not None and meta.frame_count != trailer.frame_count:
             v.add("index", f"{ipath}: index says {meta.frame_count} frames, pack trailer says {trailer.frame_count}")
         if meta.pack_bytes != size:

@@ -42,9 +42,10 @@ class IndexCols:
     converted: bytearray = field(default_factory=bytearray)
 
     @staticmethod
-    def read(path: str) -> pa.Table:
-        """The index columns verify compares (media type and codec dictionary-encoded)."""
-        return read_index(path, _INDEX_COLUMNS, as_dictionary=("media_type", "codec"))
+    def read(path: str, stream: Any = None) -> pa.Table:
+        """The index columns verify compares (media type and codec dictionary-encoded), from
+        ``stream`` (an open index file) if given."""
+        return read_index(path, _INDEX_COLUMNS, as_dictionary=("media_type", "codec"), stream=stream)
 
     @classmethod
     def from_table(cls, t: pa.Table, ranges: list[tuple[int, int]] | None = None) -> IndexCols:

@@ -1,0 +1,372 @@
+"""Readers and writers that overlap: one snapshot per reader, one writer per output decided
+first, publishing as one step for readers, and every signal at every moment (issue 11).
+
+Overlaps are made deterministic by pausing a real ``hframe`` run at a named point
+(``HFRAME_FAULT=point:n:stop`` sends it SIGSTOP there) and acting while it is paused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import hframe_bin, make_photos, run_bin
+
+import hframe_cli as h
+from hframe_cli.errors import IndexMismatch, PackReplaced
+
+CREATED = ["--created", "1700000000"]
+
+
+def md5(data: bytes) -> str:
+    return hashlib.md5(data).hexdigest()
+
+
+def source_md5s(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): md5(p.read_bytes()) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def start(args: list[str], fault: str | None = None, **kw) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "HFRAME_TTY": "0"}
+    if fault:
+        env["HFRAME_FAULT"] = fault
+    return subprocess.Popen([hframe_bin(), *args], stderr=subprocess.PIPE, stdout=subprocess.PIPE, env=env, **kw)
+
+
+def wait_stopped(proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    """Until ``proc`` has stopped itself at its fault point (state T in /proc/PID/stat)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        with open(f"/proc/{proc.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                return
+        time.sleep(0.01)
+    raise AssertionError("the run never reached its fault point")
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Files a finished run must not leave: locks, temporaries, partial packs, checkpoints."""
+    bad = (".lock", ".tmp", ".partial", ".ckpt", ".ckpt.prev", ".sources.parquet", ".plan.json")
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(bad))
+
+
+def frames_by_name(pack: Path) -> dict[str, str]:
+    with h.open_pack(pack) as p:
+        return {r["name"]: r["md5"] for r in p.table.select(["name", "md5"]).to_pylist()}
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> tuple[Path, Path]:
+    """A folder of 12 real images and its published pack."""
+    src = make_photos(tmp_path / "src", 12)
+    out = tmp_path / "p.hframe"
+    assert run_bin(["pack", str(src), "-o", str(out), "-q", *CREATED]).returncode == 0
+    return src, out
+
+
+def repack_without_one(src: Path, out: Path) -> None:
+    victim = sorted(src.rglob("*.jpg"))[0]
+    victim.unlink()
+    r = run_bin(["pack", str(src), "-o", str(out), "--update", "-q"])
+    assert r.returncode == 0, r.stderr
+
+
+# -- one snapshot per reader -------------------------------------------------------------
+
+
+def test_a_reader_keeps_the_generation_it_opened_across_a_repack(tree):
+    src, out = tree
+    want = source_md5s(src)
+    with h.open_pack(out) as p:
+        uuid, count = p.uuid, len(p)
+        repack_without_one(src, out)  # frame ids shift in the new pack
+        with h.open_pack(out) as fresh:
+            assert fresh.uuid != uuid and len(fresh) == count - 1
+        # names and the table load lazily, after the repack: still the generation opened
+        assert {n: md5(p[n]) for n in want} == want
+        assert [md5(p[i]) for i in range(len(p))] == p.table.column("md5").to_pylist()
+        assert len(p) == p.table.num_rows == count == len(want)
+        assert [md5(b) for b in p.read_many(list(range(count)))] == p.table.column("md5").to_pylist()
+        name = next(iter(want))
+        assert p.row(name)["md5"] == want[name] and p.uuid == uuid
+
+
+def _read_all(reader, go, results) -> None:
+    go.wait(60)
+    try:
+        if isinstance(reader, bytes):  # pickled: unpickled only now, after the repack
+            reader = pickle.loads(reader)
+        results.put([md5(reader[i]) for i in range(len(reader))])
+    except Exception as e:  # noqa: BLE001 - the parent asserts on it
+        results.put(f"{type(e).__name__}: {e}")
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_workers_started_before_a_repack_read_the_parents_generation(tree, method):
+    src, out = tree
+    ctx = mp.get_context(method)
+    with h.open_pack(out) as p:
+        want = p.table.column("md5").to_pylist()
+        go, results = ctx.Event(), ctx.Queue()
+        # a forked worker inherits the reader; a spawned one gets it pickled, and opens it after the repack
+        worker = ctx.Process(target=_read_all, args=(p if method == "fork" else pickle.dumps(p), go, results))
+        worker.start()
+        repack_without_one(src, out)
+        go.set()
+        got = results.get(timeout=60)
+        worker.join(30)
+    assert got == want
+
+
+def test_an_unpickled_reader_refuses_a_replaced_pack_naming_both_uuids(tree):
+    src, out = tree
+    with h.open_pack(out) as p:
+        old = p.uuid
+        state = pickle.dumps(p)
+        assert [md5(b) for b in pickle.loads(state).read_many([0, 1])] == p.table.column("md5").to_pylist()[:2]
+    # the reader that was pickled is closed: its generation is out of reach once replaced
+    repack_without_one(src, out)
+    with h.open_pack(out) as fresh:
+        new = fresh.uuid
+    with pytest.raises(PackReplaced) as e:
+        pickle.loads(state)
+    assert str(out) in str(e.value) and old in str(e.value) and new in str(e.value)
+    assert e.value.exit_code == 3
+
+
+# -- publishing is one step for readers ---------------------------------------------------
+
+
+def test_opens_between_the_two_publish_renames_get_one_complete_generation(tree):
+    src, out = tree
+    old = frames_by_name(out)
+    make_photos(src / "more", 3)
+    proc = start(["pack", str(src), "-o", str(out), "--update", "-q"], fault="publish-between-renames:1:stop")
+    wait_stopped(proc)  # the new pack is in place, its index is not yet
+    with h.open_pack(out) as p:
+        assert p.index_location.endswith(".index.parquet.partial")
+        names = p.table.column("name").to_pylist()
+        assert [md5(b) for b in p.read_many(names)] == p.table.column("md5").to_pylist()
+        assert len(names) == len(old) + 3 and set(old) <= set(names)
+    assert h.verify_pack(out).ok
+    proc.kill()  # the writer dies between its renames
+    proc.communicate()
+    assert frames_by_name(out).keys() > old.keys()  # still the new generation, complete
+    r = run_bin(["pack", str(src), "-o", str(out), "--update"])
+    assert r.returncode == 0, r.stderr
+    assert b"finished the publish of a run that died between its two renames" in r.stderr
+    assert b"up to date" in r.stderr
+    assert leftovers(out.parent) == []
+    with h.open_pack(out) as p:
+        assert p.index_location == f"{out}.index.parquet"
+
+
+def test_a_genuinely_stray_index_still_gets_the_rebuild_advice(tree, tmp_path):
+    src, out = tree
+    other = tmp_path / "o.hframe"
+    assert run_bin(["pack", str(src), "-o", str(other), "-q"]).returncode == 0
+    os.replace(f"{other}.index.parquet", f"{out}.index.parquet")
+    with pytest.raises(IndexMismatch, match="rebuild it with 'hframe index PACK --rebuild'"):
+        h.open_pack(out)
+
+
+# -- one writer, decided first -------------------------------------------------------------
+
+
+def test_a_second_run_is_locked_out_at_once_before_it_lists_anything(tree):
+    src, out = tree
+    holder = start(
+        ["pack", str(src), "-o", str(out), "--force", "--checkpoint-every", "1", *CREATED], fault="after-frame:3:stop"
+    )
+    wait_stopped(holder)  # mid-pack: OUT.partial and a checkpoint exist
+    try:
+        # the list on stdin is never closed: a run that listed before locking would hang here
+        second = start(["pack", "-", "-o", str(out), "--force"], stdin=subprocess.PIPE)
+        t0 = time.monotonic()
+        _, err = second.communicate(timeout=30)
+        assert second.returncode == 3, err
+        assert f"locked by another hframe run (pid {holder.pid} on ".encode() in err
+        assert time.monotonic() - t0 < 10
+        # a plain pack (no --force) is told about the lock, not about an interrupted run
+        r = run_bin(["pack", str(src), "-o", str(out)])
+        assert r.returncode == 3 and b"locked by another hframe run" in r.stderr and b".partial" not in r.stderr
+        r = run_bin(["resume", str(out)])
+        assert r.returncode == 3 and b"locked" in r.stderr and b"packing the saved source list" not in r.stderr
+        r = run_bin(["pack", str(src), "-o", str(out), "--update", "--wait", "0.3"])
+        assert r.returncode == 3 and b"after waiting 0." in r.stderr
+        r = run_bin(["pack", str(src), "-o", str(out), "--update", "--skip-if-locked"])
+        assert r.returncode == 0 and r.stderr.count(b"\n") == 1 and b"hframe: skipped: " in r.stderr
+        r = run_bin(["pack", str(src), "-o", str(out), "--update", "--skip-if-locked", "-q"])
+        assert (r.returncode, r.stderr) == (0, b"")
+    finally:
+        holder.send_signal(signal.SIGCONT)
+    assert holder.wait(60) == 0, holder.communicate()
+    assert leftovers(out.parent) == []
+
+
+def test_overlapping_updates_plan_under_the_lock_and_keep_frame_ids(tree):
+    src, out = tree
+    make_photos(src / "g", 1)
+    first = start(["pack", str(src), "-o", str(out), "--update"], fault="after-plan:1:stop")
+    wait_stopped(first)  # it planned "append g" and holds the lock
+    make_photos(src / "h", 2)  # then more files arrive, and the next cron run starts
+    second = start(["pack", str(src), "-o", str(out), "--update", "--wait", "60"])
+    time.sleep(0.5)
+    assert second.poll() is None  # waiting for the lock, not planning
+    first.send_signal(signal.SIGCONT)
+    assert first.wait(60) == 0
+    with h.open_pack(out) as p:
+        after_first = {n: i for i, n in enumerate(p.table.column("name").to_pylist())}
+    _, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    assert f"appending 2 new files to {len(after_first)} existing frames".encode() in err
+    with h.open_pack(out) as p:
+        final = {n: i for i, n in enumerate(p.table.column("name").to_pylist())}
+    assert {n: final[n] for n in after_first} == after_first  # every published id kept
+    assert len(final) == len(after_first) + 2
+    assert frames_by_name(out) == {**source_md5s(src)}
+
+
+def test_a_stale_lock_is_taken_over_with_one_line_even_when_quiet(tree):
+    src, out = tree
+    Path(f"{out}.lock").write_text("pid 999999 on elsewhere since 2020-01-01T00:00:00Z\n")
+    r = run_bin(["pack", str(src), "-o", str(out), "--update", "-q"])
+    assert r.returncode == 0
+    assert (
+        r.stderr
+        == (
+            f"hframe: warning: {out}: took over a stale lock left by a run that died "
+            "(pid 999999 on elsewhere since 2020-01-01T00:00:00Z)\n"
+        ).encode()
+    )
+    assert leftovers(out.parent) == []
+
+
+# -- every signal, every moment ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fault, sig, expect",
+    [
+        ("after-lock", signal.SIGTERM, "nothing"),  # before the sources are listed
+        ("after-lock", signal.SIGINT, "nothing"),
+        ("checkpoint-before-rename", signal.SIGTERM, "resume"),  # while writing the intent
+        ("after-frame:2", signal.SIGTERM, "resume"),
+        ("after-seal", signal.SIGTERM, "resume"),  # sealed, not yet self-checked
+        ("publish-between-renames", signal.SIGTERM, "published"),  # too late: it finishes
+    ],
+)
+def test_a_signal_at_any_moment_of_pack_leaves_a_resumable_or_clean_state(tree, tmp_path, fault, sig, expect):
+    src, clean = tree
+    out = tmp_path / "s.hframe"
+    name, _, count = fault.partition(":")
+    proc = start(
+        ["pack", str(src), "-o", str(out), "--checkpoint-every", "1", *CREATED], fault=f"{name}:{count or 1}:stop"
+    )
+    wait_stopped(proc)
+    proc.send_signal(sig)
+    proc.send_signal(signal.SIGCONT)
+    _, err = proc.communicate(timeout=60)
+    assert b"Traceback" not in err
+    assert not Path(f"{out}.lock").exists() and not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    if expect == "published":
+        assert proc.returncode == 0, err
+        assert b"arrived while publishing; the pack was published first" in err
+    else:
+        assert proc.returncode == 130, err
+        if expect == "nothing":
+            assert b"before any frame was committed; nothing to resume" in err
+            assert leftovers(tmp_path) == []
+            assert run_bin(["resume", str(out)]).returncode == 5
+            assert run_bin(["pack", str(src), "-o", str(out), "-q", *CREATED]).returncode == 0
+        else:
+            assert f"run 'hframe resume {out}'".encode() in err
+            r = run_bin(["resume", str(out)])
+            assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == clean.read_bytes()
+    assert leftovers(tmp_path) == []
+
+
+def test_sigterm_during_resume_and_during_an_update_repack(tree, tmp_path):
+    src, clean = tree
+    out = tmp_path / "r.hframe"
+    r = run_bin(
+        ["pack", str(src), "-o", str(out), "--checkpoint-every", "1", *CREATED], env={"HFRAME_FAULT": "after-frame:3"}
+    )
+    assert r.returncode == -signal.SIGKILL
+    proc = start(["resume", str(out)], fault="after-frame:2:stop")
+    wait_stopped(proc)
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGCONT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and f"run 'hframe resume {out}'".encode() in err
+    assert run_bin(["resume", str(out)]).returncode == 0
+    assert out.read_bytes() == clean.read_bytes() and leftovers(tmp_path) == []
+    # an --update that repacks, stopped mid-way: the published pack stays; the next run recovers
+    published = frames_by_name(out)
+    sorted(src.rglob("*.png"))[0].unlink()
+    proc = start(["pack", str(src), "-o", str(out), "--update", "--checkpoint-every", "1"], fault="after-frame:2:stop")
+    wait_stopped(proc)
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGCONT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert frames_by_name(out) == published and h.verify_pack(out).ok
+    r = run_bin(["pack", str(src), "-o", str(out), "--update"])
+    assert r.returncode == 0 and b"discarded the partial pack of an interrupted run" in r.stderr
+    assert frames_by_name(out) == source_md5s(src) and leftovers(tmp_path) == []
+
+
+def test_sigterm_between_shards_then_resume_leaves_no_lock_and_resume_again_says_complete(tmp_path):
+    src = make_photos(tmp_path / "src", 12)
+    out = tmp_path / "d.hframe"
+    args = ["pack", str(src), "-o", str(out), "--max-pack-bytes", "6KB", *CREATED]
+    # after-lock is passed by the command, then by each shard's run: the 3rd is before shard 2
+    proc = start(args, fault="after-lock:3:stop")
+    wait_stopped(proc)
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGCONT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and f"run 'hframe resume {out}'".encode() in err, err
+    r = run_bin(["resume", str(out)])
+    assert r.returncode == 0, r.stderr
+    assert not list(tmp_path.glob("*.lock")) and leftovers(tmp_path) == []
+    r = run_bin(["resume", str(out)])
+    assert r.returncode == 0 and b"already complete" in r.stderr
+    with h.open_pack(out) as d:
+        assert sorted(d.table.column("md5").to_pylist()) == sorted(source_md5s(src).values())
+
+
+# -- kill -9 at any moment of --update ------------------------------------------------------
+
+
+@pytest.mark.parametrize("change", ["append", "repack"])
+@pytest.mark.parametrize(
+    "fault", ["after-plan", "after-frame:2", "checkpoint-before-rename:2", "after-seal", "publish-between-renames"]
+)
+def test_kill_9_during_update_leaves_the_published_pack_and_the_next_run_recovers(tree, change, fault):
+    src, out = tree
+    published = frames_by_name(out)
+    if change == "append":
+        make_photos(src / "new", 3)
+    else:
+        sorted(src.rglob("*.jpg"))[0].unlink()
+    r = run_bin(["pack", str(src), "-o", str(out), "--update", "--checkpoint-every", "1"], env={"HFRAME_FAULT": fault})
+    if r.returncode != -signal.SIGKILL:  # an append writes no checkpoints: that point is not passed
+        assert change == "append" and fault.startswith("checkpoint") and r.returncode == 0
+    else:
+        now = frames_by_name(out)  # the old generation, or the new one if it died between renames
+        assert now == published or (fault == "publish-between-renames" and now == source_md5s(src))
+        assert h.verify_pack(out).ok
+    r = run_bin(["pack", str(src), "-o", str(out), "--update"])
+    assert r.returncode == 0, r.stderr
+    assert frames_by_name(out) == source_md5s(src)
+    assert h.verify_pack(out).ok and leftovers(out.parent) == []
