@@ -129,8 +129,8 @@ def writer_run(
             with OutputLock(out, wait=wait) as lock:
                 if lock.took_over and warn is not None:
                     warn(f"{out}: took over a stale lock left by a run that died ({lock.took_over})")
-                if lock.waited_s >= 0.05 and on_event is not None:
-                    on_event(f"{out}: waited {lock.waited_s:.1f} s for the lock")
+                if lock.waited_s >= 0.001 and on_event is not None:
+                    on_event(f"{out}: waited {lock.waited_s:.3f} s for the lock")
                 if finish_publish(out) and warn is not None:
                     warn(f"{out}: finished the publish of a run that died between its two renames")
                 fault_point("after-lock")

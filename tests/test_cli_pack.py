@@ -16,7 +16,6 @@ import pytest
 from conftest import hframe_bin, lock_held_elsewhere
 
 import hframe_cli as h
-from hframe_cli.checkpoint import OutputLock
 
 
 def names(pack: Path) -> list[str]:
