@@ -215,18 +215,22 @@ def pack(
     """Pack files into OUTPUT and its index OUTPUT.index.parquet, self-check, then publish."""
     from .errors import PackLocked
     from .guard import writer_run
-    from .packing import CheckpointPolicy
     from .units import parse_size
 
-    policy = CheckpointPolicy(
-        checkpoint_every, parse_size(checkpoint_bytes, "--checkpoint-bytes"), checkpoint_seconds, not no_checkpoint
-    )
+    # only light modules before the lock: a locked run exits before loading pyarrow
+    policy_args = (checkpoint_every, parse_size(checkpoint_bytes, "--checkpoint-bytes"), checkpoint_seconds)
+
+    def checkpoint_policy() -> Any:
+        from .packing import CheckpointPolicy
+
+        return CheckpointPolicy(*policy_args, not no_checkpoint)
+
     if resume:
         _resume(
             output,
             rescan=False,
             workers=workers,
-            policy=policy,
+            policy=checkpoint_policy,
             json_out=json_out,
             quiet=quiet,
             wait=wait,
@@ -281,7 +285,7 @@ def pack(
                 skip_bad=skip_bad,
                 self_check_frames=self_check,
                 workers=workers,
-                checkpoints=policy,
+                checkpoints=checkpoint_policy(),
                 handle_signals=True,
                 on_event=events,
                 media=media,
@@ -340,19 +344,23 @@ def _resume(
     skip_if_locked: bool,
 ) -> None:
     from .errors import PackLocked
-    from .packing import resume_pack
+    from .guard import writer_run
 
+    events = render.event_logger(quiet or json_out)
     try:
-        outcome = resume_pack(
-            output,
-            rescan=rescan,
-            workers=workers,
-            checkpoints=policy,
-            handle_signals=True,
-            on_event=render.event_logger(quiet or json_out),
-            on_warning=render.warning,
-            wait=wait,
-        )
+        # the lock first (re-entrant: resume_pack takes it again), before pyarrow is even loaded
+        with writer_run(output, wait=wait, handle_signals=True, on_event=events, on_warning=render.warning):
+            from .packing import resume_pack
+
+            outcome = resume_pack(
+                output,
+                rescan=rescan,
+                workers=workers,
+                checkpoints=policy() if policy is not None else None,
+                handle_signals=True,
+                on_event=events,
+                on_warning=render.warning,
+            )
     except PackLocked as e:
         if not skip_if_locked:
             raise

@@ -21,10 +21,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .checkpoint import OutputLock, checkpoint_paths
 from .errors import Interrupted
 from .faults import fault_point
-from .writer import finish_publish
+from .lock import OutputLock
 
 __all__ = ["StopSignals", "stop_signals", "writer_run"]
 
@@ -131,7 +130,7 @@ def writer_run(
                     warn(f"{out}: took over a stale lock left by a run that died ({lock.took_over})")
                 if lock.waited_s >= 0.001 and on_event is not None:
                     on_event(f"{out}: waited {lock.waited_s:.3f} s for the lock")
-                if finish_publish(out) and warn is not None:
+                if os.path.exists(out + ".index.parquet.partial") and _finish_publish(out) and warn is not None:
                     warn(f"{out}: finished the publish of a run that died between its two renames")
                 fault_point("after-lock")
                 yield lock
@@ -143,11 +142,16 @@ def writer_run(
             outputs.pop()
 
 
+def _finish_publish(out: str) -> bool:
+    from .writer import finish_publish  # only now: it needs pyarrow, a locked run must not wait for it
+
+    return finish_publish(out)
+
+
 def describe_stop(output: str, signum: int) -> str:
     """What an interrupted run left, in one line."""
     name = signal.Signals(signum).name
-    paths = checkpoint_paths(output)
-    if paths.checkpoint.exists() or os.path.exists(output + ".dataset.plan.json"):
+    if os.path.exists(output + ".ckpt") or os.path.exists(output + ".dataset.plan.json"):
         return f"{output}: interrupted by {name}; checkpoint kept: run 'hframe resume {output}' to continue"
     return (
         f"{output}: interrupted by {name} before any frame was committed; nothing to resume "

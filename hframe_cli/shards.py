@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from .checkpoint import OutputLock, checkpoint_paths, fsync_dir, remove_checkpoint_files, save_sources
+from .checkpoint import checkpoint_paths, fsync_dir, remove_checkpoint_files, save_sources
 from .errors import FormatError, InputError, NotFound, UnsupportedVersion
 from .format import HEADER_SIZE, RECORD_FIXED, TRAILER_SIZE
 from .index import get_index_path
 from .inputs import Source, SourceList, expand_globs
+from .lock import OutputLock
 from .reader import FrameKey, PackReader
 
 if TYPE_CHECKING:

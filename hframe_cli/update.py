@@ -17,12 +17,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from .checkpoint import Checkpoint, OutputLock, load_checkpoint, remove_checkpoint_files
+from .checkpoint import Checkpoint, load_checkpoint, remove_checkpoint_files
 from .errors import InputError
 from .faults import fault_point
 from .guard import writer_run
 from .index import get_index_path
 from .inputs import Source, SourceList
+from .lock import OutputLock
 from .media import MediaOptions
 from .packing import (
     CheckpointPolicy,

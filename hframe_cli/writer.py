@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .checkpoint import OutputLock, fsync_dir
+from .checkpoint import fsync_dir
 from .errors import FormatError, InputError, StorageError
 from .faults import enospc_limit, fault_point
 from .format import (
@@ -60,6 +60,7 @@ from .index import (
     get_index_path,
     write_index,
 )
+from .lock import OutputLock
 from .media import encode_meta
 from .scan import record_meta, walk_records
 from .storage import open_storage

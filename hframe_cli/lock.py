@@ -1,0 +1,138 @@
+"""The output lock: one writer per output, decided before anything else is done.
+
+``OUT.lock`` is held with ``flock`` for the whole run; its text names the holder (pid, host,
+start time). This module imports nothing heavy, so a run that finds the output locked exits
+before it has loaded pyarrow or looked at a single source.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import threading
+import time
+
+from .errors import PackLocked, StorageError
+
+__all__ = ["OutputLock", "lock_path"]
+
+
+def lock_path(output: str | os.PathLike[str]) -> str:
+    """The lock file of an output: ``OUTPUT.lock``."""
+    return os.fspath(output) + ".lock"
+
+
+#: Locks this process holds, by lock-file path and thread: nested acquisitions of the same output
+#: in one thread (a command that locks first, then calls core functions that lock too) share one
+#: ``flock``; another thread or process is locked out like any other run.
+_HELD: dict[tuple[str, int], list[int]] = {}  # (path, thread) -> [pid, fd, depth]
+
+
+class OutputLock:
+    """An exclusive lock on one output, naming its holder; re-entrant within a thread.
+
+    Args:
+        output: the output path; the lock file is ``OUTPUT.lock``.
+        wait: seconds to keep trying while another run holds it (0: fail at once, like
+            ``flock -n``; like ``flock -w SECONDS`` otherwise).
+
+    A lock file whose ``flock`` is free was left by a dead process: it is taken over and
+    ``took_over`` says whose it was. Releasing deletes the file while still holding it, and a
+    fresh ``flock`` is only trusted once the path is seen to still name the locked file, so two
+    runs can never both hold one output.
+    """
+
+    def __init__(self, output: str | os.PathLike[str], *, wait: float = 0.0) -> None:
+        self.path = lock_path(output)
+        self.output = os.fspath(output)
+        self.wait = wait
+        self._key = (os.path.abspath(self.path), threading.get_ident())
+        self._fd = -1
+        self.took_over: str | None = None  # text of a stale lock we replaced
+        self.waited_s = 0.0
+
+    def acquire(self) -> OutputLock:
+        held = _HELD.get(self._key)
+        if held is not None and held[0] == os.getpid():
+            held[2] += 1
+            self._fd = held[1]
+            return self
+        t0 = time.monotonic()
+        deadline = t0 + max(0.0, self.wait)
+        pause = 0.005
+        while True:
+            fd = self._try_once()
+            if fd >= 0:
+                break
+            now = time.monotonic()
+            if now >= deadline:
+                holder = self.holder() or "unknown holder"
+                waited = f" after waiting {now - t0:.1f} s" if self.wait > 0 else ""
+                raise PackLocked(
+                    f"{self.output}: locked by another hframe run ({holder}){waited}; lock file {self.path}"
+                )
+            time.sleep(min(pause, deadline - now))
+            pause = min(pause * 2, 0.1)
+        self.waited_s = time.monotonic() - t0
+        old = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+        self.took_over = old or None
+        info = f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (info + "\n").encode(), 0)
+        self._fd = fd
+        _HELD[self._key] = [os.getpid(), fd, 1]
+        return self
+
+    def _try_once(self) -> int:
+        """One attempt: the locked descriptor, or -1 if another process holds the lock."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise StorageError(f"{self.path}: cannot create lock file: {e.strerror}") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return -1
+        # the holder we waited for deletes the file before letting go: if we locked that deleted
+        # file, the lock is worth nothing (the next run creates a new file); try again
+        try:
+            st = os.stat(self.path)
+            same = (st.st_dev, st.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            return self._try_once()
+        return fd
+
+    def holder(self) -> str:
+        """Who holds the lock, as its file says (empty if nobody or unreadable)."""
+        try:
+            with open(self.path, "rb") as f:
+                return f.read(4096).decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+    def release(self) -> None:
+        held = _HELD.get(self._key)
+        if self._fd < 0 or held is None or held[0] != os.getpid():
+            self._fd = -1
+            return
+        held[2] -= 1
+        self._fd = -1
+        if held[2] > 0:
+            return
+        del _HELD[self._key]
+        try:
+            os.unlink(self.path)  # while still holding it: nobody can take a half-released lock
+        except OSError:
+            pass
+        os.close(held[1])
+
+    def __enter__(self) -> OutputLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
