@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from .checkpoint import checkpoint_paths, fsync_dir, remove_checkpoint_files, save_sources
-from .errors import FormatError, InputError, NotFound, UnsupportedVersion
+from .errors import FormatError, HframeError, InputError, NotFound, PackReplaced, UnsupportedVersion
 from .format import HEADER_SIZE, RECORD_FIXED, TRAILER_SIZE
 from .index import get_index_path
 from .inputs import Source, SourceList, expand_globs
@@ -261,12 +261,23 @@ class DatasetReader:
             entry = self.manifest.shards[k]
             if r.info.uuid != entry.uuid or len(r) != entry.frame_count:
                 r.close()
+                if self._rebuilt():
+                    raise PackReplaced(
+                        f"{self.path}: the dataset was rebuilt since this reader opened it (shard "
+                        f"{self.shard_paths[k]} was {entry.uuid}, is now {r.info.uuid}); open it again"
+                    )
                 raise FormatError(
                     f"{self.shard_paths[k]}: shard differs from the dataset manifest "
                     f"(UUID {r.info.uuid} vs {entry.uuid}); rebuild it with 'hframe index --merge'"
                 )
             self._readers[k] = r
         return r
+
+    def _rebuilt(self) -> bool:
+        try:
+            return Manifest.load(self.manifest_path).sha256 != self.manifest.sha256
+        except HframeError:
+            return True
 
     def __len__(self) -> int:
         return self.manifest.frame_count
@@ -359,11 +370,20 @@ class DatasetReader:
         self._readers = [None] * len(self.shard_paths)
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickles as its path and options (a spawned DataLoader worker reopens the shards)."""
-        return {"output": self.path, "options": self._options}
+        """Pickles as its path, options and the manifest it read: a spawned DataLoader worker
+        maps frame ids exactly as its parent did, and each shard it opens must be the one that
+        manifest names (by UUID), or it fails with ``PackReplaced``."""
+        return {"output": self.path, "options": self._options, "manifest": self.manifest}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["output"], **state["options"])  # type: ignore[misc]
+        self.path = state["output"]
+        self.manifest_path = get_manifest_path(self.path)
+        self.manifest = state["manifest"]
+        self.shard_paths = self.manifest.shard_paths(self.manifest_path)
+        self._starts = [e.first_frame for e in self.manifest.shards]
+        self._options = state["options"]
+        self._readers = [None] * len(self.shard_paths)
+        self._table = None
 
 
 def save_plan(output: str | os.PathLike[str], ranges: list[tuple[int, int]], options: dict[str, Any]) -> None:

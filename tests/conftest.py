@@ -125,9 +125,7 @@ def lock_held_elsewhere(output: Path) -> Iterator[int]:
         "import sys; from hframe_cli.checkpoint import OutputLock; "
         "lock = OutputLock(sys.argv[1]).acquire(); print('held', flush=True); sys.stdin.read(); lock.release()"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(output)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(output)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"held\n"
         yield proc.pid

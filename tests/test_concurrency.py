@@ -394,3 +394,19 @@ def test_stress_readers_see_no_wrong_bytes_and_no_failed_opens_while_updates_pub
     assert doc["wrong_reads"] == 0 and doc["failed_opens"] == 0 and doc["writer_errors"] == []
     assert doc["workers_forked_and_spawned"] >= 2
     assert doc["final_update_exit"] == 0 and doc["final_verify_exit"] == 0
+
+
+def test_a_dataset_reader_keeps_its_manifest_when_pickled_and_refuses_a_rebuilt_dataset(tmp_path):
+    src = make_photos(tmp_path / "src", 12)
+    out = tmp_path / "d.hframe"
+    assert run_bin(["pack", str(src), "-o", str(out), "--max-pack-bytes", "6KB", "-q"]).returncode == 0
+    with h.open_pack(out) as d:
+        want = [md5(d[i]) for i in range(len(d))]
+        state = pickle.dumps(d)
+    assert [md5(b) for b in pickle.loads(state).read_many(list(range(len(want))))] == want
+    sorted(src.rglob("*.jpg"))[0].unlink()  # rebuild: shard contents and frame ids move
+    assert run_bin(["pack", str(src), "-o", str(out), "--max-pack-bytes", "6KB", "--force", "-q"]).returncode == 0
+    clone = pickle.loads(state)
+    assert len(clone) == len(want)  # the parent's frame numbering, not the rebuilt one's
+    with pytest.raises(PackReplaced, match="the dataset was rebuilt since this reader opened it"):
+        clone.read_many(list(range(len(want))))
