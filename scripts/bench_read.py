@@ -103,15 +103,9 @@ def ensure_packs(data_dir: str, name: str) -> tuple[str, str]:
     return hf, seed
 
 
-def methods_for(
-    reader: hframe_cli.PackReader,
-    pack_fd: int,
-    seed_fd: int,
-    seed_index: list[dict],
-    paths: list[str],
-    pool: ThreadPoolExecutor | None,
-    reader8: hframe_cli.PackReader | None = None,
-) -> dict[str, Method]:
+def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int, seed_index: list[dict],
+                paths: list[str], pool: ThreadPoolExecutor | None,
+                reader8: hframe_cli.PackReader | None = None) -> dict[str, Method]:
     def read_many(ids: list[int], ranges: list[tuple[int, int]]) -> list[bytes]:
         return reader.read_many(ids, workers=1)
 
@@ -143,13 +137,8 @@ def methods_for(
     def read_many_default(ids: list[int], ranges: list[tuple[int, int]]) -> list[bytes]:
         return reader.read_many(ids)
 
-    methods: dict[str, Method] = {
-        "read_many": read_many,
-        "bare_pread": bare_pread,
-        "seed": seed,
-        "loose": loose,
-        "read_many_default": read_many_default,
-    }
+    methods: dict[str, Method] = {"read_many": read_many, "bare_pread": bare_pread, "seed": seed, "loose": loose,
+                                  "read_many_default": read_many_default}
     if pool is not None and reader8 is not None:  # --cold: the 8-thread variants
         methods["read_many_w8"] = lambda ids, ranges: reader8.read_many(ids, workers=8)
         methods["seed_t8"] = lambda ids, ranges: list(pool.map(seed_one, ids))
@@ -157,14 +146,8 @@ def methods_for(
     return methods
 
 
-def time_methods(
-    methods: dict[str, Method],
-    batches: list[list[int]],
-    reader: hframe_cli.PackReader,
-    cold_paths: list[str],
-    paths: list[str],
-    cold: bool,
-) -> tuple[dict[str, float], int]:
+def time_methods(methods: dict[str, Method], batches: list[list[int]], reader: hframe_cli.PackReader,
+                 cold_paths: list[str], paths: list[str], cold: bool) -> tuple[dict[str, float], int]:
     """Seconds per method over all batches (cold: evicted before each method and batch), bytes per pass."""
     seconds = dict.fromkeys(methods, 0.0)
     nbytes = 0
@@ -191,38 +174,22 @@ def fio_iops(path: str, bs: int, jobs: int, runtime: int, seed: int, ios: int | 
     if not shutil.which("fio"):
         return None
     make_cold([path])
-    cmd = [
-        "fio",
-        "--name=randread",
-        f"--filename={path}",
-        "--rw=randread",
-        f"--bs={bs}",
-        f"--numjobs={jobs}",
-        "--ioengine=psync",
-        "--direct=0",
-        "--readonly",
-        "--invalidate=1",
-        f"--runtime={runtime}",
-        "--group_reporting",
-        f"--randseed={seed}",
-        "--output-format=json",
-    ]
+    cmd = ["fio", "--name=randread", f"--filename={path}", "--rw=randread", f"--bs={bs}", f"--numjobs={jobs}",
+           "--ioengine=psync", "--direct=0", "--readonly", "--invalidate=1", f"--runtime={runtime}",
+           "--group_reporting", f"--randseed={seed}", "--output-format=json"]
     cmd.append(f"--number_ios={max(1, ios // jobs)}" if ios else "--time_based")
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return float(json.loads(proc.stdout[proc.stdout.index("{") :])["jobs"][0]["read"]["iops"])
+    return float(json.loads(proc.stdout[proc.stdout.index("{"):])["jobs"][0]["read"]["iops"])
 
 
 def report(mode: str, name: str, seconds: dict[str, float], frames: int, nbytes: int) -> dict[str, float]:
     fps = {}
     for method, s in seconds.items():
         fps[method] = frames / s
-        print(
-            f"bench=read mode={mode} dataset={name} method={method} frames={frames} seconds={s:.4f} "
-            f"frames_per_s={fps[method]:.0f} mb_per_s={nbytes / 1e6 / s:.1f}",
-            flush=True,
-        )
+        print(f"bench=read mode={mode} dataset={name} method={method} frames={frames} seconds={s:.4f} "
+              f"frames_per_s={fps[method]:.0f} mb_per_s={nbytes / 1e6 / s:.1f}", flush=True)
     return fps
 
 
@@ -245,11 +212,8 @@ def bench_dataset(data_dir: str, name: str, args: argparse.Namespace) -> dict[st
 
     rng = random.Random(args.seed)
     batches = [rng.sample(range(len(reader)), min(args.frames, len(reader))) for _ in range(args.batches)]
-    block_batches = (
-        sample_batches(len(reader), min(args.frames, len(reader)), args.batches, "block-local", args.seed)
-        if args.cold
-        else []
-    )
+    block_batches = (sample_batches(len(reader), min(args.frames, len(reader)), args.batches, "block-local",
+                                    args.seed) if args.cold else [])
 
     # Correctness, once: read_many matches the index md5, and every method matches read_many.
     md5s = reader.table.column("md5")
@@ -269,10 +233,8 @@ def bench_dataset(data_dir: str, name: str, args: argparse.Namespace) -> dict[st
     seconds, nbytes = time_methods(methods, batches, reader, cold_paths, paths, args.cold)
     fps = report(mode, name, seconds, total, nbytes)
     if args.cold:
-        block_methods = {
-            "read_many_blocklocal": methods["read_many"],
-            "read_many_w8_blocklocal": methods["read_many_w8"],
-        }
+        block_methods = {"read_many_blocklocal": methods["read_many"],
+                         "read_many_w8_blocklocal": methods["read_many_w8"]}
         seconds, nbytes = time_methods(block_methods, block_batches, reader, cold_paths, paths, True)
         fps.update(report(mode, name, seconds, total, nbytes))
         bs = int(statistics.median(reader.range_of(i)[1] for i in range(len(reader))))
@@ -283,11 +245,8 @@ def bench_dataset(data_dir: str, name: str, args: argparse.Namespace) -> dict[st
                     print(f"bench=read mode=cold dataset={name} method={key} result=skipped (fio not installed)")
                     continue
                 fps[key] = iops
-                print(
-                    f"bench=read mode=cold dataset={name} method={key} bs={bs} ios={ios or 'all'} "
-                    f"runtime_cap_s={args.fio_runtime} iops={iops:.0f} mb_per_s={iops * bs / 1e6:.1f}",
-                    flush=True,
-                )
+                print(f"bench=read mode=cold dataset={name} method={key} bs={bs} ios={ios or 'all'} "
+                      f"runtime_cap_s={args.fio_runtime} iops={iops:.0f} mb_per_s={iops * bs / 1e6:.1f}", flush=True)
         pool.shutdown()
         reader8.close()
     os.close(pack_fd)
@@ -320,10 +279,8 @@ def main() -> int:
     results = {name: bench_dataset(args.data_dir, name, args) for name in DATASETS}
     for name, fps in results.items():
         ratio = fps["read_many"] / fps["bare_pread"]
-        print(
-            f"read_many_vs_bare_pread={ratio:.3f} mode={mode} dataset={name} target=>=0.8 "
-            f"result={'PASS' if ratio >= 0.8 else 'FAIL'}"
-        )
+        print(f"read_many_vs_bare_pread={ratio:.3f} mode={mode} dataset={name} target=>=0.8 "
+              f"result={'PASS' if ratio >= 0.8 else 'FAIL'}")
         print(f"read_many_vs_loose={fps['read_many'] / fps['loose']:.3f} mode={mode} dataset={name} target=none")
         if not args.cold:
             continue
@@ -331,24 +288,15 @@ def main() -> int:
             verdict("hframe_vs_loose", fps[hf] / fps[loose], 2.0, f" workers={w} mode=cold dataset={name}")
             verdict("hframe_vs_seed", fps[hf] / fps[seed], 1.0, f" workers={w} mode=cold dataset={name}")
         for w, hf in ((1, "read_many"), (8, "read_many_w8")):
-            verdict(
-                "blocklocal_vs_random", fps[f"{hf}_blocklocal"] / fps[hf], 1.5, f" workers={w} mode=cold dataset={name}"
-            )
+            verdict("blocklocal_vs_random", fps[f"{hf}_blocklocal"] / fps[hf], 1.5,
+                    f" workers={w} mode=cold dataset={name}")
         if "fio_8jobs" in fps:
-            verdict(
-                "read_many_w8_vs_fio_8jobs",
-                fps["read_many_w8"] / fps["fio_8jobs"],
-                0.8,
-                f" mode=cold dataset={name}",
-                report_only=True,
-            )
-            print(
-                f"read_many_vs_fio_1job={fps['read_many'] / fps['fio_1jobs']:.3f} mode=cold dataset={name} target=none"
-            )
-            print(
-                f"read_many_w8_vs_fio_8jobs_timed={fps['read_many_w8'] / fps['fio_8jobs_timed']:.3f} mode=cold "
-                f"dataset={name} target=none"
-            )
+            verdict("read_many_w8_vs_fio_8jobs", fps["read_many_w8"] / fps["fio_8jobs"], 0.8,
+                    f" mode=cold dataset={name}", report_only=True)
+            print(f"read_many_vs_fio_1job={fps['read_many'] / fps['fio_1jobs']:.3f} mode=cold dataset={name} "
+                  "target=none")
+            print(f"read_many_w8_vs_fio_8jobs_timed={fps['read_many_w8'] / fps['fio_8jobs_timed']:.3f} mode=cold "
+                  f"dataset={name} target=none")
     return 0
 
 
