@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -196,12 +196,11 @@ def _look_for_index(
     return None, stray, stray_meta
 
 
-def _reopen_generation(
-    path: str, index_path: str, snapshot: dict[str, Any]
-) -> tuple[LocalFile, PackInfo, LocalFile, IndexMeta]:
-    """The generation an unpickled reader's parent held: through the parent's open files while
-    it lives (``/proc/PID/fd``), else by path if the path still holds the same generation."""
-    want, size = snapshot["uuid"], snapshot["size"]
+def _generation_checks(
+    path: str, index_path: str, want: str, size: int
+) -> tuple[Callable[[int], None], Callable[[int], None], Callable[[str], PackReplaced]]:
+    """Checks that a file opened again by path (``LocalFile.same_generation``) is the pack, or
+    the index, of generation ``want``; they raise ``PackReplaced`` naming both UUIDs if not."""
 
     def replaced(now: str) -> PackReplaced:
         return PackReplaced(
@@ -226,6 +225,16 @@ def _reopen_generation(
         if meta.pack_uuid != want:
             raise replaced(f"an index of pack {meta.pack_uuid}")
 
+    return same_pack, same_index, replaced
+
+
+def _reopen_generation(
+    path: str, index_path: str, snapshot: dict[str, Any]
+) -> tuple[LocalFile, PackInfo, LocalFile, IndexMeta]:
+    """The generation an unpickled reader's parent held: through the parent's open files while
+    it lives (``/proc/PID/fd``), else by path if the path still holds the same generation."""
+    want, size = snapshot["uuid"], snapshot["size"]
+    same_pack, same_index, replaced = _generation_checks(path, index_path, want, size)
     storage = open_storage(path, origin=snapshot.get("pack"), same_generation=same_pack)
     try:
         info = read_pack_info(storage)
@@ -285,6 +294,10 @@ class PackReader:
         self.coalesce_gap = coalesce_gap
         self.max_read = max_read
         self._storage, self.info, self._index, self.meta = open_generation(self.path, self.index_path, _snapshot)
+        # a handle used again after close() (or in a process that cannot reach these files) opens
+        # the path: only the same generation may stand in
+        checks = _generation_checks(self.path, self.index_path, self.info.uuid, self.info.size)
+        self._storage.same_generation, self._index.same_generation = checks[0], checks[1]
         self._pool: ThreadPoolExecutor | None = None
         try:
             self._load()

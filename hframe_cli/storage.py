@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .errors import InputError, PackReplaced, StorageError
+from .errors import HframeError, InputError, PackReplaced, StorageError
 
 __all__ = ["LocalFile", "Storage", "evict_from_page_cache", "open_storage"]
 
@@ -183,6 +183,11 @@ class LocalFile:
 
     def __getstate__(self) -> dict[str, object]:
         origin = None
+        if self._fd >= 0:
+            try:
+                self.fileno()  # this process's own descriptor (a fork's child reattaches first)
+            except HframeError:
+                pass
         if self._fd >= 0 and self._pid == os.getpid() and self.identity is not None:
             origin = (self._pid, self._fd, *self.identity)
         elif self._origin is not None:

@@ -410,3 +410,13 @@ def test_a_dataset_reader_keeps_its_manifest_when_pickled_and_refuses_a_rebuilt_
     assert len(clone) == len(want)  # the parent's frame numbering, not the rebuilt one's
     with pytest.raises(PackReplaced, match="the dataset was rebuilt since this reader opened it"):
         clone.read_many(list(range(len(want))))
+
+
+def test_a_closed_reader_used_again_after_a_repack_refuses_the_new_pack(tree):
+    src, out = tree
+    p = h.open_pack(out)
+    old = p.uuid
+    p.close()  # handles are released; they reopen on next use
+    repack_without_one(src, out)
+    with pytest.raises(PackReplaced, match=f"it holds pack {old}, the path now has pack "):
+        p[0]
