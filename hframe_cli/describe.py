@@ -11,15 +11,17 @@ from typing import Any
 
 from .errors import FormatError, HframeError, IncompletePack
 from .format import FLAG_COMPRESSED, FLAG_DICT, HEADER_SIZE, MAGIC, TRAILER_SIZE, Header, Trailer, sniff_media_type
-from .index import format_time_us, get_index_path, read_index_meta
-from .reader import FrameKey, PackReader, read_dictionary
+from .index import format_time_us, get_index_path
+from .reader import OPEN_ATTEMPTS, FrameKey, Overtaken, PackReader, pinned_index, read_dictionary
 from .shards import DatasetReader, Manifest, get_manifest_path
 from .storage import open_storage
 
 __all__ = ["describe_pack", "frame_head"]
 
 
-def describe_pack(path: str | os.PathLike[str], index_path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+def describe_pack(
+    path: str | os.PathLike[str], index_path: str | os.PathLike[str] | None = None, _attempt: int = 0
+) -> dict[str, Any]:
     """Header, trailer (or why there is none) and index metadata (or why it is unusable).
 
     A sharded dataset (no file at ``path``, a manifest beside it) is described by its manifest.
@@ -83,14 +85,21 @@ def describe_pack(path: str | os.PathLike[str], index_path: str | os.PathLike[st
             trailer = None
         ipath = os.fspath(index_path) if index_path is not None else os.fspath(get_index_path(storage.location))
         try:
-            meta = read_index_meta(ipath)
-            out["index"] = {"path": ipath, **meta.__dict__}
+            # the index of this pack (its .partial twin mid-publish: man/hframe.5)
+            index, meta = pinned_index(storage, ipath, {str(header.uuid)})
+            index.close()
+            out["index"] = {"path": index.location, **meta.__dict__}
             if trailer is not None:
                 try:
                     meta.check_pack(str(header.uuid), size, trailer.frame_count, ipath)
                 except FormatError as e:
                     out["ok"] = False
                     out["index_problem"] = str(e)
+        except Overtaken:
+            if _attempt + 1 < OPEN_ATTEMPTS:  # republished while being read: describe the new one
+                return describe_pack(path, index_path, _attempt + 1)
+            out["index"] = None
+            out["index_problem"] = f"{ipath}: pack and index kept changing while being read"
         except HframeError as e:
             out["index"] = None
             out["index_problem"] = str(e)

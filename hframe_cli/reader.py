@@ -24,7 +24,16 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from .codec import Decompressor
-from .errors import FormatError, FrameOutOfRange, IncompletePack, IndexMismatch, InputError, NotFound, PackReplaced
+from .errors import (
+    FormatError,
+    FrameOutOfRange,
+    HframeError,
+    IncompletePack,
+    IndexMismatch,
+    InputError,
+    NotFound,
+    PackReplaced,
+)
 from .format import (
     CODEC_IDS,
     EXTRA_ZSTD_DICT,
@@ -138,62 +147,24 @@ def open_generation(
         storage = open_storage(path)
         try:
             info = read_pack_info(storage)
-            match, stray, stray_meta = _look_for_index(index_path, info)
-            if match is not None:
-                return storage, info, match[0], match[1]
-            settled = storage.is_at_path() and (stray is None or stray.is_at_path())
-            if stray is not None:
-                stray.close()
-            if settled:  # nothing is being published: the index really is missing or stray
-                if stray_meta is None:
-                    raise InputError(f"{index_path}: index not found (rebuild it with 'hframe index PACK --rebuild')")
-                stray_meta.check_pack(info.uuid, info.size, info.trailer.frame_count, index_path)
+            index, meta = pinned_index(storage, index_path, {info.uuid})
+        except Overtaken:
+            storage.close()
+            continue  # a publish replaced the pack while it was being opened: look again
         except BaseException:
             storage.close()
             raise
-        storage.close()  # a publish is under way: look again
+        try:
+            meta.check_pack(info.uuid, info.size, info.trailer.frame_count, index_path)  # a stray index
+        except BaseException:
+            index.close()
+            storage.close()
+            raise
+        return storage, info, index, meta
     raise IndexMismatch(
         f"{index_path}: pack and index kept changing while being opened ({OPEN_ATTEMPTS} attempts); "
         "is something republishing it in a loop?"
     )
-
-
-def _look_for_index(
-    index_path: str, info: PackInfo
-) -> tuple[tuple[LocalFile, IndexMeta] | None, LocalFile | None, IndexMeta | None]:
-    """The index of ``info``'s pack, at ``index_path`` or (mid-publish) ``index_path.partial``.
-
-    Returns (match, stray, stray_meta): ``match`` is the open index handle and its metadata;
-    otherwise ``stray`` is the open handle of the non-matching file at ``index_path`` (None if
-    there is none) and ``stray_meta`` its metadata.
-    """
-    stray: LocalFile | None = None
-    stray_meta: IndexMeta | None = None
-    for candidate in (index_path, index_path + ".partial"):
-        try:
-            handle = open_storage(candidate)
-        except InputError:
-            continue  # not there (or a folder): the other candidate, or nothing
-        try:
-            meta = read_index_meta(candidate, stream=handle.stream())
-        except (FormatError, InputError):
-            handle.close()
-            if candidate == index_path:
-                raise  # a published index is never half-written: this one is damaged
-            continue  # a .partial still being written
-        if (
-            meta.pack_uuid == info.uuid
-            and meta.pack_bytes == info.size
-            and meta.frame_count == info.trailer.frame_count
-        ):
-            if stray is not None:
-                stray.close()
-            return (handle, meta), None, None
-        if candidate == index_path:
-            stray, stray_meta = handle, meta
-        else:
-            handle.close()
-    return None, stray, stray_meta
 
 
 def _generation_checks(
@@ -260,6 +231,50 @@ def _reopen_generation(
         storage.close()
         raise
     return storage, info, index, meta
+
+
+class Overtaken(Exception):
+    """The pack at the path was replaced after it was opened and before its index was."""
+
+
+def pinned_index(storage: LocalFile, ipath: str, uuids: set[str]) -> tuple[LocalFile, IndexMeta]:
+    """The index of the pack ``storage`` holds, as an open handle: ``ipath``, or mid-publish
+    ``ipath.partial`` (``man/hframe.5``, PUBLISHING AND READERS). An index of another pack is
+    returned as it is (the caller reports it) unless the pack was replaced meanwhile."""
+    try:
+        index: LocalFile | None = open_storage(ipath)
+    except InputError:
+        index = None
+    meta: IndexMeta | None = None
+    if index is not None:
+        try:
+            meta = read_index_meta(ipath, stream=index.stream())
+        except BaseException:
+            index.close()
+            raise
+        if not uuids or meta.pack_uuid in uuids:
+            return index, meta
+    try:
+        twin = open_storage(ipath + ".partial")
+    except HframeError:
+        twin = None
+    if twin is not None:
+        try:
+            twin_meta = read_index_meta(ipath + ".partial", stream=twin.stream())
+        except HframeError:
+            twin_meta = None  # still being written
+        if twin_meta is not None and twin_meta.pack_uuid in uuids:
+            if index is not None:
+                index.close()
+            return twin, twin_meta
+        twin.close()
+    if not storage.is_at_path() or (index is not None and not index.is_at_path()):
+        if index is not None:
+            index.close()
+        raise Overtaken
+    if index is None or meta is None:
+        raise InputError(f"{ipath}: index not found (rebuild it with 'hframe index PACK --rebuild')")
+    return index, meta
 
 
 class PackReader:

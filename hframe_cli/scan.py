@@ -113,44 +113,50 @@ def rebuild_index(
     sizes come from the header and trailer; ``hframe_version`` is this release's).
     """
     from . import __version__
+    from .lock import OutputLock
 
-    storage = open_storage(pack_path)
-    try:
-        info = read_pack_info(storage)
-        builder = IndexBuilder()
-        for rec in iter_records(storage, info):
-            h = rec.header
-            frame_meta = record_meta(h, storage.location)
-            builder.append(
-                name=h.name,
-                offset=rec.offset,
-                length=h.length,
-                md5=h.md5,
-                media_type=rec.media_type,
-                kind=h.kind,
-                codec=h.codec,
-                raw_length=h.raw_length,
-                source_size=h.raw_length,
-                mtime_ns=h.mtime_ns,
-                record_offset=rec.record_offset,
-                meta=frame_meta,
-            )
-            if on_progress is not None:
-                on_progress(h.length)
-        meta = IndexMeta(
-            format_version="{}.{}".format(*info.header.version),
-            index_schema_version=INDEX_SCHEMA,
-            pack_uuid=info.uuid,
-            pack_time=info.pack_time,
-            frame_count=info.trailer.frame_count,
-            pack_bytes=info.size,
-            payload_bytes=info.trailer.payload_bytes,
-            alignment=info.header.alignment,
-            hframe_version=__version__,
+    # the lock: a pack run publishing this output at the same time writes INDEX.partial too
+    with OutputLock(pack_path), open_storage(pack_path) as storage:
+        return _rebuild(storage, index_path, on_progress, __version__)
+
+
+def _rebuild(
+    storage: LocalFile, index_path: str | os.PathLike[str], on_progress: Callable[[int], None] | None, version: str
+) -> IndexMeta:
+    """``rebuild_index`` holding the lock: walk the records, write the index, rename it in."""
+    info = read_pack_info(storage)
+    builder = IndexBuilder()
+    for rec in iter_records(storage, info):
+        h = rec.header
+        frame_meta = record_meta(h, storage.location)
+        builder.append(
+            name=h.name,
+            offset=rec.offset,
+            length=h.length,
+            md5=h.md5,
+            media_type=rec.media_type,
+            kind=h.kind,
+            codec=h.codec,
+            raw_length=h.raw_length,
+            source_size=h.raw_length,
+            mtime_ns=h.mtime_ns,
+            record_offset=rec.record_offset,
+            meta=frame_meta,
         )
-        tmp = os.fspath(index_path) + ".partial"
-        write_index(builder.to_table(meta), tmp)
-        os.replace(tmp, index_path)
-        return meta
-    finally:
-        storage.close()
+        if on_progress is not None:
+            on_progress(h.length)
+    meta = IndexMeta(
+        format_version="{}.{}".format(*info.header.version),
+        index_schema_version=INDEX_SCHEMA,
+        pack_uuid=info.uuid,
+        pack_time=info.pack_time,
+        frame_count=info.trailer.frame_count,
+        pack_bytes=info.size,
+        payload_bytes=info.trailer.payload_bytes,
+        alignment=info.header.alignment,
+        hframe_version=version,
+    )
+    tmp = os.fspath(index_path) + ".partial"
+    write_index(builder.to_table(meta), tmp)
+    os.replace(tmp, index_path)
+    return meta

@@ -207,6 +207,11 @@ def write_manifest(output: str | os.PathLike[str], shards: Sequence[str | os.Pat
 
     ``shards`` may hold glob patterns (``hframe index OUT --merge 'NAME-*.hframe'``).
     """
+    with OutputLock(output):  # one writer of the manifest at a time (re-entrant in a sharded run)
+        return _write_manifest(output, shards)
+
+
+def _write_manifest(output: str | os.PathLike[str], shards: Sequence[str | os.PathLike[str]]) -> Manifest:
     shards = expand_globs(os.fspath(s) for s in shards)
     mpath = get_manifest_path(output)
     folder = mpath.parent

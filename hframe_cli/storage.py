@@ -181,6 +181,12 @@ class LocalFile:
             os.close(self._fd)
         self._fd, self._pid = -1, -1
 
+    def __enter__(self) -> LocalFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def __getstate__(self) -> dict[str, object]:
         origin = None
         if self._fd >= 0:

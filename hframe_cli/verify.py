@@ -71,7 +71,7 @@ from .format import (
 )
 from .index import IndexMeta, get_index_path, read_index_meta
 from .inputs import expand_globs
-from .reader import OPEN_ATTEMPTS, _int64_column, read_dictionary
+from .reader import OPEN_ATTEMPTS, Overtaken, _int64_column, pinned_index, read_dictionary
 from .storage import LocalFile, evict_from_page_cache, open_storage
 from .verify_index import IndexCols
 from .verify_report import PackReport, Problem, VerifyReport, parse_frames, parse_sample
@@ -774,7 +774,7 @@ def verify_pack(
         v.processes = max(1, workers if workers is not None else min(4, os.cpu_count() or 1))
         try:
             _verify_open(v, report, storage, ipath, use_index, sample, seed, frames)
-        except _Overtaken:
+        except Overtaken:
             storage.close()
             time.sleep(0.001 * 2**attempt)
             continue  # a publish replaced the pack while it was being opened: verify the new one
@@ -792,40 +792,6 @@ def verify_pack(
         return report
     report.error = f"{ipath}: pack and index kept changing while being opened ({OPEN_ATTEMPTS} attempts)"
     return report
-
-
-class _Overtaken(Exception):
-    """The pack at the path was replaced after it was opened and before its index was."""
-
-
-def _pinned_index(storage: LocalFile, ipath: str, uuids: set[str]) -> tuple[LocalFile, IndexMeta]:
-    """The index of the pack ``storage`` holds, as an open handle: ``ipath``, or mid-publish
-    ``ipath.partial`` (``man/hframe.5``, PUBLISHING AND READERS). An index of another pack is
-    returned as it is (the caller reports it) unless the pack was replaced meanwhile."""
-    try:
-        index: LocalFile | None = open_storage(ipath)
-    except InputError:
-        index = None
-    meta = read_index_meta(ipath, stream=index.stream()) if index is not None else None
-    if meta is not None and index is not None and (not uuids or meta.pack_uuid in uuids):
-        return index, meta
-    try:
-        twin = open_storage(ipath + ".partial")
-        twin_meta = read_index_meta(ipath + ".partial", stream=twin.stream())
-        if twin_meta.pack_uuid in uuids:
-            if index is not None:
-                index.close()
-            return twin, twin_meta
-        twin.close()
-    except HframeError:
-        pass
-    if not storage.is_at_path() or (index is not None and not index.is_at_path()):
-        if index is not None:
-            index.close()
-        raise _Overtaken
-    if index is None or meta is None:
-        raise InputError(f"{ipath}: index not found (rebuild it with 'hframe index PACK --rebuild')")
-    return index, meta
 
 
 def _verify_open(
@@ -874,7 +840,7 @@ def _verify_open(
     ranges: list[tuple[int, int]] = []
     if use_index:
         uuids = {str(u.uuid) for u in (header, trailer) if u is not None}
-        index, meta = _pinned_index(storage, ipath, uuids)
+        index, meta = pinned_index(storage, ipath, uuids)
         try:
             if uuids and meta.pack_uuid not in uuids:
                 raise InputError(

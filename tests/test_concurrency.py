@@ -420,3 +420,21 @@ def test_a_closed_reader_used_again_after_a_repack_refuses_the_new_pack(tree):
     repack_without_one(src, out)
     with pytest.raises(PackReplaced, match=f"it holds pack {old}, the path now has pack "):
         p[0]
+
+
+def test_dump_header_and_index_rebuild_between_the_publish_renames(tree):
+    src, out = tree
+    make_photos(src / "more", 2)
+    proc = start(["pack", str(src), "-o", str(out), "--update", "-q"], fault="publish-between-renames:1:stop")
+    wait_stopped(proc)
+    try:
+        r = run_bin(["dump-header", str(out), "--json"])
+        doc = json.loads(r.stdout)
+        assert r.returncode == 0 and doc["ok"] and doc["index"]["pack_uuid"] == doc["header"]["uuid"], doc
+        # a rebuild writes INDEX.partial too: it must wait for the writer, not race it
+        r = run_bin(["index", str(out), "--rebuild"])
+        assert r.returncode == 3 and b"locked by another hframe run" in r.stderr
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    assert proc.wait(60) == 0
+    assert frames_by_name(out) == source_md5s(src) and leftovers(out.parent) == []
