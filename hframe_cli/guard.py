@@ -93,8 +93,8 @@ def stop_signals(enabled: bool = True) -> Iterator[StopSignals]:
         yield stop
     finally:
         _active = None
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
 
 
 @contextmanager

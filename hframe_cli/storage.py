@@ -89,7 +89,7 @@ class LocalFile:
         """The first file again, through an inherited descriptor or the opener's /proc entry."""
         if self.identity is None:
             return -1
-        candidates = []
+        candidates: list[str | int] = []
         if self._fd >= 0:  # inherited across fork
             candidates += [f"/proc/self/fd/{self._fd}", self._fd]
         if self._origin is not None:
