@@ -57,7 +57,7 @@ def main() -> int:
     version = timed(["--version"], 0, args.repeat)
     unlocked = timed(["pack", str(src), "-o", str(out), "--update", "-q"], 0, args.repeat)
     code = "import sys; from hframe_cli.lock import OutputLock; l = OutputLock(sys.argv[1]).acquire(); "
-    code += "print('held', flush=True); sys.stdin.read()"
+    code += "print('held', flush=True); sys.stdin.read(); l.release()"
     holder = subprocess.Popen([sys.executable, "-c", code, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
     try:
