@@ -163,9 +163,19 @@ class LocalFile:
         except OSError as e:
             raise _storage_error(self.location, e) from e
 
-    def stream(self) -> io.RawIOBase:
-        """A read-only file object over this same file (its own position; ``pread`` underneath),
-        for readers that want one, such as pyarrow's Parquet reader."""
+    def stream(self) -> Any:
+        """A read-only file object over this same file with its own position, for readers that
+        want one, such as pyarrow's Parquet reader: a native pyarrow file opened on
+        ``/proc/self/fd/N`` where there is one (the same file, whatever the path names now),
+        else a ``pread``-backed Python stream."""
+        fd = self.fileno()
+        if os.path.isdir("/proc/self/fd"):
+            import pyarrow as pa  # only its users ask for a stream
+
+            try:
+                return pa.OSFile(f"/proc/self/fd/{fd}")
+            except OSError:
+                pass
         return _PreadStream(self)
 
     def is_at_path(self) -> bool:

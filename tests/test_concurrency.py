@@ -438,3 +438,19 @@ def test_dump_header_and_index_rebuild_between_the_publish_renames(tree):
         proc.send_signal(signal.SIGCONT)
     assert proc.wait(60) == 0
     assert frames_by_name(out) == source_md5s(src) and leftovers(out.parent) == []
+
+
+def test_index_reads_without_proc_go_through_the_pread_stream(tree, monkeypatch):
+    """Where there is no /proc (macOS, some containers) the pinned index is read through a
+    pread-backed Python stream: the same rows, and still the generation opened."""
+    src, out = tree
+    import hframe_cli.storage as storage
+
+    real_isdir = os.path.isdir
+    monkeypatch.setattr(storage.os.path, "isdir", lambda p: False if p == "/proc/self/fd" else real_isdir(p))
+    with h.open_pack(out) as p:
+        assert type(p._index.stream()).__name__ == "_PreadStream"
+        want = p.table.column("md5").to_pylist()
+        repack_without_one(src, out)
+        assert p.read_index_columns(["md5"]).column("md5").to_pylist() == want  # read again, after the repack
+        assert [md5(b) for b in p.read_many(list(range(len(p))))] == want
