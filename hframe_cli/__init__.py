@@ -46,12 +46,14 @@ _LAZY = {
     "MediaOptions": "media",
     "CheckpointPolicy": "packing",
     "PackResult": "packing",
-    "pack": "packing",
+    "pack": "commands",
+    "PackOptions": "commands",
+    "PackOutcome": "commands",
     "pack_sources": "packing",
-    "resume_pack": "packing",
+    "resume_pack": "commands",
     "PackReader": "reader",
     "ReadStats": "reader",
-    "open_pack": "reader",
+    "open_pack": "dataset",
     "rebuild_index": "scan",
     "PackReport": "verify",
     "VerifyReport": "verify",
@@ -75,11 +77,13 @@ def __getattr__(name: str) -> object:
 
 
 if TYPE_CHECKING:
+    from .commands import PackOptions, PackOutcome, pack, resume_pack
+    from .dataset import open_pack
     from .index import get_index_path
     from .inputs import collect_sources
     from .media import MediaOptions
-    from .packing import CheckpointPolicy, PackResult, pack, pack_sources, resume_pack
-    from .reader import PackReader, ReadStats, open_pack
+    from .packing import CheckpointPolicy, PackResult, pack_sources
+    from .reader import PackReader, ReadStats
     from .scan import rebuild_index
     from .torchdata import FrameDataset
     from .verify import PackReport, VerifyReport, self_check, verify_pack, verify_packs
@@ -106,6 +110,8 @@ __all__ = [
     "PackLocked",
     "PackReplaced",
     "PackReader",
+    "PackOptions",
+    "PackOutcome",
     "PackReport",
     "PackResult",
     "PackWriter",

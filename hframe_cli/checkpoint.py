@@ -26,9 +26,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from .errors import FormatError, StorageError
 from .faults import fault_point
 from .inputs import Rejected, Source, SourceList
@@ -37,6 +34,7 @@ from .lock import OutputLock
 __all__ = [
     "CHECKPOINT_VERSION",
     "Checkpoint",
+    "CheckpointPolicy",
     "OutputLock",
     "checkpoint_paths",
     "fsync_dir",
@@ -70,6 +68,16 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@dataclass
+class CheckpointPolicy:
+    """When ``pack`` writes a checkpoint: whichever of these comes first (0 disables one)."""
+
+    every_frames: int = 100_000
+    every_bytes: int = 4 << 30
+    every_seconds: float = 30.0
+    enabled: bool = True
 
 
 @dataclass
@@ -156,6 +164,9 @@ def source_fingerprint(sources: list[Source]) -> str:
 
 def save_sources(output: str | os.PathLike[str], sources: SourceList) -> None:
     """Keep the run's sorted source list (and what was rejected up front) beside the output."""
+    import pyarrow as pa  # here: the lock and checkpoint files must not need pyarrow
+    import pyarrow.parquet as pq
+
     paths = checkpoint_paths(output)
     table = pa.table(
         {
@@ -179,6 +190,9 @@ def save_sources(output: str | os.PathLike[str], sources: SourceList) -> None:
 
 
 def load_sources(output: str | os.PathLike[str]) -> SourceList:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     paths = checkpoint_paths(output)
     try:
         t = pq.read_table(paths.sources)

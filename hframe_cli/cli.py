@@ -213,123 +213,77 @@ def pack(
     quiet: QuietOpt = False,
 ) -> None:
     """Pack files into OUTPUT and its index OUTPUT.index.parquet, self-check, then publish."""
+    from .commands import PackOptions
+    from .commands import pack as pack_files
     from .errors import PackLocked
-    from .guard import writer_run
-    from .units import parse_size
+    from .media import MediaOptions
+    from .units import parse_created, parse_size
 
-    # only light modules before the lock: a locked run exits before loading pyarrow
-    policy_args = (checkpoint_every, parse_size(checkpoint_bytes, "--checkpoint-bytes"), checkpoint_seconds)
-
-    def checkpoint_policy() -> Any:
-        from .packing import CheckpointPolicy
-
-        return CheckpointPolicy(*policy_args, not no_checkpoint)
-
+    policy = _checkpoint_policy(checkpoint_every, checkpoint_bytes, checkpoint_seconds, no_checkpoint)
     if resume:
         _resume(
             output,
             rescan=False,
             workers=workers,
-            policy=checkpoint_policy,
+            policy=policy,
             json_out=json_out,
             quiet=quiet,
             wait=wait,
             skip_if_locked=skip_if_locked,
         )
         return
-    target = os.fspath(output)
-    if shard_of is not None:  # a job-array part writes (and locks) its own shard
-        from .shards import parse_shard_of, shard_path
-
-        target = os.fspath(shard_path(output, parse_shard_of(shard_of)[0]))
-    events = render.event_logger(quiet or json_out)
+    media = MediaOptions(
+        compress=compress,
+        zstd_dict=zstd_dict,
+        video_frames=video_frames,
+        frame_format=frame_format,
+        max_frames_per_video=max_frames_per_video,
+        label_from=label_from,
+        split=split,
+        image_meta=not no_image_meta,
+        strict_images=strict_images,
+    )
+    options = PackOptions(
+        include=include or (),
+        exclude=exclude or (),
+        base=base,
+        stdin=sys.stdin.buffer,
+        null_separated=null,
+        skip_bad=skip_bad,
+        allow_empty=allow_empty,
+        max_frame_bytes=parse_size(max_frame_bytes, "--max-frame-bytes"),
+        force=force,
+        alignment=align,
+        created_us=parse_created(created),
+        self_check_frames=self_check,
+        workers=workers,
+        checkpoints=policy,
+        max_pack_bytes=parse_size(max_pack_bytes, "--max-pack-bytes"),
+        shard_of=shard_of,
+        update=update,
+        checksum=checksum,
+        media=media,
+        wait=wait,
+        handle_signals=True,
+        on_event=render.event_logger(quiet or json_out),
+        on_warning=render.warning,
+        progress=lambda frames, nbytes: render.progress(frames, nbytes, quiet or json_out),
+    )
     try:
-        # the lock before anything else: a locked run has listed nothing, planned nothing
-        with writer_run(target, wait=wait, handle_signals=True, on_event=events, on_warning=render.warning):
-            from .inputs import collect_sources
-            from .packing import parse_created
-            from .units import parse_size
-
-            created_us = parse_created(created)
-            max_bytes = parse_size(max_frame_bytes, "--max-frame-bytes")
-            from .media import MediaOptions
-
-            media = MediaOptions(
-                compress=compress,
-                zstd_dict=zstd_dict,
-                video_frames=video_frames,
-                frame_format=frame_format,
-                max_frames_per_video=max_frames_per_video,
-                label_from=label_from,
-                split=split,
-                image_meta=not no_image_meta,
-                strict_images=strict_images,
-            )
-            media.check()
-            srcs = collect_sources(
-                sources,
-                stdin=sys.stdin.buffer,
-                null_separated=null,
-                include=include or (),
-                exclude=exclude or (),
-                base=base,
-                output=os.fspath(output),
-                skip_bad=skip_bad,
-                max_frame_bytes=max_bytes,
-                allow_empty=allow_empty,
-            )
-            common: dict[str, Any] = dict(
-                alignment=align,
-                created_us=created_us,
-                force=force,
-                skip_bad=skip_bad,
-                self_check_frames=self_check,
-                workers=workers,
-                checkpoints=checkpoint_policy(),
-                handle_signals=True,
-                on_event=events,
-                media=media,
-            )
-            if update:
-                from .update import update_pack
-
-                with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
-                    plan, maybe = update_pack(
-                        srcs,
-                        output,
-                        checksum=checksum,
-                        on_progress=on_progress,
-                        **{k: v for k, v in common.items() if k != "force"},
-                    )
-                render.update_summary(plan, maybe, os.fspath(output), json_out, quiet)
-                return
-            if checksum:
-                raise InputError("--checksum only applies with --update")
-            if shard_of is not None:
-                from .shards import pack_part
-
-                with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
-                    result = pack_part(srcs, output, shard_of, on_progress=on_progress, **common)
-                render.pack_summary(result, json_out, quiet)
-                return
-            from .shards import pack_sharded
-
-            with render.progress(len(srcs.sources), srcs.total_bytes, quiet or json_out) as on_progress:
-                manifest, results = pack_sharded(
-                    srcs,
-                    output,
-                    max_pack_bytes=parse_size(max_pack_bytes, "--max-pack-bytes"),
-                    on_progress=on_progress,
-                    **common,
-                )
-            if manifest is None:
-                render.pack_summary(results[0], json_out, quiet)
-            else:
-                render.sharded_summary(manifest, results, os.fspath(output), json_out, quiet)
+        outcome = pack_files(sources, output, options)
     except PackLocked as e:
         if not skip_if_locked:
             raise
-        render.locked_skip(target, str(e), json_out, quiet)
+        render.locked_skip(os.fspath(output), str(e), json_out, quiet)
+        return
+    render.pack_outcome(outcome, json_out, quiet)
+
+
+def _checkpoint_policy(every: int, every_bytes: str, seconds: float, off: bool) -> Any:
+    from .checkpoint import CheckpointPolicy
+    from .units import parse_size
+
+    return CheckpointPolicy(every, parse_size(every_bytes, "--checkpoint-bytes"), seconds, not off)
 
 
 def _resume(
@@ -343,24 +297,20 @@ def _resume(
     wait: float,
     skip_if_locked: bool,
 ) -> None:
+    from .commands import resume_pack
     from .errors import PackLocked
-    from .guard import writer_run
 
-    events = render.event_logger(quiet or json_out)
     try:
-        # the lock first (re-entrant: resume_pack takes it again), before pyarrow is even loaded
-        with writer_run(output, wait=wait, handle_signals=True, on_event=events, on_warning=render.warning):
-            from .packing import resume_pack
-
-            outcome = resume_pack(
-                output,
-                rescan=rescan,
-                workers=workers,
-                checkpoints=policy() if policy is not None else None,
-                handle_signals=True,
-                on_event=events,
-                on_warning=render.warning,
-            )
+        outcome = resume_pack(
+            output,
+            rescan=rescan,
+            workers=workers,
+            checkpoints=policy,
+            handle_signals=True,
+            on_event=render.event_logger(quiet or json_out),
+            on_warning=render.warning,
+            wait=wait,
+        )
     except PackLocked as e:
         if not skip_if_locked:
             raise
@@ -551,8 +501,8 @@ def dump_header(
     json_out: JsonOpt = False,
 ) -> None:
     """Show the header, trailer and index metadata of PACK (exit 1 if incomplete or mismatched)."""
+    from .dataset import open_pack
     from .describe import describe_pack, frame_head
-    from .reader import open_pack
 
     if frame is not None:
         with open_pack(pack) as reader:
@@ -589,12 +539,12 @@ def index(
     quiet: QuietOpt = False,
 ) -> None:
     """Print the index rows of PACK, or rebuild its index from the pack alone."""
+    from .dataset import open_pack
     from .index import get_index_path, select_rows
-    from .reader import open_pack
     from .scan import rebuild_index
 
     if merge:
-        from .shards import write_manifest
+        from .dataset import write_manifest
 
         manifest = write_manifest(pack, merge)
         if not quiet:
@@ -633,7 +583,7 @@ def get(
 ) -> None:
     """Write the bytes of one frame to stdout or -o FILE, or of every frame the filters select
     into the folder -o DIR (never binary data to a terminal)."""
-    from .reader import open_pack
+    from .dataset import open_pack
 
     filters = {"label": label, "split": split, "kind": kind}
     if frame is None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .dataset import DatasetReader, Manifest, get_manifest_path
 from .errors import FormatError, HframeError, IncompletePack
 from .format import FLAG_COMPRESSED, FLAG_DICT, HEADER_SIZE, MAGIC, TRAILER_SIZE, Header, Trailer, sniff_media_type
 from .index import format_time_us, get_index_path
 from .reader import OPEN_ATTEMPTS, FrameKey, Overtaken, PackReader, pinned_index, read_dictionary
-from .shards import DatasetReader, Manifest, get_manifest_path
 from .storage import open_storage
 
 __all__ = ["describe_pack", "frame_head"]

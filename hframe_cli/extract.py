@@ -64,7 +64,7 @@ def extract_frames(
         InputError: a name that would leave the folder, two names that cannot both be files
             (``a`` and ``a/b``), or a symlink inside the folder that points out of it.
     """
-    from .reader import open_pack
+    from .dataset import open_pack
 
     with open_pack(pack) as reader:
         rows = select_rows(reader.table, ["frame_id", "name", "name_raw"], name_glob, equal)

@@ -33,6 +33,7 @@ __all__ = [
     "IndexBuilder",
     "IndexMeta",
     "get_index_path",
+    "int64_column",
     "read_index",
     "read_index_meta",
     "write_index",
@@ -543,3 +544,13 @@ def select_rows(
         if value is not None:
             table = table.filter(pc.fill_null(pc.equal(table.column(col), pa.scalar(value, pa.string())), False))
     return table.select(columns) if columns else table
+
+
+def int64_column(table: pa.Table, name: str) -> array[int]:
+    """A non-null int64 column as an ``array('q')``: one memcpy, no Python int per row."""
+    col = table.column(name).combine_chunks() if table.num_rows else pa.array([], pa.int64())
+    out = array("q")
+    if len(col):
+        buf = col.buffers()[1]
+        out.frombytes(memoryview(buf)[col.offset * 8 : (col.offset + len(col)) * 8])
+    return out

@@ -2,7 +2,7 @@
 
 Sources are read, hashed and prepared on a small thread pool (``loading.py``) while the
 calling thread appends them in sorted order; frames larger than ``STREAM_ABOVE`` are streamed
-in chunks, and videos are cut into frames here (``_add_video``). The same loop (``_run``)
+in chunks, and videos are cut into frames here (``_add_video``). The same loop (``run_loop``)
 serves a fresh run, a resumed one and an ``--update`` append; checkpoints are written as
 ``CheckpointPolicy`` says (see ``checkpoint.py`` for the files and their durability order).
 """
@@ -13,14 +13,14 @@ import os
 import signal
 import time
 import uuid as uuid_mod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from .checkpoint import (
     Checkpoint,
+    CheckpointPolicy,
     checkpoint_paths,
     load_checkpoint,
     load_sources,
@@ -36,6 +36,7 @@ from .index import get_index_path
 from .inputs import Rejected, Source, SourceList
 from .loading import STREAM_ABOVE, Loaded, loaded_in_order
 from .media import FramePrep, MediaOptions, PreparedFrame
+from .units import parse_created
 from .verify import DEFAULT_SELF_CHECK, self_check
 from .writer import PackWriter, SealedPack, publish_partials
 
@@ -44,10 +45,12 @@ __all__ = [
     "PackResult",
     "ResumeResult",
     "RunSettings",
-    "pack",
+    "abandon_on_bad_data",
+    "note",
     "pack_sources",
     "parse_created",
     "resume_pack",
+    "run_loop",
 ]
 
 _THREADS_ABOVE_MEAN = 16 << 10
@@ -95,43 +98,7 @@ class PackResult:
         }
 
 
-def parse_created(value: str | None, environ: dict[str, str] | None = None) -> int | None:
-    """Creation time in microseconds from ``--created`` or ``SOURCE_DATE_EPOCH``.
-
-    ``value`` may be epoch seconds (``1700000000``) or ISO 8601 (``2024-01-02T03:04:05Z``).
-    Returns None when neither is set (then the pack gets the current time and a random UUID).
-    """
-    env = os.environ if environ is None else environ
-    source = "--created"
-    if value is None:
-        value = env.get("SOURCE_DATE_EPOCH") or None
-        source = "SOURCE_DATE_EPOCH"
-    if value is None:
-        return None
-    try:
-        return int(round(float(value) * 1_000_000))
-    except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as e:
-        raise InputError(f"{source}: {value!r} is neither epoch seconds nor an ISO 8601 time") from e
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1_000_000)
-
-
-@dataclass
-class CheckpointPolicy:
-    """When ``pack`` writes a checkpoint: whichever of these comes first (0 disables one)."""
-
-    every_frames: int = 100_000
-    every_bytes: int = 4 << 30
-    every_seconds: float = 30.0
-    enabled: bool = True
-
-
-def _note(on_event: EventFn | None, message: str) -> None:
+def note(on_event: EventFn | None, message: str) -> None:
     if on_event is not None:
         on_event(message)
 
@@ -238,15 +205,15 @@ def pack_sources(
         )
         with writer:
             writer.commit()
-            with _abandon_on_bad_data(out):
+            with abandon_on_bad_data(out):
                 settings = RunSettings(
                     skip_bad, self_check_frames, workers, handle_signals, on_progress, on_event, after_seal, media
                 )
-                return _run(writer, sources, ckpt, policy, settings, skipped=list(sources.rejected))
+                return run_loop(writer, sources, ckpt, policy, settings, skipped=list(sources.rejected))
 
 
 @contextmanager
-def _abandon_on_bad_data(out: str) -> Iterator[None]:
+def abandon_on_bad_data(out: str) -> Iterator[None]:
     """A run that fails on bad input or a failed self-check is not resumable: drop its checkpoint.
 
     Crashes, signals and storage errors (disk full) keep it, so ``resume`` can continue. The
@@ -265,7 +232,7 @@ def _abandon_on_bad_data(out: str) -> Iterator[None]:
 @dataclass
 class RunSettings:
     """How the packing loop runs; one value passed from ``pack_sources``, ``resume_pack`` and
-    ``update_pack`` to ``_run``."""
+    ``update_pack`` to ``run_loop``."""
 
     skip_bad: bool = False
     self_check_frames: int = DEFAULT_SELF_CHECK
@@ -311,9 +278,9 @@ def _dictionary_for(sources: SourceList, media: MediaOptions, on_event: EventFn 
     t0 = time.perf_counter()
     dictionary = train_dictionary(samples, level)
     if dictionary is None:
-        _note(on_event, "zstd dictionary: too little data to train one; compressing without a dictionary")
+        note(on_event, "zstd dictionary: too little data to train one; compressing without a dictionary")
     else:
-        _note(
+        note(
             on_event,
             f"zstd dictionary: {len(dictionary)} bytes trained on {len(samples)} inputs "
             f"in {time.perf_counter() - t0:.2f} s",
@@ -321,7 +288,7 @@ def _dictionary_for(sources: SourceList, media: MediaOptions, on_event: EventFn 
     return dictionary
 
 
-def _run(
+def run_loop(
     writer: PackWriter,
     sources: SourceList,
     ckpt: Checkpoint,
@@ -332,7 +299,8 @@ def _run(
     skipped: list[Rejected],
     resumed_from: int | None = None,
 ) -> PackResult:
-    """The packing loop shared by ``pack_sources``, ``resume_pack`` and ``update_pack``."""
+    """The packing loop shared by ``pack_sources``, ``resume_pack`` and ``update_pack``: sources
+    appended in order, checkpoints, then seal, self-check and publish."""
     skip_bad, self_check_frames, workers = settings.skip_bad, settings.self_check_frames, settings.workers
     on_progress, on_event = settings.on_progress, settings.on_event
     t0 = time.perf_counter()
@@ -356,7 +324,7 @@ def _run(
         ckpt.save(out)
         last_frames, last_bytes, last_time = ckpt.frames, ckpt.committed_bytes, time.monotonic()
         if why != "all frames written":  # that one is followed at once by the summary line
-            _note(on_event, f"checkpoint: {ckpt.frames} frames, {ckpt.committed_bytes} bytes committed ({why})")
+            note(on_event, f"checkpoint: {ckpt.frames} frames, {ckpt.committed_bytes} bytes committed ({why})")
 
     media = settings.media
     prep = FramePrep(media, writer.dictionary)
@@ -383,18 +351,18 @@ def _run(
         for k, item in enumerate(loaded_in_order(todo, workers, prep, videos), start=start_source):
             src = item.source
             if item.video:
-                note = _add_video(writer, item, prep, stop, skip_bad, input_names)
-                if note is _STOPPED:
+                answer = _add_video(writer, item, prep, stop, skip_bad, input_names)
+                if answer is _STOPPED:
                     raise interrupted(
                         stop.signum or signal.SIGINT, k, f" (in {src.path}, which starts again on resume)"
                     )
-                if note is _NOT_A_VIDEO:  # only its first bytes looked like a video: pack the file as it is
+                if answer is _NOT_A_VIDEO:  # only its first bytes looked like a video: pack the file as it is
                     item.video, item.stream = False, item.data is None
                     if item.data is not None:
                         item.frame = prep.prepare(src.name, item.data, item.md5)
-                elif note is not None:
-                    warnings.append(Rejected(src.path, note))
-                    _note(on_event, f"warning: {src.path}: {note}")
+                elif answer is not None:
+                    warnings.append(Rejected(src.path, answer))
+                    note(on_event, f"warning: {src.path}: {answer}")
             if item.video:
                 pass  # its frames are in (or item.error says why not)
             elif item.stream:
@@ -414,7 +382,7 @@ def _run(
                         item.error = fr.warning
                     else:
                         warnings.append(Rejected(src.path, fr.warning))
-                        _note(on_event, f"warning: {src.path}: {fr.warning} (packed without width/height)")
+                        note(on_event, f"warning: {src.path}: {fr.warning} (packed without width/height)")
                 if item.error is None:
                     if fr is None:
                         writer.add(src.name, item.data or b"", mtime_ns=src.mtime_ns, md5=item.md5)
@@ -460,7 +428,7 @@ def _run(
         writer.publish()
         remove_checkpoint_files(out)
     if stop.signum is not None:
-        _note(on_event, f"{out}: {stop.name} arrived while publishing; the pack was published first")
+        note(on_event, f"{out}: {stop.name} arrived while publishing; the pack was published first")
     return PackResult(
         path=out,
         index_path=os.fspath(writer.index_path),
@@ -671,45 +639,18 @@ def _resume_locked(
     ckpt, notes = load_checkpoint(out)  # notes (a torn checkpoint) are returned with the result
     partial = out + ".partial"
     if ckpt is None:
-        from .shards import SHARD_OPTIONS, load_plan, run_shards
-
-        plan = load_plan(out)
-        if plan is not None:  # an interrupted sharded run
-            ranges, popts = plan
-            saved_all = load_sources(out)
-            _note(on_event, f"resume: sharded run of {out}: {len(ranges)} shards")
-            manifest, results = run_shards(
-                out,
-                saved_all,
-                ranges,
-                on_event=on_event,
-                force=False,
-                resuming=True,
-                alignment=popts["alignment"],
-                created_us=popts["created_us"],
-                **{
-                    k: (MediaOptions.from_dict(popts[k]) if k == "media" else popts[k])
-                    for k in SHARD_OPTIONS
-                    if k in popts
-                },
-                workers=workers,
-                checkpoints=policy,
-                handle_signals=handle_signals,
-                on_progress=on_progress,
-            )
-            return ResumeResult("resumed", results[-1] if results else None, notes, manifest)
         if os.path.exists(partial):
             raise FormatError(
                 f"{out}: {partial} exists but no usable checkpoint does; start over with "
                 f"'hframe pack ... -o {out} --force'"
             )
         if os.path.exists(out) and get_index_path(out).exists():
-            _note(on_event, f"{out}: already complete; nothing to resume")
+            note(on_event, f"{out}: already complete; nothing to resume")
             return ResumeResult("already_complete", None, notes)
-        from .shards import get_manifest_path
+        from .dataset import get_manifest_path
 
         if not os.path.exists(out) and get_manifest_path(out).exists():
-            _note(on_event, f"{out}: dataset already complete ({get_manifest_path(out)}); nothing to resume")
+            note(on_event, f"{out}: dataset already complete ({get_manifest_path(out)}); nothing to resume")
             return ResumeResult("already_complete", None, notes)
         raise NothingToResume(f"{out}: nothing to resume (no partial pack, checkpoint or finished pack)")
     opts = ckpt.options
@@ -717,7 +658,7 @@ def _resume_locked(
         with stop_signals(handle_signals) as stop, stop.deferred(act_after=False):
             publish_partials(out)
             remove_checkpoint_files(out)
-        _note(on_event, f"resume: finished publishing {out} (the pack was complete and self-checked)")
+        note(on_event, f"resume: finished publishing {out} (the pack was complete and self-checked)")
         return ResumeResult("resumed", None, notes)
     MediaOptions.from_dict(opts.get("media")).fix_label_csv()  # the labels CSV must be unchanged
     saved = load_sources(out)
@@ -754,11 +695,11 @@ def _resume_locked(
         return ResumeResult(status, res, notes)
 
     if changes:
-        _note(on_event, f"resume: inputs changed ({'; '.join(changes)}); starting over (--rescan)")
+        note(on_event, f"resume: inputs changed ({'; '.join(changes)}); starting over (--rescan)")
         return start_over(SourceList(current, [], saved.collect), "restarted", keep_identity=False)
     if ckpt.frames == 0 or not os.path.exists(partial):
         # killed before the first frame was committed: the same run again from the saved list
-        _note(on_event, f"resume: {out}: nothing committed yet; packing the saved source list from the start")
+        note(on_event, f"resume: {out}: nothing committed yet; packing the saved source list from the start")
         return start_over(saved, "resumed", keep_identity=True)
     writer = PackWriter(
         out,
@@ -772,12 +713,12 @@ def _resume_locked(
             raise FormatError(
                 f"{partial}: {len(writer)} frames before the committed offset, checkpoint says {ckpt.frames}"
             )
-        _note(
+        note(
             on_event,
             f"resume: {out} from frame {ckpt.frames} (source {ckpt.next_source} of {ckpt.source_count}, "
             f"{ckpt.committed_bytes} bytes kept)",
         )
-        with _abandon_on_bad_data(out):
+        with abandon_on_bad_data(out):
             settings = RunSettings(
                 opts["skip_bad"],
                 opts["self_check_frames"],
@@ -787,7 +728,7 @@ def _resume_locked(
                 on_event,
                 media=MediaOptions.from_dict(opts.get("media")),
             )
-            res = _run(
+            res = run_loop(
                 writer,
                 saved,
                 ckpt,
@@ -798,53 +739,3 @@ def _resume_locked(
                 resumed_from=ckpt.frames,
             )
     return ResumeResult("resumed", res, notes)
-
-
-def pack(
-    paths: Sequence[str | os.PathLike[str]],
-    output: str | os.PathLike[str],
-    *,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    base: str | None = None,
-    skip_bad: bool = False,
-    allow_empty: bool = False,
-    max_frame_bytes: int | None = None,
-    wait: float = 0.0,
-    **options: object,
-) -> PackResult:
-    """Collect ``paths`` (files and folders) and pack them: the library form of ``hframe pack``.
-
-    The output lock is taken first (waiting up to ``wait`` seconds), then the folders are
-    walked. Keyword options not listed here go to ``pack_sources`` (``alignment``,
-    ``created_us``, ``force``, ``self_check_frames``, ``workers``, ``on_progress``).
-    """
-
-    with writer_run(output, wait=wait, handle_signals=bool(options.get("handle_signals"))):
-        return _collect_and_pack(paths, output, include, exclude, base, skip_bad, allow_empty, max_frame_bytes, options)
-
-
-def _collect_and_pack(
-    paths: Sequence[str | os.PathLike[str]],
-    output: str | os.PathLike[str],
-    include: Sequence[str],
-    exclude: Sequence[str],
-    base: str | None,
-    skip_bad: bool,
-    allow_empty: bool,
-    max_frame_bytes: int | None,
-    options: dict[str, object],
-) -> PackResult:
-    from .inputs import DEFAULT_MAX_FRAME_BYTES, collect_sources
-
-    sources = collect_sources(
-        [os.fspath(p) for p in paths],
-        include=include,
-        exclude=exclude,
-        base=base,
-        output=os.fspath(output),
-        skip_bad=skip_bad,
-        allow_empty=allow_empty,
-        max_frame_bytes=max_frame_bytes if max_frame_bytes is not None else DEFAULT_MAX_FRAME_BYTES,
-    )
-    return pack_sources(sources, output, skip_bad=skip_bad, **options)  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -48,11 +48,8 @@ from .format import (
     Trailer,
     decode_extra,
 )
-from .index import IndexMeta, format_time_us, get_index_path, read_index, read_index_meta
+from .index import IndexMeta, format_time_us, get_index_path, int64_column, read_index, read_index_meta
 from .storage import LocalFile, open_storage
-
-if TYPE_CHECKING:
-    from .shards import DatasetReader
 
 __all__ = [
     "DEFAULT_COALESCE_GAP",
@@ -61,7 +58,6 @@ __all__ = [
     "PackReader",
     "ReadStats",
     "default_workers",
-    "open_pack",
 ]
 
 DEFAULT_COALESCE_GAP = 8 * 1024
@@ -322,8 +318,8 @@ class PackReader:
 
     def _load(self) -> None:
         table = self.read_index_columns(["offset", "length"])
-        self._offsets = _int64_column(table, "offset")
-        self._lengths = _int64_column(table, "length")
+        self._offsets = int64_column(table, "offset")
+        self._lengths = int64_column(table, "length")
         if len(self._offsets) != self.meta.frame_count:
             raise IncompletePack(
                 f"{self.index_path}: index has {len(self._offsets)} rows, metadata says {self.meta.frame_count}"
@@ -365,7 +361,7 @@ class PackReader:
         coded = names.dictionary_encode()
         ids = [CODEC_IDS.get(c, -1) for c in coded.dictionary.to_pylist()]
         self._codecs = array("b", [ids[c] for c in coded.indices.to_pylist()])
-        self._raw_lengths = _int64_column(t, "raw_length")
+        self._raw_lengths = int64_column(t, "raw_length")
         dictionary = None
         if self.info.header.flags & FLAG_DICT:
             dictionary = read_dictionary(self._storage)
@@ -788,30 +784,3 @@ def _all_in_range(table: pa.Table, data_end: int, offsets: array[int], lengths: 
     lo = pc.min(offset).as_py()
     hi = pc.max(pc.add(offset, length)).as_py()
     return bool(lo >= HEADER_SIZE and hi <= data_end and pc.min(length).as_py() >= 0)
-
-
-def _int64_column(table: pa.Table, name: str) -> array[int]:
-    col = table.column(name).combine_chunks() if table.num_rows else pa.array([], pa.int64())
-    out = array("q")
-    if len(col):
-        buf = col.buffers()[1]
-        out.frombytes(memoryview(buf)[col.offset * 8 : (col.offset + len(col)) * 8])
-    return out
-
-
-def open_pack(
-    path: str | os.PathLike[str], index_path: str | os.PathLike[str] | None = None, **options: Any
-) -> PackReader | DatasetReader:
-    """Open a pack for reading; see ``PackReader`` for the options.
-
-    If ``path`` is not a file but ``path.dataset.json`` exists (a sharded dataset), the shards
-    are opened as one ``shards.DatasetReader`` with the same API over global frame ids.
-    """
-    if index_path is None and not os.path.exists(path):
-        from .shards import get_manifest_path
-
-        if get_manifest_path(path).exists():
-            from .shards import DatasetReader
-
-            return DatasetReader(path, **options)
-    return PackReader(path, index_path, **options)

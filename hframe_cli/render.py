@@ -159,6 +159,16 @@ def resume_summary(outcome: Any, output: str, as_json: bool, quiet: bool) -> Non
     pack_summary(res, False, quiet, verb=f"{verb} packed")
 
 
+def pack_outcome(outcome: Any, as_json: bool, quiet: bool) -> None:
+    """What ``pack`` did, in the form its mode calls for (``commands.PackOutcome``)."""
+    if outcome.mode == "update":
+        update_summary(outcome.plan, outcome.result, outcome.output, as_json, quiet)
+    elif outcome.mode == "sharded":
+        sharded_summary(outcome.manifest, outcome.results, outcome.output, as_json, quiet)
+    else:
+        pack_summary(outcome.result, as_json, quiet)
+
+
 def update_summary(plan: Any, result: Any, output: str, as_json: bool, quiet: bool) -> None:
     if as_json:
         doc = result.to_dict() if result is not None else {"ok": True, "pack": output}

@@ -36,9 +36,9 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .dataset import open_pack
 from .errors import InputError
 from .index import select_rows
-from .reader import open_pack
 
 if TYPE_CHECKING:
     _Base = object

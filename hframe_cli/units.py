@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
+from datetime import datetime, timezone
 
 from .errors import InputError
 
-__all__ = ["format_bytes", "parse_size"]
+__all__ = ["format_bytes", "parse_created", "parse_size"]
 
 _UNITS = {
     "": 1,
@@ -43,3 +45,29 @@ def format_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
+
+
+def parse_created(value: str | None, environ: dict[str, str] | None = None) -> int | None:
+    """Creation time in microseconds from ``--created`` or ``SOURCE_DATE_EPOCH``.
+
+    ``value`` may be epoch seconds (``1700000000``) or ISO 8601 (``2024-01-02T03:04:05Z``).
+    Returns None when neither is set (then the pack gets the current time and a random UUID).
+    """
+    env = os.environ if environ is None else environ
+    source = "--created"
+    if value is None:
+        value = env.get("SOURCE_DATE_EPOCH") or None
+        source = "SOURCE_DATE_EPOCH"
+    if value is None:
+        return None
+    try:
+        return int(round(float(value) * 1_000_000))
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as e:
+        raise InputError(f"{source}: {value!r} is neither epoch seconds nor an ISO 8601 time") from e
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1_000_000)

@@ -31,10 +31,10 @@ from .packing import (
     PackResult,
     ProgressFn,
     RunSettings,
-    _abandon_on_bad_data,
-    _note,
-    _run,
+    abandon_on_bad_data,
+    note,
     pack_sources,
+    run_loop,
 )
 from .verify import DEFAULT_SELF_CHECK
 from .writer import PackWriter, publish_partials
@@ -150,7 +150,7 @@ def update_pack(
     the sorted inputs again). The old pack stays published until the new one replaces it
     atomically; an interrupted append is simply run again (it writes no checkpoints).
     """
-    from .shards import get_manifest_path
+    from .dataset import get_manifest_path
 
     out = os.fspath(output)
     # the lock first: planning against a pack that another run is about to replace would
@@ -170,7 +170,7 @@ def update_pack(
             return plan, None
         if plan.status in ("new", "repack"):
             if plan.status == "repack":
-                _note(on_event, f"update: {len(plan.changed)} changed, {len(plan.removed)} removed: full repack")
+                note(on_event, f"update: {len(plan.changed)} changed, {len(plan.removed)} removed: full repack")
             res = pack_sources(
                 sources,
                 out,
@@ -208,13 +208,13 @@ def _settle_interrupted_run(out: str, on_event: EventFn | None) -> None:
     if ckpt is not None and ckpt.phase == "publishing":
         publish_partials(out)
         remove_checkpoint_files(out)
-        _note(on_event, f"update: finished publishing {out}, left by an interrupted run")
+        note(on_event, f"update: finished publishing {out}, left by an interrupted run")
     elif ckpt is not None or os.path.exists(out + ".partial"):
         remove_checkpoint_files(out)
         for leftover in (out + ".partial", f"{get_index_path(out)}.partial"):
             with suppress(FileNotFoundError):
                 os.unlink(leftover)
-        _note(on_event, f"update: discarded the partial pack of an interrupted run; {out} is unchanged")
+        note(on_event, f"update: discarded the partial pack of an interrupted run; {out} is unchanged")
 
 
 def _append(
@@ -230,7 +230,7 @@ def _append(
     if created_us is None:
         created_us = time.time_ns() // 1000
         pack_uuid = str(uuid_mod.uuid4())
-    _note(settings.on_event, f"update: appending {len(plan.added)} new files to {plan.frames} existing frames")
+    note(settings.on_event, f"update: appending {len(plan.added)} new files to {plan.frames} existing frames")
     added = SourceList(plan.added, list(sources.rejected))
     ckpt = Checkpoint(output=out, phase="packing", options={}, fingerprint="", source_count=len(plan.added))
     writer = PackWriter(
@@ -238,5 +238,7 @@ def _append(
     )
     with writer:
         writer.copy_records_from(out, plan.data_end)
-        with _abandon_on_bad_data(out):
-            return _run(writer, added, ckpt, CheckpointPolicy(enabled=False), settings, skipped=list(sources.rejected))
+        with abandon_on_bad_data(out):
+            return run_loop(
+                writer, added, ckpt, CheckpointPolicy(enabled=False), settings, skipped=list(sources.rejected)
+            )

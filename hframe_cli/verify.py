@@ -69,9 +69,9 @@ from .format import (
     record_crc,
     record_fields,
 )
-from .index import IndexMeta, get_index_path, read_index_meta
+from .index import IndexMeta, get_index_path, int64_column, read_index_meta
 from .inputs import expand_globs
-from .reader import OPEN_ATTEMPTS, Overtaken, _int64_column, pinned_index, read_dictionary
+from .reader import OPEN_ATTEMPTS, Overtaken, pinned_index, read_dictionary
 from .storage import LocalFile, evict_from_page_cache, open_storage
 from .verify_index import IndexCols
 from .verify_report import PackReport, Problem, VerifyReport, parse_frames, parse_sample
@@ -919,7 +919,7 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
 
     Each process converts only its own part's index rows up front (others on demand, see
     ``IndexCols.ensure``), so that work is shared out too."""
-    rofs = _int64_column(table, "record_offset")
+    rofs = int64_column(table, "record_offset")
     if any(b < a for a, b in zip(rofs, rofs[1:])):
         return v.walk(HEADER_SIZE, 0, n, end, data_end_known, IndexCols.from_table(table))
 
@@ -1054,7 +1054,7 @@ def _check_end(v: _Verifier, pos: int, size: int, end: int, trailer: Trailer | N
 
 def _expand(paths: Sequence[str]) -> Iterator[str]:
     """Packs to check: globs expanded; a sharded dataset stands for its shards."""
-    from .shards import Manifest, get_manifest_path
+    from .dataset import Manifest, get_manifest_path
 
     for p in expand_globs(paths):
         manifest = get_manifest_path(p)

@@ -16,8 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from .format import CODEC_IDS
-from .index import read_index
-from .reader import _int64_column
+from .index import int64_column, read_index
 
 __all__ = ["IndexCols"]
 
@@ -103,13 +102,13 @@ class IndexCols:
                 if raw is not None:
                     names[k] = raw
         return cls(
-            _int64_column(t, "offset"),
-            _int64_column(t, "length"),
-            _int64_column(t, "record_offset"),
+            int64_column(t, "offset"),
+            int64_column(t, "length"),
+            int64_column(t, "record_offset"),
             md5,
             names,
             _rows_of(t.column("media_type"), str),
-            _int64_column(t, "raw_length"),
+            int64_column(t, "raw_length"),
             _rows_of(t.column("codec"), lambda c: CODEC_IDS.get(c, -1)),
         )
 

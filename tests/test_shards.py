@@ -9,8 +9,9 @@ from pathlib import Path
 from conftest import run_bin
 
 import hframe_cli as h
+from hframe_cli.dataset import DatasetReader
 from hframe_cli.inputs import Source
-from hframe_cli.shards import DatasetReader, parse_shard_of, plan_shards, split_for_worker
+from hframe_cli.shards import parse_shard_of, plan_shards, split_for_worker
 
 
 def files_of(dataset: Path) -> dict[str, bytes]:

@@ -1,0 +1,238 @@
+"""The front door: ``pack`` and ``resume`` exactly as the ``hframe`` command runs them.
+
+``pack(paths, output, options)`` takes the output lock first (``guard.writer_run``: before a
+source is listed or a plan made), lists the sources, then dispatches: ``update`` →
+``update.update_pack``; ``shard_of`` → one part of a job array (``shards.pack_part``, locking
+its own shard); otherwise ``shards.pack_sharded`` (one plain pack when everything fits
+``max_pack_bytes``). ``resume(output)`` continues an interrupted run, sharded or not.
+
+The CLI builds a ``PackOptions`` from its flags, calls one of these and renders the outcome; a
+Python caller gets the same decisions. This module imports nothing heavy at load time, so a run
+that finds its output locked gives up before pyarrow is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from .guard import writer_run
+from .inputs import DEFAULT_MAX_FRAME_BYTES
+
+if TYPE_CHECKING:
+    from .dataset import Manifest
+    from .media import MediaOptions
+    from .packing import CheckpointPolicy, PackResult, ResumeResult
+    from .update import UpdatePlan
+
+__all__ = ["PackOptions", "PackOutcome", "pack", "resume_pack"]
+
+EventFn = Callable[[str], None]
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass
+class PackOptions:
+    """Everything ``hframe pack`` can be told, besides the sources and the output.
+
+    Attributes follow the command's flags (``man/hframe.1``); ``None`` means the command's
+    default. ``progress`` is called once the sources are listed, with (frames, bytes), and
+    returns a context manager that yields the per-frame progress callback (or None).
+    """
+
+    include: Sequence[str] = ()
+    exclude: Sequence[str] = ()
+    base: str | None = None
+    stdin: BinaryIO | None = None  # where a "-" source reads its list
+    null_separated: bool = False
+    skip_bad: bool = False
+    allow_empty: bool = False
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    force: bool = False
+    alignment: int = 1
+    created_us: int | None = None
+    self_check_frames: int | None = None
+    workers: int | None = None
+    checkpoints: CheckpointPolicy | None = None
+    max_pack_bytes: int | None = None
+    shard_of: str | None = None
+    update: bool = False
+    checksum: bool = False
+    media: MediaOptions | None = None
+    wait: float = 0.0
+    handle_signals: bool = False
+    on_event: EventFn | None = None
+    on_warning: EventFn | None = None
+    progress: Callable[[int, int], AbstractContextManager[ProgressFn | None]] | None = None
+
+
+@dataclass
+class PackOutcome:
+    """What ``pack`` did: ``mode`` is pack, sharded, part or update.
+
+    ``results`` holds one ``PackResult`` per pack written (none for an update that found
+    nothing to do); for a single pack its fields are also readable here (``outcome.frame_count``).
+    """
+
+    mode: str
+    output: str
+    results: list[PackResult] = field(default_factory=list)
+    manifest: Manifest | None = None
+    plan: UpdatePlan | None = None
+
+    @property
+    def result(self) -> PackResult | None:
+        return self.results[-1] if self.results else None
+
+    def __getattr__(self, name: str) -> Any:
+        results = self.__dict__.get("results") or []
+        if len(results) == 1 and not name.startswith("_"):
+            return getattr(results[0], name)
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+
+def pack(
+    paths: Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    options: PackOptions | None = None,
+    **kw: Any,
+) -> PackOutcome:
+    """Pack ``paths`` (files, folders, or ``-`` for a list on ``options.stdin``) into ``output``:
+    the library form of ``hframe pack``, with the same decisions.
+
+    Options come as a ``PackOptions`` or as its fields by keyword (``h.pack(["photos/"],
+    "p.hframe", update=True)``).
+
+    Raises:
+        PackLocked: another run holds the output (after ``wait`` seconds).
+        InputError, IntegrityError, StorageError, Interrupted: as ``pack_sources``.
+    """
+    opts = options or PackOptions()
+    if kw:
+        known = {f.name for f in fields(PackOptions)}
+        unknown = sorted(set(kw) - known)
+        if unknown:
+            raise TypeError(f"pack() got unknown option(s): {', '.join(unknown)}")
+        opts = PackOptions(**{**{f.name: getattr(opts, f.name) for f in fields(PackOptions)}, **kw})
+    out = os.fspath(output)
+    target = out
+    if opts.shard_of is not None:  # a job-array part writes (and locks) its own shard
+        from .dataset import shard_path
+        from .shards import parse_shard_of
+
+        target = os.fspath(shard_path(out, parse_shard_of(opts.shard_of)[0]))
+    with writer_run(
+        target, wait=opts.wait, handle_signals=opts.handle_signals, on_event=opts.on_event, on_warning=opts.on_warning
+    ):
+        return _pack_locked([os.fspath(p) for p in paths], out, opts)
+
+
+def _pack_locked(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
+    """``pack`` holding the lock: list the sources, then the one mode that applies."""
+    from .errors import InputError
+    from .inputs import collect_sources
+    from .media import MediaOptions
+
+    media = opts.media or MediaOptions()
+    media.check()
+    srcs = collect_sources(
+        paths,
+        stdin=opts.stdin,
+        null_separated=opts.null_separated,
+        include=opts.include,
+        exclude=opts.exclude,
+        base=opts.base,
+        output=out,
+        skip_bad=opts.skip_bad,
+        max_frame_bytes=opts.max_frame_bytes,
+        allow_empty=opts.allow_empty,
+    )
+    common: dict[str, Any] = dict(
+        alignment=opts.alignment,
+        created_us=opts.created_us,
+        skip_bad=opts.skip_bad,
+        workers=opts.workers,
+        checkpoints=opts.checkpoints,
+        handle_signals=opts.handle_signals,
+        on_event=opts.on_event,
+        media=media,
+    )
+    if opts.self_check_frames is not None:
+        common["self_check_frames"] = opts.self_check_frames
+    if opts.checksum and not opts.update:
+        raise InputError("--checksum only applies with --update")
+    progress = opts.progress(len(srcs.sources), srcs.total_bytes) if opts.progress else nullcontext(None)
+    with progress as on_progress:
+        if opts.update:
+            from .update import update_pack
+
+            plan, maybe = update_pack(srcs, out, checksum=opts.checksum, on_progress=on_progress, **common)
+            return PackOutcome("update", out, [maybe] if maybe is not None else [], plan=plan)
+        if opts.shard_of is not None:
+            from .shards import pack_part
+
+            result = pack_part(srcs, out, opts.shard_of, force=opts.force, on_progress=on_progress, **common)
+            return PackOutcome("part", out, [result])
+        from .shards import DEFAULT_MAX_PACK_BYTES, pack_sharded
+
+        manifest, results = pack_sharded(
+            srcs,
+            out,
+            max_pack_bytes=opts.max_pack_bytes if opts.max_pack_bytes is not None else DEFAULT_MAX_PACK_BYTES,
+            force=opts.force,
+            on_progress=on_progress,
+            **common,
+        )
+        return PackOutcome("sharded" if manifest is not None else "pack", out, results, manifest)
+
+
+def resume_pack(
+    output: str | os.PathLike[str],
+    *,
+    rescan: bool = False,
+    workers: int | None = None,
+    checkpoints: CheckpointPolicy | None = None,
+    handle_signals: bool = False,
+    on_progress: ProgressFn | None = None,
+    on_event: EventFn | None = None,
+    on_warning: EventFn | None = None,
+    wait: float = 0.0,
+) -> ResumeResult:
+    """Continue an interrupted ``pack`` of ``output`` (``hframe resume``): a sharded run from its
+    saved plan (``shards.resume_sharded``), a single pack from its checkpoint
+    (``packing.resume_pack``). The lock is taken before anything is read.
+
+    Raises:
+        NothingToResume: nothing of the pack or dataset on disk.
+        InputError: the inputs changed (without ``rescan``), listing what changed.
+        PackLocked: another run holds the output.
+    """
+    out = os.fspath(output)
+    with writer_run(out, wait=wait, handle_signals=handle_signals, on_event=on_event, on_warning=on_warning):
+        from .checkpoint import load_checkpoint
+        from .packing import resume_pack as resume_single
+        from .shards import load_plan, resume_sharded
+
+        plan = load_plan(out)
+        if plan is not None and load_checkpoint(out)[0] is None:  # an interrupted sharded run
+            return resume_sharded(
+                out,
+                plan,
+                workers=workers,
+                checkpoints=checkpoints,
+                handle_signals=handle_signals,
+                on_progress=on_progress,
+                on_event=on_event,
+            )
+        return resume_single(
+            out,
+            rescan=rescan,
+            workers=workers,
+            checkpoints=checkpoints,
+            handle_signals=handle_signals,
+            on_progress=on_progress,
+            on_event=on_event,
+        )

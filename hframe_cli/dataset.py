@@ -1,0 +1,308 @@
+"""Datasets: several packs (shards) read as one, through the manifest ``NAME.dataset.json``.
+
+This is the read side of datasets, below every user of the reader: the manifest (its file name,
+format and writer), ``DatasetReader`` (the ``PackReader`` API over global frame ids), and
+``open_pack``, which opens a pack or, where a manifest stands instead, a dataset. How datasets
+are *packed* (planning shards, job-array parts, the sharded run) is ``shards.py``, above packing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from .checkpoint import checkpoint_paths, fsync_dir
+from .errors import FormatError, HframeError, InputError, NotFound, PackReplaced, UnsupportedVersion
+from .inputs import expand_globs
+from .lock import OutputLock
+from .reader import FrameKey, PackReader
+
+__all__ = [
+    "MANIFEST_SUFFIX",
+    "MANIFEST_VERSION",
+    "DatasetReader",
+    "Manifest",
+    "ShardEntry",
+    "get_manifest_path",
+    "open_pack",
+    "shard_path",
+    "write_manifest",
+]
+
+MANIFEST_VERSION = 1
+MANIFEST_SUFFIX = ".dataset.json"
+
+
+def get_manifest_path(output: str | os.PathLike[str]) -> Path:
+    return Path(os.fspath(output) + MANIFEST_SUFFIX)
+
+
+def shard_path(output: str | os.PathLike[str], i: int) -> Path:
+    """``photos.hframe`` → ``photos-00003.hframe`` (``-00003`` appended when there is no suffix)."""
+    p = Path(output)
+    if p.suffix:
+        return p.with_name(f"{p.stem}-{i:05d}{p.suffix}")
+    return p.with_name(f"{p.name}-{i:05d}")
+
+
+@dataclass
+class ShardEntry:
+    path: str  # relative to the manifest's folder
+    uuid: str
+    frame_count: int
+    pack_bytes: int
+    first_frame: int
+
+
+@dataclass
+class Manifest:
+    """``NAME.dataset.json``: the shards of one dataset, in order."""
+
+    shards: list[ShardEntry]
+    frame_count: int
+    version: int = MANIFEST_VERSION
+    kind: str = "hframe-dataset"
+    sha256: str = ""
+
+    def to_json(self) -> str:
+        body = {k: v for k, v in asdict(self).items() if k != "sha256"}
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        return json.dumps({**body, "sha256": digest}, indent=1, sort_keys=True) + "\n"
+
+    def shard_paths(self, manifest_path: str | os.PathLike[str]) -> list[str]:
+        """The shards' paths (they are stored relative to the manifest's folder)."""
+        folder = Path(manifest_path).parent
+        return [os.fspath(folder / e.path) for e in self.shards]
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Manifest:
+        where = os.fspath(path)
+        try:
+            doc = json.loads(Path(path).read_text())
+            body = {k: v for k, v in doc.items() if k != "sha256"}
+            if doc.get("kind") != "hframe-dataset":
+                raise ValueError("not an hframe dataset manifest")
+            if hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest() != doc.get("sha256"):
+                raise ValueError("checksum mismatch")
+        except FileNotFoundError:
+            raise InputError(f"{where}: no such dataset manifest") from None
+        except (OSError, ValueError) as e:
+            raise FormatError(f"{where}: unreadable dataset manifest ({e})") from e
+        if doc["version"] != MANIFEST_VERSION:
+            raise UnsupportedVersion(
+                f"{where}: dataset manifest version {doc['version']} is not supported "
+                f"(this hframe reads {MANIFEST_VERSION})"
+            )
+        return cls(
+            [ShardEntry(**s) for s in doc["shards"]], doc["frame_count"], doc["version"], doc["kind"], doc["sha256"]
+        )
+
+
+def write_manifest(output: str | os.PathLike[str], shards: Sequence[str | os.PathLike[str]]) -> Manifest:
+    """Check every shard (header, trailer, index of that pack) and write the dataset manifest.
+
+    ``shards`` may hold glob patterns (``hframe index OUT --merge 'NAME-*.hframe'``).
+    """
+    with OutputLock(output):  # one writer of the manifest at a time (re-entrant in a sharded run)
+        return _write_manifest(output, shards)
+
+
+def _write_manifest(output: str | os.PathLike[str], shards: Sequence[str | os.PathLike[str]]) -> Manifest:
+    shards = expand_globs(os.fspath(s) for s in shards)
+    mpath = get_manifest_path(output)
+    folder = mpath.parent
+    entries: list[ShardEntry] = []
+    first = 0
+    for s in shards:
+        if checkpoint_paths(s).checkpoint.exists():
+            raise InputError(f"{s}: still being written or interrupted (finish it with 'hframe resume {s}')")
+        with PackReader(s) as r:
+            entries.append(
+                ShardEntry(
+                    os.path.relpath(os.path.abspath(s), os.path.abspath(folder)),
+                    r.info.uuid,
+                    len(r),
+                    r.info.size,
+                    first,
+                )
+            )
+            first += len(r)
+    if not entries:
+        raise InputError(f"{output}: no shards to merge")
+    names = [e.path for e in entries]
+    if len(set(names)) != len(names):
+        raise InputError(f"{output}: a shard is listed twice")
+    manifest = Manifest(entries, first)
+    tmp = Path(os.fspath(mpath) + ".partial")
+    tmp.write_text(manifest.to_json())
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, mpath)
+    fsync_dir(folder)
+    return manifest
+
+
+class DatasetReader:
+    """The frames of several shards as one pack: the ``PackReader`` API over global frame ids."""
+
+    def __init__(self, output: str | os.PathLike[str], **options: Any) -> None:
+        self.path = os.fspath(output)
+        self.manifest_path = get_manifest_path(output)
+        self.manifest = Manifest.load(self.manifest_path)
+        self.shard_paths = self.manifest.shard_paths(self.manifest_path)
+        self._starts = [e.first_frame for e in self.manifest.shards]
+        self._options = options
+        self._readers: list[PackReader | None] = [None] * len(self.shard_paths)
+        self._table: pa.Table | None = None
+
+    def shard(self, k: int) -> PackReader:
+        r = self._readers[k]
+        if r is None:
+            r = PackReader(self.shard_paths[k], **self._options)
+            entry = self.manifest.shards[k]
+            if r.info.uuid != entry.uuid or len(r) != entry.frame_count:
+                r.close()
+                if self._rebuilt():
+                    raise PackReplaced(
+                        f"{self.path}: the dataset was rebuilt since this reader opened it (shard "
+                        f"{self.shard_paths[k]} was {entry.uuid}, is now {r.info.uuid}); open it again"
+                    )
+                raise FormatError(
+                    f"{self.shard_paths[k]}: shard differs from the dataset manifest "
+                    f"(UUID {r.info.uuid} vs {entry.uuid}); rebuild it with 'hframe index --merge'"
+                )
+            self._readers[k] = r
+        return r
+
+    def _rebuilt(self) -> bool:
+        try:
+            return Manifest.load(self.manifest_path).sha256 != self.manifest.sha256
+        except HframeError:
+            return True
+
+    def __len__(self) -> int:
+        return self.manifest.frame_count
+
+    def __enter__(self) -> DatasetReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def locate(self, frame_id: int) -> tuple[int, int]:
+        """(shard number, frame id inside the shard) of a global frame id."""
+        k = bisect.bisect_right(self._starts, frame_id) - 1
+        return k, frame_id - self._starts[k]
+
+    def frame_id(self, key: FrameKey) -> int:
+        if isinstance(key, int) and not isinstance(key, bool):
+            if not 0 <= key < len(self):
+                raise NotFound(
+                    f"{self.path}: frame {key} does not exist (dataset has {len(self)} frames, ids 0..{len(self) - 1})"
+                )
+            return key
+        for k in range(len(self.shard_paths)):
+            try:
+                return self._starts[k] + self.shard(k).frame_id(key)
+            except NotFound:
+                continue
+        shown = key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else key
+        raise NotFound(f"{self.path}: no frame named {shown!r} in any of its {len(self.shard_paths)} shards")
+
+    def read(self, key: FrameKey) -> bytes:
+        k, local = self.locate(self.frame_id(key))
+        return self.shard(k).read(local)
+
+    __getitem__ = read
+
+    def read_stored(self, key: FrameKey) -> bytes:
+        k, local = self.locate(self.frame_id(key))
+        return self.shard(k).read_stored(local)
+
+    def __iter__(self) -> Iterator[bytes]:
+        for i in range(len(self)):
+            yield self.read(i)
+
+    def head(self, key: FrameKey, nbytes: int) -> bytes:
+        k, local = self.locate(self.frame_id(key))
+        return self.shard(k).head(local, nbytes)
+
+    def range_of(self, frame_id: int) -> tuple[int, int]:
+        k, local = self.locate(frame_id)
+        return self.shard(k).range_of(local)
+
+    def read_many(self, keys: Sequence[FrameKey], workers: int | None = None, **kw: Any) -> list[bytes]:
+        ids = [self.frame_id(k) for k in keys]
+        by_shard: dict[int, list[tuple[int, int]]] = {}
+        for j, g in enumerate(ids):
+            k, local = self.locate(g)
+            by_shard.setdefault(k, []).append((j, local))
+        out: list[bytes] = [b""] * len(ids)
+        for k, items in by_shard.items():
+            datas = self.shard(k).read_many([local for _, local in items], workers=workers, **kw)
+            for (j, _), data in zip(items, datas):
+                out[j] = data
+        return out
+
+    @property
+    def table(self) -> pa.Table:
+        """Every shard's index rows with global frame ids and a ``shard`` column (the shard file)."""
+        if self._table is None:
+            parts = []
+            for k in range(len(self.shard_paths)):
+                t = self.shard(k).table
+                t = t.set_column(
+                    0, "frame_id", pa.array(range(self._starts[k], self._starts[k] + t.num_rows), pa.int64())
+                )
+                parts.append(
+                    t.append_column("shard", pa.array([self.manifest.shards[k].path] * t.num_rows, pa.string()))
+                )
+            self._table = pa.concat_tables(parts)
+        return self._table
+
+    def row(self, key: FrameKey) -> dict[str, Any]:
+        row: dict[str, Any] = self.table.slice(self.frame_id(key), 1).to_pylist()[0]
+        return row
+
+    def close(self) -> None:
+        for r in self._readers:
+            if r is not None:
+                r.close()
+        self._readers = [None] * len(self.shard_paths)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles as its path, options and the manifest it read: a spawned DataLoader worker
+        maps frame ids exactly as its parent did, and each shard it opens must be the one that
+        manifest names (by UUID), or it fails with ``PackReplaced``."""
+        return {"output": self.path, "options": self._options, "manifest": self.manifest}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path = state["output"]
+        self.manifest_path = get_manifest_path(self.path)
+        self.manifest = state["manifest"]
+        self.shard_paths = self.manifest.shard_paths(self.manifest_path)
+        self._starts = [e.first_frame for e in self.manifest.shards]
+        self._options = state["options"]
+        self._readers = [None] * len(self.shard_paths)
+        self._table = None
+
+
+def open_pack(
+    path: str | os.PathLike[str], index_path: str | os.PathLike[str] | None = None, **options: Any
+) -> PackReader | DatasetReader:
+    """Open a pack for reading; see ``PackReader`` for the options.
+
+    If ``path`` is not a file but ``path.dataset.json`` exists (a sharded dataset), the shards
+    are opened as one ``DatasetReader`` with the same API over global frame ids.
+    """
+    if index_path is None and not os.path.exists(path) and get_manifest_path(path).exists():
+        return DatasetReader(path, **options)
+    return PackReader(path, index_path, **options)
