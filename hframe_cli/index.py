@@ -515,10 +515,6 @@ def glob_to_regex(glob: str) -> str:
     return "".join(out)
 
 
-#: Columns ``index`` and ``get`` can filter on by equality (``--label``, ``--split``, ``--kind``).
-FILTER_COLUMNS = ("label", "split", "kind")
-
-
 def select_rows(
     table: pa.Table,
     columns: list[str] | None = None,

@@ -25,8 +25,6 @@ from .units import format_bytes
 
 __all__ = ["dump_header", "error", "index_rows", "interactive", "pack_summary", "progress"]
 
-ROW_FORMATS = ("table", "tsv", "csv", "jsonl", "json")
-
 
 def interactive(stream: IO[Any]) -> bool:
     """True when ``stream`` is a terminal a person watches (``HFRAME_TTY=1/0`` overrides)."""

@@ -66,7 +66,6 @@ class LocalFile:
         self._fd = -1
         self._pid = -1
         self._lock = threading.Lock()
-        self._size = -1
         #: (pid, fd, st_dev, st_ino) of the handle this one was pickled from (spawned workers)
         self._origin = origin
         self.identity: tuple[int, int] | None = (origin[2], origin[3]) if origin else None
