@@ -18,7 +18,6 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
@@ -559,12 +558,12 @@ class PackReader:
             if longest <= self.max_read and near * 16 <= n:
                 # (almost) no frames close enough to merge, the usual random sample: merging a
                 # pair or two would save less than planning costs, so one pread each
-                fd = self._storage.fileno()
+                pread = self._storage.preader()
                 t0 = time.perf_counter()
-                first = os.pread(fd, lens[0], offs[0])
+                first = pread(lens[0], offs[0])
                 if n > 2 and _looks_cold(time.perf_counter() - t0, lens[0]):
-                    _prefetch(fd, offs[1:], lens[1:])
-                blobs = [first, *map(os.pread, repeat(fd, n - 1), lens[1:], offs[1:])]
+                    self._storage.prefetch(offs[1:], lens[1:])
+                blobs = [first, *map(pread, lens[1:], offs[1:])]
                 if sum(map(len, blobs)) == sum(lens):
                     return blobs
             return self._read_inline(sorted(range(n), key=offs.__getitem__), offs, lens, n)
@@ -594,7 +593,7 @@ class PackReader:
         blobs = [self._read_plan(read_at, plans[0][0], plans[0][1])]
         cold = _looks_cold(time.perf_counter() - t0, plans[0][1])
         if len(plans) > 2 and cold:
-            _prefetch(self._storage.fileno(), [p[0] for p in plans[1:]], [p[1] for p in plans[1:]])
+            self._storage.prefetch([p[0] for p in plans[1:]], [p[1] for p in plans[1:]])
         if not cold and sum(p[1] for p in plans) <= _INLINE_WARM_BYTES:
             # the batch is (probably) in the page cache and small: handing reads to threads would
             # cost more than the copies themselves
@@ -627,8 +626,7 @@ class PackReader:
         out: list[bytes] = [b""] * n
         gap, cap = self.coalesce_gap, self.max_read
         read_at = self._storage.read_at
-        fd = self._storage.fileno()
-        pread = os.pread
+        pread = self._storage.preader()
         run: list[int] = []
         run_off = run_end = 0
         for j in order + [-1]:
@@ -642,7 +640,7 @@ class PackReader:
                     continue
             if run:
                 size = run_end - run_off
-                blob = pread(fd, size, run_off) if size <= cap else self._read_plan(read_at, run_off, size)
+                blob = pread(size, run_off) if size <= cap else self._read_plan(read_at, run_off, size)
                 if len(blob) != size:
                     blob = read_at(run_off, size)  # finish a short read, or fail with the path
                     if len(blob) != size:
@@ -675,7 +673,7 @@ class PackReader:
 
         results = [timed(plans[0])]
         if len(plans) > 2 and _looks_cold(results[0][1], plans[0][1]):
-            _prefetch(self._storage.fileno(), [p[0] for p in plans[1:]], [p[1] for p in plans[1:]])
+            self._storage.prefetch([p[0] for p in plans[1:]], [p[1] for p in plans[1:]])
         rest = plans[1:]
         results += [timed(p) for p in rest] if w <= 1 or len(rest) <= 1 else list(self._get_pool(w).map(timed, rest))
         out: list[bytes] = [b""] * n
@@ -745,14 +743,6 @@ _COLD_BYTES_PER_S = 2e9
 def _looks_cold(seconds: float, nbytes: int) -> bool:
     """A read slower than a page-cache copy could be: the batch is probably not in memory."""
     return seconds > _COLD_FIXED_S + nbytes / _COLD_BYTES_PER_S
-
-
-def _prefetch(fd: int, offsets: Sequence[int], lengths: Sequence[int]) -> None:
-    """Tell the kernel about the whole batch at once (WILLNEED), so one thread's reads overlap."""
-    if hasattr(os, "posix_fadvise"):
-        advise = os.posix_fadvise
-        for off, ln in zip(offsets, lengths):
-            advise(fd, off, ln, os.POSIX_FADV_WILLNEED)
 
 
 @dataclass

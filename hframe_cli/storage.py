@@ -10,28 +10,37 @@ through ``pyarrow.fs`` without touching callers; this release refuses them clear
 from __future__ import annotations
 
 import errno
+import functools
 import io
 import os
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .errors import HframeError, InputError, PackReplaced, StorageError
 
-__all__ = ["LocalFile", "Storage", "evict_from_page_cache", "open_storage"]
+__all__ = ["LocalFile", "Storage", "evict_from_page_cache", "open_storage", "register_scheme"]
 
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "http", "https", "abfs", "az")
 
 
 class Storage(Protocol):
-    """What readers need from a pack location."""
+    """What readers need from a pack location: the seam every read, prefetch and eviction goes
+    through. ``LocalFile`` is the local implementation; remote schemes plug in through
+    ``register_scheme``."""
 
     location: str
 
     def size(self) -> int: ...
 
     def read_at(self, offset: int, length: int) -> bytes: ...
+
+    def preader(self) -> Callable[[int, int], bytes]: ...
+
+    def prefetch(self, offsets: Sequence[int], lengths: Sequence[int]) -> None: ...
+
+    def advise_sequential(self, start: int) -> None: ...
 
     def close(self) -> None: ...
 
@@ -162,6 +171,25 @@ class LocalFile:
         except OSError as e:
             raise _storage_error(self.location, e) from e
 
+    def preader(self) -> Callable[[int, int], bytes]:
+        """``pread(length, offset)`` bound to this process's descriptor: the cheapest way to read
+        many ranges (no Python frame per call). It may return short at the end of the file and
+        raises ``OSError`` untranslated: callers check lengths and use ``read_at`` to finish or
+        to fail with the path."""
+        return functools.partial(os.pread, self.fileno())
+
+    def prefetch(self, offsets: Sequence[int], lengths: Sequence[int]) -> None:
+        """Tell the kernel about these ranges at once (WILLNEED), so one thread's reads overlap."""
+        if hasattr(os, "posix_fadvise"):
+            fd, advise, willneed = self.fileno(), os.posix_fadvise, os.POSIX_FADV_WILLNEED
+            for off, ln in zip(offsets, lengths):
+                advise(fd, off, ln, willneed)
+
+    def advise_sequential(self, start: int) -> None:
+        """A bigger read-ahead from ``start`` on: the caller will read sequentially."""
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(self.fileno(), start, 0, os.POSIX_FADV_SEQUENTIAL)
+
     def stream(self) -> Any:
         """A read-only file object over this same file with its own position, for readers that
         want one, such as pyarrow's Parquet reader: a native pyarrow file opened on
@@ -265,18 +293,42 @@ class _PreadStream(io.RawIOBase):
         super().close()
 
 
+#: URI scheme → opener. ``open_storage`` is the one place a location is parsed; a remote backend
+#: registers its scheme here (``register_scheme``) and every command and reader can use it.
+_SCHEMES: dict[str, Callable[..., LocalFile]] = {}
+
+
+def register_scheme(scheme: str, opener: Callable[..., LocalFile]) -> None:
+    """Make ``open_storage`` open ``scheme://...`` locations with ``opener(location, **options)``."""
+    _SCHEMES[scheme.lower()] = opener
+
+
+def _not_supported_yet(location: str, **options: Any) -> LocalFile:
+    scheme = location.partition("://")[0]
+    raise InputError(f"{location}: remote storage ({scheme}://) is not supported by this release yet")
+
+
+def _file_uri(location: str, **options: Any) -> LocalFile:
+    return LocalFile(location[len("file://") :], **options)
+
+
+register_scheme("file", _file_uri)
+for _scheme in REMOTE_SCHEMES:
+    register_scheme(_scheme, _not_supported_yet)
+
+
 def open_storage(location: str | os.PathLike[str], **options: Any) -> LocalFile:
-    """Open a pack location for reading: a local path (remote URIs come later). ``options`` go
-    to ``LocalFile`` (``origin``, ``same_generation``)."""
+    """Open a pack location for reading: a local path, or ``scheme://...`` through the opener
+    registered for that scheme. ``options`` go to the opener (``LocalFile``: ``origin``,
+    ``same_generation``)."""
     loc = os.fspath(location)
     scheme, sep, _ = loc.partition("://")
-    if sep:
-        if scheme == "file":
-            return LocalFile(loc[len("file://") :], **options)
-        if scheme.lower() in REMOTE_SCHEMES:
-            raise InputError(f"{loc}: remote storage ({scheme}://) is not supported by this release yet")
+    if not sep:
+        return LocalFile(loc, **options)
+    opener = _SCHEMES.get(scheme.lower())
+    if opener is None:
         raise InputError(f"{loc}: unknown URI scheme {scheme!r}")
-    return LocalFile(loc, **options)
+    return opener(loc, **options)
 
 
 def evict_from_page_cache(path: str | os.PathLike[str]) -> bool:

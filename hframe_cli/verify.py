@@ -237,8 +237,7 @@ class _Verifier:
         a full walk passes the frame count). Returns the position after the last record walked.
         """
         win = _Window(self.storage, read_end if read_end is not None else end)
-        if hasattr(os, "posix_fadvise"):  # bigger read-ahead for this descriptor: the walk is sequential
-            os.posix_fadvise(self.storage.fileno(), start_pos, 0, os.POSIX_FADV_SEQUENTIAL)
+        self.storage.advise_sequential(start_pos)  # bigger read-ahead: the walk is sequential
         batch: list[tuple[int, bytes, int, int]] = []
         meta: list[tuple[int, bytes, int, int]] = []  # (frame_id, rec_md5, offset, length)
         decode_ids: set[int] = set()
@@ -882,16 +881,18 @@ def _verify_open(
             return
         # a selection of most rows converts them all: simpler and no slower
         idx = IndexCols.from_table(table, ranges if sum(b - a for a, b in ranges) * 2 <= n else None)
-        if report.selection != "full" and len(ranges) > 1 and hasattr(os, "posix_fadvise"):
+        if report.selection != "full" and len(ranges) > 1:
             # a sample reads many separate runs: ask for all of them at once, so a cold disk
             # serves them in parallel instead of one seek after another
-            fd = storage.fileno()
+            starts, lengths = [], []
             for a, b in ranges:
                 if a < b:
                     start = idx.record_offset[a] if a > 0 else HEADER_SIZE
                     stop = min(end, idx.offset[b - 1] + idx.length[b - 1])
                     if 0 <= start < stop:
-                        os.posix_fadvise(fd, start, stop - start, os.POSIX_FADV_WILLNEED)
+                        starts.append(start)
+                        lengths.append(stop - start)
+            storage.prefetch(starts, lengths)
         for a, b in ranges:
             if a >= b:
                 continue
