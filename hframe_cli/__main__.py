@@ -1,5 +1,5 @@
 """``python -m hframe_cli`` runs the ``hframe`` command."""
 
-from .cli import run
+from .entry import run
 
 run()

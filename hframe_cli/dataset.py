@@ -170,10 +170,15 @@ class DatasetReader:
             entry = self.manifest.shards[k]
             if r.info.uuid != entry.uuid or len(r) != entry.frame_count:
                 r.close()
+                where = f"shard {self.shard_paths[k]} was {entry.uuid}, is now {r.info.uuid}"
+                if os.path.exists(self.path + ".dataset.plan.json"):
+                    raise PackReplaced(
+                        f"{self.path}: the dataset is being rebuilt by a sharded pack run ({where}; its "
+                        "manifest comes last); open it again when that run has finished"
+                    )
                 if self._rebuilt():
                     raise PackReplaced(
-                        f"{self.path}: the dataset was rebuilt since this reader opened it (shard "
-                        f"{self.shard_paths[k]} was {entry.uuid}, is now {r.info.uuid}); open it again"
+                        f"{self.path}: the dataset was rebuilt since this reader opened it ({where}); open it again"
                     )
                 raise FormatError(
                     f"{self.shard_paths[k]}: shard differs from the dataset manifest "
@@ -183,6 +188,7 @@ class DatasetReader:
         return r
 
     def _rebuilt(self) -> bool:
+        """Whether the manifest on disk is no longer the one this reader read."""
         try:
             return Manifest.load(self.manifest_path).sha256 != self.manifest.sha256
         except HframeError:

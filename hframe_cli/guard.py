@@ -23,7 +23,7 @@ from typing import Any
 
 from .errors import Interrupted
 from .faults import fault_point
-from .lock import OutputLock
+from .lock import LockWaitStopped, OutputLock
 
 __all__ = ["StopSignals", "stop_signals", "writer_run"]
 
@@ -123,9 +123,23 @@ def writer_run(
     outputs: list[str] = _inside.__dict__.setdefault("outputs", [])
     outermost = not outputs  # a shard's run inside a dataset's: the dataset's says what was left
     outputs.append(out)
-    with stop_signals(handle_signals):
-        try:
-            with OutputLock(out, wait=wait) as lock:
+    try:
+        with stop_signals(handle_signals) as stop:
+            lock = OutputLock(out, wait=wait)
+            try:
+                # a signal while the lock is being taken is acted on once it is held (and then
+                # released), or ends the wait for it: never a lock file left behind
+                with stop.deferred(act_after=False):
+                    lock.acquire(should_stop=lambda: stop.signum is not None)
+            except LockWaitStopped:
+                if not outermost:
+                    raise _SignalStop(stop.signum or signal.SIGINT) from None
+                raise Interrupted(
+                    f"{out}: interrupted by {stop.name} while waiting for the lock; nothing was done"
+                ) from None
+            try:
+                if stop.signum is not None and stop.active:
+                    raise _SignalStop(stop.signum)
                 if lock.took_over and warn is not None:
                     warn(f"{out}: took over a stale lock left by a run that died ({lock.took_over})")
                 if lock.waited_s >= 0.001 and on_event is not None:
@@ -134,12 +148,14 @@ def writer_run(
                     warn(f"{out}: finished the publish of a run that died between its two renames")
                 fault_point("after-lock")
                 yield lock
-        except _SignalStop as e:
-            if not outermost:
-                raise
-            raise Interrupted(describe_stop(out, e.signum)) from None
-        finally:
-            outputs.pop()
+            except _SignalStop as e:
+                if not outermost:
+                    raise
+                raise Interrupted(describe_stop(out, e.signum)) from None
+            finally:
+                lock.release()
+    finally:
+        outputs.pop()
 
 
 def _finish_publish(out: str) -> bool:
@@ -154,6 +170,6 @@ def describe_stop(output: str, signum: int) -> str:
     if os.path.exists(output + ".ckpt") or os.path.exists(output + ".dataset.plan.json"):
         return f"{output}: interrupted by {name}; checkpoint kept: run 'hframe resume {output}' to continue"
     return (
-        f"{output}: interrupted by {name} before any frame was committed; nothing to resume "
-        "(the published pack, if any, is unchanged): run the same command again"
+        f"{output}: interrupted by {name}; nothing to resume (no checkpoint was written; the published "
+        "pack, if any, is unchanged): run the same command again"
     )

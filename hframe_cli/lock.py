@@ -12,10 +12,22 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from .errors import PackLocked, StorageError
 
-__all__ = ["OutputLock", "lock_path"]
+__all__ = ["LockWaitStopped", "OutputLock", "lock_path"]
+
+
+class LockWaitStopped(Exception):
+    """Waiting for the lock was given up because ``should_stop`` said so (a signal came)."""
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def lock_path(output: str | os.PathLike[str]) -> str:
@@ -52,7 +64,13 @@ class OutputLock:
         self.took_over: str | None = None  # text of a stale lock we replaced
         self.waited_s = 0.0
 
-    def acquire(self) -> OutputLock:
+    def acquire(self, should_stop: Callable[[], bool] | None = None) -> OutputLock:
+        """Take the lock (waiting up to ``wait`` seconds).
+
+        Raises:
+            PackLocked: another run holds it.
+            LockWaitStopped: ``should_stop()`` turned true while waiting (a signal came).
+        """
         held = _HELD.get(self._key)
         if held is not None and held[0] == os.getpid():
             held[2] += 1
@@ -72,16 +90,24 @@ class OutputLock:
                 raise PackLocked(
                     f"{self.output}: locked by another hframe run ({holder}){waited}; lock file {self.path}"
                 )
+            if should_stop is not None and should_stop():
+                raise LockWaitStopped(f"{self.output}: stopped while waiting for the lock")
             time.sleep(min(pause, deadline - now))
             pause = min(pause * 2, 0.1)
-        self.waited_s = time.monotonic() - t0
-        old = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
-        self.took_over = old or None
-        info = f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (info + "\n").encode(), 0)
-        self._fd = fd
-        _HELD[self._key] = [os.getpid(), fd, 1]
+        try:
+            self.waited_s = time.monotonic() - t0
+            old = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+            self.took_over = old or None
+            now_utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            info = f"pid {os.getpid()} on {socket.gethostname()} since {now_utc}"
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (info + "\n").encode(), 0)
+            self._fd = fd
+            _HELD[self._key] = [os.getpid(), fd, 1]
+        except BaseException:
+            _unlink_quietly(self.path)  # we hold it: nobody can be using the file
+            os.close(fd)
+            raise
         return self
 
     def _try_once(self) -> int:
@@ -116,6 +142,7 @@ class OutputLock:
             return ""
 
     def release(self) -> None:
+        """Let go (the outermost holder in this thread deletes the file, then unlocks)."""
         held = _HELD.get(self._key)
         if self._fd < 0 or held is None or held[0] != os.getpid():
             self._fd = -1
@@ -125,10 +152,7 @@ class OutputLock:
         if held[2] > 0:
             return
         del _HELD[self._key]
-        try:
-            os.unlink(self.path)  # while still holding it: nobody can take a half-released lock
-        except OSError:
-            pass
+        _unlink_quietly(self.path)  # while still holding it: nobody can take a half-released lock
         os.close(held[1])
 
     def __enter__(self) -> OutputLock:

@@ -217,7 +217,9 @@ def abandon_on_bad_data(out: str) -> Iterator[None]:
     """A run that fails on bad input or a failed self-check is not resumable: drop its checkpoint.
 
     Crashes, signals and storage errors (disk full) keep it, so ``resume`` can continue. The
-    partial pack of a failed self-check stays for inspection; that of a bad input is removed.
+    partial pack of a failed self-check stays for inspection; that of a bad input is removed, as
+    is that of a run stopped by a signal with no checkpoint to resume from (``--no-checkpoint``,
+    an ``--update`` append): it could only mislead the next run.
     """
     try:
         yield
@@ -226,6 +228,12 @@ def abandon_on_bad_data(out: str) -> Iterator[None]:
         if isinstance(e, InputError):
             with suppress(FileNotFoundError):
                 os.unlink(out + ".partial")
+        raise
+    except Interrupted:
+        if not checkpoint_paths(out).checkpoint.exists():
+            for leftover in (out + ".partial", f"{get_index_path(out)}.partial"):
+                with suppress(FileNotFoundError):
+                    os.unlink(leftover)
         raise
 
 
@@ -342,7 +350,7 @@ def run_loop(
             + (
                 f"checkpoint kept: run 'hframe resume {out}' to continue"
                 if policy.enabled
-                else "no checkpoint (checkpoints are off)"
+                else "no checkpoint (checkpoints are off), partial pack removed: run the same command again"
             )
         )
 
@@ -413,7 +421,11 @@ def run_loop(
     if stop.signum is not None:
         raise Interrupted(
             f"{out}: interrupted by {stop.name} after all {len(writer)} frames were written; "
-            + (f"checkpoint kept: run 'hframe resume {out}' to seal and publish" if policy.enabled else "no checkpoint")
+            + (
+                f"checkpoint kept: run 'hframe resume {out}' to seal and publish"
+                if policy.enabled
+                else "no checkpoint, partial pack removed: run the same command again"
+            )
         )
     # sealing and the self-check: a signal stops them where they are (resume seals again)
     sealed = writer.seal()

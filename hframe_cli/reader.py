@@ -188,7 +188,7 @@ def _generation_checks(
                 meta = read_index_meta(index_path, stream=f)
             except (FormatError, InputError):
                 raise replaced("an unreadable index") from None
-        if meta.pack_uuid != want:
+        if meta.pack_uuid != want or meta.pack_bytes != size:
             raise replaced(f"an index of pack {meta.pack_uuid}")
 
     return same_pack, same_index, replaced
@@ -308,6 +308,8 @@ class PackReader:
         # the path: only the same generation may stand in
         checks = _generation_checks(self.path, self.index_path, self.info.uuid, self.info.size)
         self._storage.same_generation, self._index.same_generation = checks[0], checks[1]
+        if self._index.location != self.index_path:  # opened as INDEX.partial mid-publish
+            self._index.alternates = (self.index_path,)
         self._pool: ThreadPoolExecutor | None = None
         try:
             self._load()

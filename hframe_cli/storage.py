@@ -79,6 +79,8 @@ class LocalFile:
         self._origin = origin
         self.identity: tuple[int, int] | None = (origin[2], origin[3]) if origin else None
         self.same_generation = same_generation
+        #: other paths where the same file may be found once ``path`` is gone (checked alike)
+        self.alternates: tuple[str, ...] = ()
         self.fileno()  # fail now, with the path, if it cannot be opened
 
     def fileno(self) -> int:
@@ -94,51 +96,71 @@ class LocalFile:
         return self._fd
 
     def _reattach(self) -> int:
-        """The first file again, through an inherited descriptor or the opener's /proc entry."""
+        """The first file again, through an inherited descriptor or the opener's /proc entry.
+
+        An inherited descriptor is that very file (it stayed open). The opener's entry may have
+        been closed and its number reused, and a freed inode number comes back quickly (ext4),
+        so a file found there must also pass ``same_generation``."""
         if self.identity is None:
             return -1
-        candidates: list[str | int] = []
+        candidates: list[tuple[str | int, bool]] = []
         if self._fd >= 0:  # inherited across fork
-            candidates += [f"/proc/self/fd/{self._fd}", self._fd]
+            candidates += [(f"/proc/self/fd/{self._fd}", False), (self._fd, False)]
         if self._origin is not None:
-            candidates.append(f"/proc/{self._origin[0]}/fd/{self._origin[1]}")
-        for c in candidates:
+            candidates.append((f"/proc/{self._origin[0]}/fd/{self._origin[1]}", True))
+        for c, check in candidates:
             try:
                 fd = os.open(c, os.O_RDONLY | os.O_CLOEXEC) if isinstance(c, str) else os.dup(c)
             except OSError:
                 continue
             try:
                 st = os.fstat(fd)
-            except OSError:
+                if (st.st_dev, st.st_ino) == self.identity:
+                    if check and self.same_generation is not None:
+                        self.same_generation(fd)
+                    return fd
+            except (OSError, PackReplaced):
+                pass
+            except BaseException:
                 os.close(fd)
-                continue
-            if (st.st_dev, st.st_ino) == self.identity:
-                return fd
+                raise
             os.close(fd)
         return -1
 
     def _open_path(self) -> int:
-        try:
-            fd = os.open(self.location, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError as e:
-            raise InputError(f"{self.location}: no such file") from e
-        except IsADirectoryError as e:
-            raise InputError(f"{self.location}: is a directory, not a pack") from e
-        except OSError as e:
-            raise _storage_error(self.location, e) from e
+        """Open the path (or, when it is gone, an ``alternates`` path). Opened again after the
+        first time, the file must pass ``same_generation`` whatever its inode number (one freed
+        by a publish is soon given to a newer file); without that check, only the very same
+        inode is accepted."""
+        fd = -1
+        for location in (self.location, *self.alternates):
+            try:
+                fd = os.open(location, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                break
+            except FileNotFoundError as e:
+                if location == self.location and self.identity is not None and self.alternates:
+                    continue  # e.g. INDEX.partial, renamed into place since: try where it went
+                raise InputError(f"{location}: no such file") from e
+            except IsADirectoryError as e:
+                raise InputError(f"{location}: is a directory, not a pack") from e
+            except OSError as e:
+                raise _storage_error(location, e) from e
+        if fd < 0:
+            raise InputError(f"{self.location}: no such file")
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             os.close(fd)
             raise InputError(f"{self.location}: is a directory, not a pack")
         ident = (st.st_dev, st.st_ino)
-        if self.identity is not None and ident != self.identity:
+        if self.identity is not None:
             try:
-                if self.same_generation is None:
+                if self.same_generation is not None:
+                    self.same_generation(fd)
+                elif ident != self.identity:
                     raise PackReplaced(
                         f"{self.location}: the file was replaced since this handle opened it, and the "
                         "version it opened can no longer be reached; open it again"
                     )
-                self.same_generation(fd)
             except BaseException:
                 os.close(fd)
                 raise

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import hframe_bin, make_photos, run_bin
+from conftest import hframe_bin, lock_held_elsewhere, make_photos, run_bin
 
 import hframe_cli as h
 from hframe_cli.errors import IndexMismatch, PackReplaced
@@ -285,7 +285,7 @@ def test_a_signal_at_any_moment_of_pack_leaves_a_resumable_or_clean_state(tree, 
     else:
         assert proc.returncode == 130, err
         if expect == "nothing":
-            assert b"before any frame was committed; nothing to resume" in err
+            assert b"nothing to resume (no checkpoint was written" in err
             assert leftovers(tmp_path) == []
             assert run_bin(["resume", str(out)]).returncode == 5
             assert run_bin(["pack", str(src), "-o", str(out), "-q", *CREATED]).returncode == 0
@@ -454,3 +454,121 @@ def test_index_reads_without_proc_go_through_the_pread_stream(tree, monkeypatch)
         repack_without_one(src, out)
         assert p.read_index_columns(["md5"]).column("md5").to_pylist() == want  # read again, after the repack
         assert [md5(b) for b in p.read_many(list(range(len(p))))] == want
+
+
+# -- found by review: closed readers, mid-publish readers, datasets, partial files, the lock ----
+
+
+def test_a_closed_reader_refuses_a_new_generation_even_on_the_same_inode(tree, tmp_path):
+    """A freed inode number is soon reused by a newer pack: the generation, not the inode, decides."""
+    src, out = tree
+    p = h.open_pack(out)
+    old = p.uuid
+    p.close()
+    other = tmp_path / "other.hframe"
+    sorted(src.rglob("*.jpg"))[0].unlink()
+    assert run_bin(["pack", str(src), "-o", str(other), "-q"]).returncode == 0
+    ino = os.stat(out).st_ino
+    with open(out, "r+b") as f:  # another generation's bytes in the very same inode
+        f.truncate(0)
+        f.write(other.read_bytes())
+    os.replace(f"{other}.index.parquet", f"{out}.index.parquet")
+    assert os.stat(out).st_ino == ino
+    with pytest.raises(PackReplaced, match=f"it holds pack {old}"):
+        p[0]
+
+
+def test_a_reader_opened_mid_publish_survives_close_after_the_publish_finished(tree):
+    src, out = tree
+    make_photos(src / "more", 2)
+    proc = start(["pack", str(src), "-o", str(out), "--update", "-q"], fault="publish-between-renames:1:stop")
+    wait_stopped(proc)
+    p = h.open_pack(out)
+    assert p.index_location.endswith(".partial")
+    want = p.table.column("md5").to_pylist()
+    proc.send_signal(signal.SIGCONT)
+    assert proc.wait(60) == 0
+    p.close()  # its INDEX.partial is now INDEX: the same generation, found where it went
+    p._table = p._names = None
+    assert p.read_index_columns(["md5"]).column("md5").to_pylist() == want
+    assert [md5(b) for b in p.read_many(list(range(len(p))))] == want
+    p.close()
+
+
+def test_a_dataset_being_rebuilt_is_refused_as_replaced_not_as_damaged(tmp_path):
+    src = make_photos(tmp_path / "src", 12)
+    out = tmp_path / "d.hframe"
+    args = ["pack", str(src), "-o", str(out), "--max-pack-bytes", "6KB", "-q"]
+    assert run_bin(args).returncode == 0
+    before = h.open_pack(out)
+    proc = start([*args, "--force"], fault="after-lock:3:stop")  # shard 0 republished, manifest not yet
+    wait_stopped(proc)
+    try:
+        for reader in (h.open_pack(out), before):
+            with pytest.raises(PackReplaced, match="the dataset is being rebuilt by a sharded pack run"):
+                reader.read(0)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    assert proc.wait(60) == 0
+    with pytest.raises(PackReplaced, match="the dataset was rebuilt since this reader opened it"):
+        before.read(0)
+    assert len(h.open_pack(out)) == 12
+
+
+@pytest.mark.parametrize("args", [["--update"], ["--force", "--no-checkpoint"]])
+def test_a_signal_in_a_run_without_checkpoints_leaves_no_partial_pack(tree, args):
+    src, out = tree
+    make_photos(src / "more", 4)
+    published = frames_by_name(out)
+    for fault in ("after-frame:2:stop", "after-seal:1:stop"):
+        proc = start(["pack", str(src), "-o", str(out), *args], fault=fault)
+        wait_stopped(proc)
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGCONT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130 and b"run the same command again" in err, err
+        assert leftovers(out.parent) == [] and frames_by_name(out) == published
+    assert run_bin(["resume", str(out)]).returncode == 0  # already complete: nothing half-done
+
+
+def test_a_signal_while_taking_the_lock_leaves_no_lock_file(tmp_path, monkeypatch):
+    from hframe_cli import lock as lock_module
+    from hframe_cli.errors import Interrupted
+    from hframe_cli.guard import writer_run
+
+    out = tmp_path / "x.hframe"
+    real = lock_module.socket.gethostname
+
+    def slow_hostname() -> str:  # SIGTERM arrives while the lock file is being written
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real()
+
+    monkeypatch.setattr(lock_module.socket, "gethostname", slow_hostname)
+    with pytest.raises(Interrupted, match="interrupted by SIGTERM"):
+        with writer_run(out, handle_signals=True):
+            pytest.fail("the body must not run after a signal")
+    assert not Path(f"{out}.lock").exists()
+
+
+def test_a_signal_while_waiting_for_the_lock_ends_the_wait(tree, monkeypatch):
+    src, out = tree
+    with lock_held_elsewhere(out):
+        proc = start(["pack", str(src), "-o", str(out), "--update", "--wait", "60"])
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert b"interrupted by SIGTERM while waiting for the lock; nothing was done" in err
+
+
+@pytest.mark.parametrize("delay", [0.12, 0.25])
+def test_a_signal_in_the_first_moments_exits_130_without_a_traceback(tree, delay):
+    src, out = tree
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        # a list on stdin that never ends: the run cannot finish before the signal comes
+        proc = start(["pack", "-", "-o", str(out), "--update"], stdin=subprocess.PIPE)
+        time.sleep(delay)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, (sig, err)
+        assert b"Traceback" not in err and not Path(f"{out}.lock").exists()
