@@ -766,7 +766,7 @@ def verify_pack(
         try:
             storage = open_storage(loc)
         except HframeError as e:
-            report.error = str(e)
+            report.error, report.error_is_storage = str(e), isinstance(e, StorageError)
             return report
         v = _Verifier(report, storage, max_errors, decode, on_progress)
         # a big pack is walked as one part per core (default), in forked processes
@@ -780,7 +780,7 @@ def verify_pack(
         except _TooManyProblems:
             pass
         except (InputError, UnsupportedVersion, NotAPack, StorageError) as e:
-            report.error = str(e)
+            report.error, report.error_is_storage = str(e), isinstance(e, StorageError)
         except FormatError as e:  # raised here only by an index that cannot be used at all
             report.error = str(e)
         finally:
@@ -790,6 +790,7 @@ def verify_pack(
         report.elapsed_s = time.perf_counter() - t0
         return report
     report.error = f"{ipath}: pack and index kept changing while being opened ({OPEN_ATTEMPTS} attempts)"
+    report.error_is_storage = True
     return report
 
 

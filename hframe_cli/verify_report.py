@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import InputError
+from .errors import EXIT_DATA, EXIT_ENV, EXIT_OK, EXIT_USAGE, InputError
 from .index import current_format_version
 
 __all__ = ["PackReport", "Problem", "VerifyReport", "parse_frames", "parse_sample"]
@@ -47,6 +47,7 @@ class PackReport:
     elapsed_s: float = 0.0
     problems: list[Problem] = field(default_factory=list)
     error: str | None = None  # set when the pack could not be verified at all
+    error_is_storage: bool = False  # ... because storage failed (I/O, permission, replaced): exit 3
     stopped_early: bool = False
 
     @property
@@ -98,10 +99,14 @@ class VerifyReport:
 
     @property
     def exit_code(self) -> int:
-        """0 all clean; 1 problems found in the data; 2 some pack could not be verified."""
+        """0 all clean; 1 problems found in the data; 3 some pack could not be read (storage:
+        I/O, permission, replaced while open); 2 some pack could not be verified otherwise.
+        Problems win over errors, and storage errors over the others."""
         if any(p.problems for p in self.packs):
-            return 1
-        return 2 if any(p.error for p in self.packs) else 0
+            return EXIT_DATA
+        if any(p.error and p.error_is_storage for p in self.packs):
+            return EXIT_ENV
+        return EXIT_USAGE if any(p.error for p in self.packs) else EXIT_OK
 
     def to_dict(self) -> dict[str, Any]:
         elapsed = sum(p.elapsed_s for p in self.packs)

@@ -516,3 +516,17 @@ def test_every_one_frame_selection_reports_only_its_own_frame(tmp_path):
     for i in range(60):
         rep = verify_pack(pack, frames=(i, i + 1))
         assert set(rep.bad_frames) <= {i}, (i, [(p.frame_id, p.message) for p in rep.problems])
+
+
+def test_a_pack_that_cannot_be_read_exits_3_even_beside_good_ones(packed, cli):
+    """Storage failing (here: EIO) is the environment, not bad input: exit 3, as every command."""
+    r = cli(["verify", str(packed), "/proc/self/mem", "--json"])
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 3 == doc["exit_code"], r.stdout
+    assert [p["status"] for p in doc["packs"]] == ["ok", "error"] or [p["status"] for p in doc["packs"]] == [
+        "error",
+        "ok",
+    ]
+    assert "Input/output error" in r.stdout
+    r = cli(["verify", str(packed), str(packed) + ".missing"])
+    assert r.exit_code == 2  # could not be verified for another reason
