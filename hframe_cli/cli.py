@@ -606,9 +606,9 @@ def get(
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
     else:
-        tmp = output.with_name(output.name + ".partial")
-        tmp.write_bytes(data)
-        os.replace(tmp, output)
+        from .extract import write_frame
+
+        write_frame(output, data)
 
 
 _INTERRUPTED = "interrupted; nothing was published (a partial pack, if any, keeps its .partial name)"

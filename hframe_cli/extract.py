@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
 from .errors import InputError
 from .index import select_rows
 
-__all__ = ["extract_frames"]
+__all__ = ["extract_frames", "write_frame"]
 
 _BATCH = 256
 
@@ -45,6 +46,24 @@ def _write_inside(root: str, rel: str, data: bytes, shown: str) -> None:
         os.replace(tmp, path)
     except OSError as e:
         raise InputError(f"{path}: cannot write frame {shown!r} ({e.strerror})") from None
+
+
+def write_frame(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write one frame's bytes to ``path`` atomically (``PATH.partial``, then a rename).
+
+    Raises:
+        InputError: the folder does not exist or the file cannot be written (one line, the path).
+    """
+    out = os.fspath(path)
+    tmp = out + ".partial"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, out)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise InputError(f"{out}: cannot write: {e.strerror}") from None
 
 
 def extract_frames(

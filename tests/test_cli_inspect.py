@@ -198,3 +198,10 @@ def test_verify_keeps_its_verdict_when_the_reader_stops_early_and_survives_close
             timeout=120,
         )
         assert r.returncode == (1 if args[0] == "verify" else 0), (fd, args)
+
+
+def test_get_into_a_missing_folder_is_one_line_exit_2(cli, packed, tmp_path):
+    r = cli(["get", str(packed), "0", "-o", str(tmp_path / "no" / "such" / "x.png")])
+    assert r.exit_code == 2
+    assert r.stderr == f"hframe: error: {tmp_path / 'no' / 'such' / 'x.png'}: cannot write: No such file or directory\n"
+    assert not list((tmp_path).glob("**/*.partial"))
