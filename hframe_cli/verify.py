@@ -31,7 +31,6 @@ import random
 import re
 import signal
 import time
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -251,7 +250,6 @@ class _Verifier:
         # which re-checks it and reports exactly what is wrong
         fast_idx = idx if not self.decode else None
         unpack = RECORD_STRUCT.unpack_from
-        crc32 = zlib.crc32
         offs, lens, rofs, names, media = (
             (idx.offset, idx.length, idx.record_offset, idx.names, idx.media) if idx else ([], [], [], [], [])
         )
@@ -293,8 +291,7 @@ class _Verifier:
                         and off + ln <= end
                         and rofs[i] == pos
                     ):
-                        f = unpack(wb, at)
-                        rmagic, rsize, rid, rlen, rraw, _, _, rcodec, _, nlen, elen, _, rcrc = f
+                        rmagic, rsize, rid, rlen, rraw, rmd5, _, rcodec, _, nlen, elen, rflags, rcrc = unpack(wb, at)
                         body = at + RECORD_FIXED
                         hend = body + nlen + elen
                         if (
@@ -305,15 +302,15 @@ class _Verifier:
                             and rraw == iraw[i]
                             and rcodec == icodec[i]
                             and rmagic == RECORD_MAGIC
-                            and crc32(wb[body:hend], crc32(wb[at : body - 4])) == rcrc
+                            and record_crc(wb, at, nlen, elen) == rcrc
                             and wb[body : body + nlen] == names[i]
                             and (hend == at + rsize or not wb[hend : at + rsize].strip(b"\0"))
                         ):
                             p0 = off - ws
                             magic = magics[i - first_id]
                             compressed = None
-                            if f[7]:  # compressed: the magic is checked on the raw bytes
-                                compressed = (f[7], f[11], f[4], magic)
+                            if rcodec:  # compressed: the magic is checked on the raw bytes
+                                compressed = (rcodec, rflags, rraw, magic)
                                 magic = None
                             if magic is None or wb[p0 : p0 + min(len(magic), ln)] == magic:
                                 if wb is not batch_buf and batch:
@@ -323,7 +320,7 @@ class _Verifier:
                                     packed[i] = compressed
                                 batch_buf = wb
                                 batch.append((i, wb, p0, p0 + ln))
-                                meta.append((i, f[5], off, ln))
+                                meta.append((i, rmd5, off, ln))
                                 if len(batch) >= 4096:
                                     self.submit(batch, meta, decode_ids, idx, packed)
                                     batch, meta, decode_ids, packed = [], [], set(), {}
@@ -339,8 +336,9 @@ class _Verifier:
                         break
                     pos, i = nxt
                     continue
-                f = record_fields(buf, at)
-                size, frame_id, length, rec_md5, name_len, extra_len, crc = f[1], f[2], f[3], f[5], f[9], f[10], f[12]
+                _, size, frame_id, length, raw_length, rec_md5, _, codec, kind, name_len, extra_len, flags, crc = (
+                    record_fields(buf, at)
+                )
                 if pos + size > end or size < RECORD_FIXED + name_len + extra_len:
                     nxt = self.lost_record(i, pos, end, idx, "record header runs past the end of data", n_index)
                     if nxt is None:
@@ -384,7 +382,7 @@ class _Verifier:
                             length=length,
                         )
                     else:
-                        self.compare_row(i, idx, pos, offset, length, name, f[4], f[7])
+                        self.compare_row(i, idx, pos, offset, length, name, raw_length, codec)
                 at += size  # the payload follows the record header in the same buffer
                 if buf is not batch_buf and batch:
                     self.submit(batch, meta, decode_ids, idx, packed)
@@ -394,11 +392,11 @@ class _Verifier:
                 meta.append((i, rec_md5, offset, length))
                 if self.decode and idx is not None and i < len(idx.media) and idx.media[i] in _IMAGE_TYPES:
                     decode_ids.add(i)
-                elif self.decode and idx is None and f[8] != _BLOB_KIND:
+                elif self.decode and idx is None and kind != _BLOB_KIND:
                     decode_ids.add(i)  # no index: the record header's kind says what is an image
                 magic = _MAGICS.get(idx.media[i]) if idx is not None and i < len(idx.media) else None
-                if f[7]:  # compressed: the magic is checked on the raw bytes, after decompression
-                    packed[i] = (f[7], f[11], f[4], magic)
+                if codec:  # compressed: the magic is checked on the raw bytes, after decompression
+                    packed[i] = (codec, flags, raw_length, magic)
                     magic = None
                 if magic is not None and idx is not None:
                     head = bytes(buf[at : at + min(len(magic), length)])  # a frame shorter than its magic: all of it
@@ -450,7 +448,7 @@ class _Verifier:
         Returns (position after the last sound frame, the next frame id, payload bytes checked).
         This is the loop nearly every byte of a full verify goes through: keep it lean.
         """
-        unpack, crc32, md5 = RECORD_STRUCT.unpack_from, zlib.crc32, hashlib.md5
+        unpack, md5 = RECORD_STRUCT.unpack_from, hashlib.md5
         offs, lens, rofs, iraw, icodec, names, imd5 = (
             idx.offset,
             idx.length,
@@ -480,7 +478,7 @@ class _Verifier:
                     or icodec[i]
                     or rraw != iraw[i]
                     or rmagic != RECORD_MAGIC
-                    or crc32(mv[body:hend], crc32(mv[at : body - 4])) != rcrc
+                    or record_crc(mv, at, nlen, elen) != rcrc
                     or wb[body : body + nlen] != names[i]
                     or (hend != at + rsize and wb[hend : at + rsize].strip(b"\0"))
                 ):
@@ -659,9 +657,12 @@ class _Verifier:
             k = data.find(RECORD_MAGIC)
             while k >= 0:
                 if k + RECORD_FIXED <= len(data):
-                    f = record_fields(data, k)
-                    if k + RECORD_FIXED + f[9] + f[10] <= len(data) and record_crc(data, k, f[9], f[10]) == f[12]:
-                        return pos + k, f[2]
+                    _, _, frame_id, _, _, _, _, _, _, name_len, extra_len, _, crc = record_fields(data, k)
+                    if (
+                        k + RECORD_FIXED + name_len + extra_len <= len(data)
+                        and record_crc(data, k, name_len, extra_len) == crc
+                    ):
+                        return pos + k, frame_id
                 k = data.find(RECORD_MAGIC, k + 1)
             if len(data) <= step:
                 return None
