@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,8 @@ from .format import CODEC_IDS, RECORD_FLAG_DICT
 __all__ = [
     "Compression",
     "Decompressor",
+    "ZstdDecoder",
+    "register_decoder",
     "check_dictionary",
     "MAX_RAW_BYTES",
     "parse_compress",
@@ -104,10 +106,11 @@ class Compression:
         return Compressed(out, ZSTD, RECORD_FLAG_DICT if self._dict is not None else 0)
 
 
-class Decompressor:
-    """Turns stored frames back into their raw bytes (thread-safe)."""
+class ZstdDecoder:
+    """Decodes zstd frames (codec 1), with the pack's dictionary where a record's flag says so.
+    Thread-safe: one zstd decompressor per thread and kind (with or without the dictionary)."""
 
-    def __init__(self, dictionary: bytes | None = None, where: str = "pack") -> None:
+    def __init__(self, dictionary: bytes | None, where: str) -> None:
         self.dictionary = dictionary
         self.where = where
         self._local = threading.local()
@@ -125,22 +128,7 @@ class Decompressor:
             setattr(self._local, key, d)
         return d
 
-    def decode(self, data: bytes | memoryview, codec: int, flags: int, raw_length: int, frame: str) -> bytes:
-        """The raw bytes of a stored frame; ``frame`` names it in errors.
-
-        Raises:
-            FormatError: an unknown codec, a declared size that is absurd (a decompression
-                bomb) or differs from the record, or data that does not decompress.
-        """
-        if codec == NONE:
-            return bytes(data)
-        if codec != ZSTD:
-            raise FormatError(f"{frame}: unknown codec {codec}")
-        if raw_length > MAX_RAW_BYTES:
-            raise FormatError(
-                f"{frame}: refusing to decompress: declared size {raw_length} bytes exceeds the "
-                f"{MAX_RAW_BYTES}-byte limit (decompression bomb?)"
-            )
+    def decode(self, data: bytes | memoryview, flags: int, raw_length: int, frame: str) -> bytes:
         import zstandard as zstd
 
         try:
@@ -160,33 +148,100 @@ class Decompressor:
             raise FormatError(f"{frame}: decompressed to {len(out)} bytes, the record says {raw_length}")
         return out
 
-    def decode_many(
-        self, datas: list[bytes], ids: list[int], raw_lengths: list[int], with_dict: bool, where: str
-    ) -> None:
-        """Decompress ``datas`` (all zstd frames) in place, in one call into zstd.
+    def decode_many(self, datas: list[bytes], raw_lengths: list[int], with_dict: bool) -> list[bytes]:
+        """All of ``datas`` in one call into zstd (sizes checked by zstd against ``raw_lengths``).
 
-        The output buffers are sized from ``raw_lengths`` (from the index, each at most
+        Raises:
+            zstandard.ZstdError: some frame failed (the caller retries frame by frame).
+        """
+        sizes = array("Q", raw_lengths).tobytes()
+        result = self._get(with_dict).multi_decompress_to_buffer(datas, decompressed_sizes=sizes, threads=1)
+        return [seg.tobytes() for seg in result]
+
+
+#: Codec id (``format.CODEC_IDS``, the on-disk number) → decoder class. A new codec registers its
+#: decoder here (``register_decoder``); readers, verify and ``get`` find it through ``Decompressor``.
+_DECODERS: dict[int, Callable[[bytes | None, str], Any]] = {ZSTD: ZstdDecoder}
+
+
+def register_decoder(codec: int, factory: Callable[[bytes | None, str], Any]) -> None:
+    """Make frames stored with ``codec`` readable: ``factory(dictionary, where)`` returns an
+    object with ``decode(data, flags, raw_length, frame) -> bytes`` (and, optionally,
+    ``decode_many(datas, raw_lengths, with_dict) -> list[bytes]`` for batches)."""
+    _DECODERS[codec] = factory
+
+
+class Decompressor:
+    """Turns stored frames back into their raw bytes, whatever their codec (thread-safe)."""
+
+    def __init__(self, dictionary: bytes | None = None, where: str = "pack") -> None:
+        self.dictionary = dictionary
+        self.where = where
+        self._decoders: dict[int, Any] = {}
+
+    def _decoder(self, codec: int, frame: str) -> Any:
+        d = self._decoders.get(codec)
+        if d is None:
+            factory = _DECODERS.get(codec)
+            if factory is None:
+                raise FormatError(f"{frame}: unknown codec {codec}")
+            d = self._decoders.setdefault(codec, factory(self.dictionary, self.where))
+        return d
+
+    def batches(self, codec: int) -> bool:
+        """Whether frames of ``codec`` can be decoded many at a time (``decode_many``)."""
+        factory = _DECODERS.get(codec)
+        return factory is not None and hasattr(factory, "decode_many")
+
+    def decode(self, data: bytes | memoryview, codec: int, flags: int, raw_length: int, frame: str) -> bytes:
+        """The raw bytes of a stored frame; ``frame`` names it in errors.
+
+        Raises:
+            FormatError: an unknown codec, a declared size that is absurd (a decompression
+                bomb) or differs from the record, or data that does not decompress.
+        """
+        if codec == NONE:
+            return bytes(data)
+        decoder = self._decoder(codec, frame)
+        if raw_length > MAX_RAW_BYTES:
+            raise FormatError(
+                f"{frame}: refusing to decompress: declared size {raw_length} bytes exceeds the "
+                f"{MAX_RAW_BYTES}-byte limit (decompression bomb?)"
+            )
+        out: bytes = decoder.decode(data, flags, raw_length, frame)
+        return out
+
+    def decode_many(
+        self,
+        datas: list[bytes],
+        ids: list[int],
+        raw_lengths: list[int],
+        with_dict: bool,
+        where: str,
+        codec: int = ZSTD,
+    ) -> None:
+        """Decompress ``datas`` (all of ``codec``) in place, in one call where the codec can.
+
+        The output sizes come from ``raw_lengths`` (from the index, each at most
         ``MAX_RAW_BYTES``), so a frame that declares or holds more than that fails instead of
         allocating; any failure is retried frame by frame to name the frame and the reason.
         """
-        import zstandard as zstd
+        flags = RECORD_FLAG_DICT if with_dict else 0
 
-        if max(raw_lengths) > MAX_RAW_BYTES or min(raw_lengths) < 1:
-            for k, (data, raw) in enumerate(zip(datas, raw_lengths)):
-                datas[k] = self.decode(
-                    data, ZSTD, RECORD_FLAG_DICT if with_dict else 0, raw, f"{where}: frame {ids[k]}"
-                )
-            return
-        sizes = array("Q", raw_lengths).tobytes()
-        try:
-            result = self._get(with_dict).multi_decompress_to_buffer(datas, decompressed_sizes=sizes, threads=1)
-            out = [seg.tobytes() for seg in result]
-        except zstd.ZstdError:
-            out = [
-                self.decode(data, ZSTD, RECORD_FLAG_DICT if with_dict else 0, raw, f"{where}: frame {i}")
+        def one_by_one() -> list[bytes]:
+            return [
+                self.decode(data, codec, flags, raw, f"{where}: frame {i}")
                 for data, raw, i in zip(datas, raw_lengths, ids)
             ]
-        datas[:] = out  # zstd has checked every size: a frame larger or smaller than its size fails
+
+        if max(raw_lengths) > MAX_RAW_BYTES or min(raw_lengths) < 1 or not self.batches(codec):
+            datas[:] = one_by_one()
+            return
+        try:
+            out = self._decoder(codec, where).decode_many(datas, raw_lengths, with_dict)
+        except Exception:  # noqa: BLE001 - any failure: frame by frame, to name the frame and why
+            out = one_by_one()
+        datas[:] = out  # the codec has checked every size: a frame larger or smaller than its size fails
 
 
 def check_dictionary(data: bytes, level: int, where: str) -> None:

@@ -519,12 +519,13 @@ class PackReader:
         packed = [j for j, i in enumerate(ids) if codecs[i]]
         if len(packed) < 4:
             return list(map(self._decode, ids, out))
-        if any(codecs[ids[j]] != CODEC_IDS["zstd"] for j in packed):
-            return list(map(self._decode, ids, out))  # names the frame with the unknown codec
+        codec = codecs[ids[packed[0]]]
+        if any(codecs[ids[j]] != codec for j in packed) or not self._decompressor.batches(codec):
+            return list(map(self._decode, ids, out))  # mixed codecs, or one that decodes frame by frame
         datas = [out[j] for j in packed]
         raws = [self._raw_lengths[ids[j]] for j in packed]
         self._decompressor.decode_many(
-            datas, [ids[j] for j in packed], raws, bool(self.info.header.flags & FLAG_DICT), self.path
+            datas, [ids[j] for j in packed], raws, bool(self.info.header.flags & FLAG_DICT), self.path, codec
         )
         for j, data in zip(packed, datas):
             out[j] = data

@@ -287,3 +287,32 @@ def test_a_damaged_record_at_a_chunk_boundary_does_not_taint_the_next_compressed
     out.write_bytes(bytes(raw))
     rep = verify_mod.verify_pack(out, workers=1)
     assert rep.bad_frames == [i], [(p.frame_id, p.message) for p in rep.problems]
+
+
+def test_readers_decode_through_the_codec_registry(records, tmp_path, monkeypatch):
+    """Every decode goes through the decoder registered for the frame's codec id."""
+    from hframe_cli import codec
+
+    calls = {"one": 0, "many": 0}
+
+    class Counting(codec.ZstdDecoder):
+        def decode(self, data, flags, raw_length, frame):
+            calls["one"] += 1
+            return super().decode(data, flags, raw_length, frame)
+
+        def decode_many(self, datas, raw_lengths, with_dict):
+            calls["many"] += len(datas)
+            return super().decode_many(datas, raw_lengths, with_dict)
+
+    out = tmp_path / "c.hframe"
+    pack(records, out, "--compress", "zstd:3", "--zstd-dict", "auto")
+    monkeypatch.setitem(codec._DECODERS, codec.ZSTD, Counting)
+    want = originals(records)
+    with h.open_pack(out) as p:
+        names = p.table.column("name").to_pylist()
+        assert p.read_many(names) == [want[n] for n in names]
+        assert p[names[0]] == want[names[0]]
+    assert calls["many"] > 0 and calls["one"] > 0
+    monkeypatch.delitem(codec._DECODERS, codec.ZSTD)  # no decoder for zstd: refused by name
+    with h.open_pack(out) as p, pytest.raises(h.FormatError, match="unknown codec 1"):
+        p.read_many(list(range(len(p))))
