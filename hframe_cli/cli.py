@@ -215,7 +215,6 @@ def pack(
     """Pack files into OUTPUT and its index OUTPUT.index.parquet, self-check, then publish."""
     from .commands import PackOptions
     from .commands import pack as pack_files
-    from .errors import PackLocked
     from .media import MediaOptions
     from .units import parse_created, parse_size
 
@@ -268,15 +267,9 @@ def pack(
         on_event=render.event_logger(quiet or json_out),
         on_warning=render.warning,
         progress=lambda frames, nbytes: render.progress(frames, nbytes, quiet or json_out),
+        skip_if_locked=skip_if_locked,
     )
-    try:
-        outcome = pack_files(sources, output, options)
-    except PackLocked as e:
-        if not skip_if_locked:
-            raise
-        render.locked_skip(os.fspath(output), str(e), json_out, quiet)
-        return
-    render.pack_outcome(outcome, json_out, quiet)
+    render.pack_outcome(pack_files(sources, output, options), json_out, quiet)
 
 
 def _checkpoint_policy(every: int, every_bytes: str, seconds: float, off: bool) -> Any:
@@ -298,24 +291,18 @@ def _resume(
     skip_if_locked: bool,
 ) -> None:
     from .commands import resume_pack
-    from .errors import PackLocked
 
-    try:
-        outcome = resume_pack(
-            output,
-            rescan=rescan,
-            workers=workers,
-            checkpoints=policy,
-            handle_signals=True,
-            on_event=render.event_logger(quiet or json_out),
-            on_warning=render.warning,
-            wait=wait,
-        )
-    except PackLocked as e:
-        if not skip_if_locked:
-            raise
-        render.locked_skip(os.fspath(output), str(e), json_out, quiet)
-        return
+    outcome = resume_pack(
+        output,
+        rescan=rescan,
+        workers=workers,
+        checkpoints=policy,
+        handle_signals=True,
+        on_event=render.event_logger(quiet or json_out),
+        on_warning=render.warning,
+        wait=wait,
+        skip_if_locked=skip_if_locked,
+    )
     render.resume_summary(outcome, os.fspath(output), json_out, quiet)
 
 

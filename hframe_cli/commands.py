@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from .errors import PackLocked
 from .guard import writer_run
 from .inputs import DEFAULT_MAX_FRAME_BYTES
 
@@ -63,6 +64,7 @@ class PackOptions:
     checksum: bool = False
     media: MediaOptions | None = None
     wait: float = 0.0
+    skip_if_locked: bool = False  # another run holds the output: do nothing (mode "skipped")
     handle_signals: bool = False
     on_event: EventFn | None = None
     on_warning: EventFn | None = None
@@ -71,7 +73,8 @@ class PackOptions:
 
 @dataclass
 class PackOutcome:
-    """What ``pack`` did: ``mode`` is pack, sharded, part or update.
+    """What ``pack`` did: ``mode`` is pack, sharded, part, update or skipped (``skip_if_locked``
+    met a lock; ``skipped`` says whose).
 
     ``results`` holds one ``PackResult`` per pack written (none for an update that found
     nothing to do); for a single pack its fields are also readable here (``outcome.frame_count``).
@@ -82,6 +85,7 @@ class PackOutcome:
     results: list[PackResult] = field(default_factory=list)
     manifest: Manifest | None = None
     plan: UpdatePlan | None = None
+    skipped: str | None = None
 
     @property
     def result(self) -> PackResult | None:
@@ -124,10 +128,19 @@ def pack(
         from .shards import parse_shard_of
 
         target = os.fspath(shard_path(out, parse_shard_of(opts.shard_of)[0]))
-    with writer_run(
-        target, wait=opts.wait, handle_signals=opts.handle_signals, on_event=opts.on_event, on_warning=opts.on_warning
-    ):
-        return _pack_locked([os.fspath(p) for p in paths], out, opts)
+    try:
+        with writer_run(
+            target,
+            wait=opts.wait,
+            handle_signals=opts.handle_signals,
+            on_event=opts.on_event,
+            on_warning=opts.on_warning,
+        ):
+            return _pack_locked([os.fspath(p) for p in paths], out, opts)
+    except PackLocked as e:
+        if not opts.skip_if_locked:
+            raise
+        return PackOutcome("skipped", target, skipped=str(e))
 
 
 def _pack_locked(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
@@ -200,10 +213,12 @@ def resume_pack(
     on_event: EventFn | None = None,
     on_warning: EventFn | None = None,
     wait: float = 0.0,
+    skip_if_locked: bool = False,
 ) -> ResumeResult:
     """Continue an interrupted ``pack`` of ``output`` (``hframe resume``): a sharded run from its
     saved plan (``shards.resume_sharded``), a single pack from its checkpoint
-    (``packing.resume_pack``). The lock is taken before anything is read.
+    (``packing.resume_pack``). The lock is taken before anything is read; with
+    ``skip_if_locked`` a run that finds it held returns status ``skipped`` (``notes`` says whose).
 
     Raises:
         NothingToResume: nothing of the pack or dataset on disk.
@@ -211,28 +226,48 @@ def resume_pack(
         PackLocked: another run holds the output.
     """
     out = os.fspath(output)
-    with writer_run(out, wait=wait, handle_signals=handle_signals, on_event=on_event, on_warning=on_warning):
-        from .checkpoint import load_checkpoint
-        from .packing import resume_pack as resume_single
-        from .shards import load_plan, resume_sharded
+    try:
+        with writer_run(out, wait=wait, handle_signals=handle_signals, on_event=on_event, on_warning=on_warning):
+            return _resume_locked(out, rescan, workers, checkpoints, handle_signals, on_progress, on_event)
+    except PackLocked as e:
+        if not skip_if_locked:
+            raise
+        from .packing import ResumeResult
 
-        plan = load_plan(out)
-        if plan is not None and load_checkpoint(out)[0] is None:  # an interrupted sharded run
-            return resume_sharded(
-                out,
-                plan,
-                workers=workers,
-                checkpoints=checkpoints,
-                handle_signals=handle_signals,
-                on_progress=on_progress,
-                on_event=on_event,
-            )
-        return resume_single(
+        return ResumeResult("skipped", None, [str(e)])
+
+
+def _resume_locked(
+    out: str,
+    rescan: bool,
+    workers: int | None,
+    checkpoints: CheckpointPolicy | None,
+    handle_signals: bool,
+    on_progress: ProgressFn | None,
+    on_event: EventFn | None,
+) -> ResumeResult:
+    """``resume_pack`` holding the lock: a sharded run from its plan, else the single pack."""
+    from .checkpoint import load_checkpoint
+    from .packing import resume_pack as resume_single
+    from .shards import load_plan, resume_sharded
+
+    plan = load_plan(out)
+    if plan is not None and load_checkpoint(out)[0] is None:  # an interrupted sharded run
+        return resume_sharded(
             out,
-            rescan=rescan,
+            plan,
             workers=workers,
             checkpoints=checkpoints,
             handle_signals=handle_signals,
             on_progress=on_progress,
             on_event=on_event,
         )
+    return resume_single(
+        out,
+        rescan=rescan,
+        workers=workers,
+        checkpoints=checkpoints,
+        handle_signals=handle_signals,
+        on_progress=on_progress,
+        on_event=on_event,
+    )

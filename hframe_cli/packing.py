@@ -597,7 +597,8 @@ def _current_sources(saved: SourceList) -> list[Source]:
 
 @dataclass
 class ResumeResult:
-    """What ``resume_pack`` did: ``status`` is resumed, restarted or already_complete."""
+    """What ``resume_pack`` did: ``status`` is resumed, restarted, already_complete or skipped
+    (``skip_if_locked`` met a lock: ``notes`` says whose)."""
 
     status: str
     result: PackResult | None
@@ -614,10 +615,9 @@ def resume_pack(
     handle_signals: bool = False,
     on_progress: ProgressFn | None = None,
     on_event: EventFn | None = None,
-    on_warning: EventFn | None = None,
-    wait: float = 0.0,
 ) -> ResumeResult:
-    """Continue an interrupted ``pack`` from its last checkpoint.
+    """Continue an interrupted ``pack`` of one pack from its last checkpoint (a sharded run is
+    ``commands.resume_pack``'s; the output lock is taken, or re-entered, first).
 
     The partial pack is cut back to the last committed offset, its rows are rebuilt from the
     record headers, the inputs are checked against the list saved at the start, and packing
@@ -626,7 +626,6 @@ def resume_pack(
     Args:
         rescan: if the inputs changed since the run started, start over with the current
             inputs instead of refusing.
-        wait: seconds to wait for the output lock (the lock is taken before anything is read).
 
     Raises:
         NothingToResume: no partial pack, checkpoint or finished pack at ``output``.
@@ -634,7 +633,7 @@ def resume_pack(
         PackLocked: another run holds the output.
     """
     out = os.fspath(output)
-    with writer_run(out, wait=wait, handle_signals=handle_signals, on_event=on_event, on_warning=on_warning):
+    with writer_run(out, handle_signals=handle_signals, on_event=on_event):
         return _resume_locked(out, rescan, workers, checkpoints, handle_signals, on_progress, on_event)
 
 

@@ -133,6 +133,9 @@ def event_logger(quiet: bool) -> Callable[[str], None] | None:
 
 
 def resume_summary(outcome: Any, output: str, as_json: bool, quiet: bool) -> None:
+    if outcome.status == "skipped":
+        locked_skip(output, outcome.notes[0], as_json, quiet)
+        return
     res = outcome.result
     if not quiet:
         for line in outcome.notes:  # warnings (a torn checkpoint): stderr, even with --json
@@ -159,7 +162,9 @@ def resume_summary(outcome: Any, output: str, as_json: bool, quiet: bool) -> Non
 
 def pack_outcome(outcome: Any, as_json: bool, quiet: bool) -> None:
     """What ``pack`` did, in the form its mode calls for (``commands.PackOutcome``)."""
-    if outcome.mode == "update":
+    if outcome.mode == "skipped":
+        locked_skip(outcome.output, outcome.skipped, as_json, quiet)
+    elif outcome.mode == "update":
         update_summary(outcome.plan, outcome.result, outcome.output, as_json, quiet)
     elif outcome.mode == "sharded":
         sharded_summary(outcome.manifest, outcome.results, outcome.output, as_json, quiet)

@@ -25,6 +25,7 @@ from .format import HEADER_SIZE, RECORD_FIXED, TRAILER_SIZE
 from .index import get_index_path
 from .inputs import Source, SourceList
 from .lock import OutputLock
+from .media import MediaOptions
 from .packing import CheckpointPolicy, EventFn, PackResult, ProgressFn, ResumeResult, note, pack_sources, resume_pack
 
 __all__ = [
@@ -269,8 +270,6 @@ def resume_sharded(
 ) -> ResumeResult:
     """Continue an interrupted sharded run from its saved plan (the caller holds the lock):
     finished shards are kept, the interrupted one resumed, the rest packed."""
-    from .media import MediaOptions
-
     ranges, popts = plan
     saved_all = load_sources(out)
     note(on_event, f"resume: sharded run of {out}: {len(ranges)} shards")

@@ -246,28 +246,24 @@ class LocalFile:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __getstate__(self) -> dict[str, object]:
-        origin = None
+    @property
+    def origin(self) -> tuple[int, int, int, int] | None:
+        """(pid, fd, st_dev, st_ino): how another process on this host can reach this same file."""
         if self._fd >= 0:
             try:
                 self.fileno()  # this process's own descriptor (a fork's child reattaches first)
             except HframeError:
                 pass
         if self._fd >= 0 and self._pid == os.getpid() and self.identity is not None:
-            origin = (self._pid, self._fd, *self.identity)
-        elif self._origin is not None:
-            origin = self._origin
-        return {"location": self.location, "origin": origin}
+            return (self._pid, self._fd, *self.identity)
+        return self._origin
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"location": self.location, "origin": self.origin}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         origin = state.get("origin")
         self.__init__(str(state["location"]), origin=tuple(origin) if origin else None)  # type: ignore[misc,arg-type]
-
-    @property
-    def origin(self) -> tuple[int, int, int, int] | None:
-        """(pid, fd, st_dev, st_ino): how another process on this host can reach this same file."""
-        state = self.__getstate__()["origin"]
-        return state  # type: ignore[return-value]
 
 
 class _PreadStream(io.RawIOBase):
@@ -304,15 +300,6 @@ class _PreadStream(io.RawIOBase):
         data = self._file.read_at(self._pos, size)
         self._pos += len(data)
         return data
-
-    def readall(self) -> bytes:
-        return self.read(-1)
-
-    def size(self) -> int:
-        return self._size
-
-    def close(self) -> None:  # the LocalFile owns the descriptor
-        super().close()
 
 
 #: URI scheme → opener. ``open_storage`` is the one place a location is parsed; a remote backend

@@ -54,6 +54,14 @@ def wait_stopped(proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
     raise AssertionError("the run never reached its fault point")
 
 
+def signal_when_paused(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> bytes:
+    """Wait for ``proc`` to stop at its fault point, send ``sig`` and let it go on; its stderr."""
+    wait_stopped(proc)
+    proc.send_signal(sig)
+    proc.send_signal(signal.SIGCONT)
+    return proc.communicate(timeout=60)[1]
+
+
 def leftovers(folder: Path) -> list[str]:
     """Files a finished run must not leave: locks, temporaries, partial packs, checkpoints."""
     bad = (".lock", ".tmp", ".partial", ".ckpt", ".ckpt.prev", ".sources.parquet", ".plan.json")
@@ -208,6 +216,12 @@ def test_a_second_run_is_locked_out_at_once_before_it_lists_anything(tree):
         assert r.returncode == 0 and r.stderr.count(b"\n") == 1 and b"hframe: skipped: " in r.stderr
         r = run_bin(["pack", str(src), "-o", str(out), "--update", "--skip-if-locked", "-q"])
         assert (r.returncode, r.stderr) == (0, b"")
+        r = run_bin(["resume", str(out), "--skip-if-locked", "--json"])
+        assert r.returncode == 0 and json.loads(r.stdout)["skipped"] == "locked"
+        # the library decides the same way
+        skipped = h.pack([src], out, update=True, skip_if_locked=True)
+        assert skipped.mode == "skipped" and f"pid {holder.pid}" in skipped.skipped and skipped.results == []
+        assert h.resume_pack(out, skip_if_locked=True).status == "skipped"
     finally:
         holder.send_signal(signal.SIGCONT)
     assert holder.wait(60) == 0, holder.communicate()
@@ -273,10 +287,7 @@ def test_a_signal_at_any_moment_of_pack_leaves_a_resumable_or_clean_state(tree, 
     proc = start(
         ["pack", str(src), "-o", str(out), "--checkpoint-every", "1", *CREATED], fault=f"{name}:{count or 1}:stop"
     )
-    wait_stopped(proc)
-    proc.send_signal(sig)
-    proc.send_signal(signal.SIGCONT)
-    _, err = proc.communicate(timeout=60)
+    err = signal_when_paused(proc, sig)
     assert b"Traceback" not in err
     assert not Path(f"{out}.lock").exists() and not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     if expect == "published":
@@ -305,10 +316,7 @@ def test_sigterm_during_resume_and_during_an_update_repack(tree, tmp_path):
     )
     assert r.returncode == -signal.SIGKILL
     proc = start(["resume", str(out)], fault="after-frame:2:stop")
-    wait_stopped(proc)
-    proc.send_signal(signal.SIGTERM)
-    proc.send_signal(signal.SIGCONT)
-    _, err = proc.communicate(timeout=60)
+    err = signal_when_paused(proc)
     assert proc.returncode == 130 and f"run 'hframe resume {out}'".encode() in err
     assert run_bin(["resume", str(out)]).returncode == 0
     assert out.read_bytes() == clean.read_bytes() and leftovers(tmp_path) == []
@@ -316,10 +324,7 @@ def test_sigterm_during_resume_and_during_an_update_repack(tree, tmp_path):
     published = frames_by_name(out)
     sorted(src.rglob("*.png"))[0].unlink()
     proc = start(["pack", str(src), "-o", str(out), "--update", "--checkpoint-every", "1"], fault="after-frame:2:stop")
-    wait_stopped(proc)
-    proc.send_signal(signal.SIGTERM)
-    proc.send_signal(signal.SIGCONT)
-    proc.communicate(timeout=60)
+    signal_when_paused(proc)
     assert proc.returncode == 130
     assert frames_by_name(out) == published and h.verify_pack(out).ok
     r = run_bin(["pack", str(src), "-o", str(out), "--update"])
@@ -333,10 +338,7 @@ def test_sigterm_between_shards_then_resume_leaves_no_lock_and_resume_again_says
     args = ["pack", str(src), "-o", str(out), "--max-pack-bytes", "6KB", *CREATED]
     # after-lock is passed by the command, then by each shard's run: the 3rd is before shard 2
     proc = start(args, fault="after-lock:3:stop")
-    wait_stopped(proc)
-    proc.send_signal(signal.SIGTERM)
-    proc.send_signal(signal.SIGCONT)
-    _, err = proc.communicate(timeout=60)
+    err = signal_when_paused(proc)
     assert proc.returncode == 130 and f"run 'hframe resume {out}'".encode() in err, err
     r = run_bin(["resume", str(out)])
     assert r.returncode == 0, r.stderr
@@ -507,6 +509,9 @@ def test_a_dataset_being_rebuilt_is_refused_as_replaced_not_as_damaged(tmp_path)
         for reader in (h.open_pack(out), before):
             with pytest.raises(PackReplaced, match="the dataset is being rebuilt by a sharded pack run"):
                 reader.read(0)
+        # writing the manifest by hand meanwhile would publish a mix of old and new shards
+        r = run_bin(["index", str(out), "--merge", str(tmp_path / "d-*.hframe")])
+        assert r.returncode == 3 and b"locked by another hframe run" in r.stderr
     finally:
         proc.send_signal(signal.SIGCONT)
     assert proc.wait(60) == 0
@@ -522,10 +527,7 @@ def test_a_signal_in_a_run_without_checkpoints_leaves_no_partial_pack(tree, args
     published = frames_by_name(out)
     for fault in ("after-frame:2:stop", "after-seal:1:stop"):
         proc = start(["pack", str(src), "-o", str(out), *args], fault=fault)
-        wait_stopped(proc)
-        proc.send_signal(signal.SIGTERM)
-        proc.send_signal(signal.SIGCONT)
-        _, err = proc.communicate(timeout=60)
+        err = signal_when_paused(proc)
         assert proc.returncode == 130 and b"run the same command again" in err, err
         assert leftovers(out.parent) == [] and frames_by_name(out) == published
     assert run_bin(["resume", str(out)]).returncode == 0  # already complete: nothing half-done
