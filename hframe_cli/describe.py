@@ -12,8 +12,9 @@ from typing import Any
 from .dataset import DatasetReader, Manifest, get_manifest_path
 from .errors import FormatError, HframeError, IncompletePack
 from .format import FLAG_COMPRESSED, FLAG_DICT, HEADER_SIZE, MAGIC, TRAILER_SIZE, Header, Trailer, sniff_media_type
+from .generation import OPEN_ATTEMPTS, Overtaken, pinned_index
 from .index import format_time_us, get_index_path
-from .reader import OPEN_ATTEMPTS, FrameKey, Overtaken, PackReader, pinned_index, read_dictionary
+from .reader import FrameKey, PackReader, read_dictionary
 from .storage import open_storage
 
 __all__ = ["describe_pack", "frame_head"]

@@ -23,8 +23,8 @@ from .format import (
     decode_extra,
     sniff_media_type,
 )
+from .generation import PackInfo, read_pack_info
 from .index import INDEX_SCHEMA, IndexBuilder, IndexMeta, write_index
-from .reader import PackInfo, read_pack_info
 from .storage import LocalFile, open_storage
 
 __all__ = ["ScannedRecord", "iter_records", "rebuild_index", "walk_records"]

@@ -68,9 +68,10 @@ from .format import (
     record_crc,
     record_fields,
 )
+from .generation import OPEN_ATTEMPTS, Overtaken, pinned_index
 from .index import IndexMeta, get_index_path, int64_column, read_index_meta
 from .inputs import expand_globs
-from .reader import OPEN_ATTEMPTS, Overtaken, pinned_index, read_dictionary
+from .reader import read_dictionary
 from .storage import LocalFile, evict_from_page_cache, open_storage
 from .verify_index import IndexCols
 from .verify_report import PackReport, Problem, VerifyReport, parse_frames, parse_sample
