@@ -12,7 +12,7 @@ from typing import Any
 from .dataset import DatasetReader, Manifest, get_manifest_path
 from .errors import FormatError, HframeError, IncompletePack
 from .format import FLAG_COMPRESSED, FLAG_DICT, HEADER_SIZE, MAGIC, TRAILER_SIZE, Header, Trailer, sniff_media_type
-from .generation import OPEN_ATTEMPTS, Overtaken, pinned_index
+from .generation import pinned_index, until_settled
 from .index import format_time_us, get_index_path
 from .reader import FrameKey, PackReader, read_dictionary
 from .storage import open_storage
@@ -20,9 +20,7 @@ from .storage import open_storage
 __all__ = ["describe_pack", "frame_head"]
 
 
-def describe_pack(
-    path: str | os.PathLike[str], index_path: str | os.PathLike[str] | None = None, _attempt: int = 0
-) -> dict[str, Any]:
+def describe_pack(path: str | os.PathLike[str], index_path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Header, trailer (or why there is none) and index metadata (or why it is unusable).
 
     A sharded dataset (no file at ``path``, a manifest beside it) is described by its manifest.
@@ -41,6 +39,11 @@ def describe_pack(
             "frame_count": manifest.frame_count,
             "shards": [e.__dict__ for e in manifest.shards],
         }
+    # republished while being read (Overtaken): describe the new one
+    return until_settled(lambda: _describe_file(path, index_path), os.fspath(path))
+
+
+def _describe_file(path: str | os.PathLike[str], index_path: str | os.PathLike[str] | None) -> dict[str, Any]:
     storage = open_storage(path)
     try:
         size = storage.size()
@@ -96,11 +99,6 @@ def describe_pack(
                 except FormatError as e:
                     out["ok"] = False
                     out["index_problem"] = str(e)
-        except Overtaken:
-            if _attempt + 1 < OPEN_ATTEMPTS:  # republished while being read: describe the new one
-                return describe_pack(path, index_path, _attempt + 1)
-            out["index"] = None
-            out["index_problem"] = f"{ipath}: pack and index kept changing while being read"
         except HframeError as e:
             out["index"] = None
             out["index_problem"] = str(e)

@@ -13,12 +13,14 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from .errors import FormatError, HframeError, IndexMismatch, InputError, PackReplaced
+from .errors import FormatError, HframeError, InputError, PackReplaced, StorageError
 from .format import HEADER_SIZE, TRAILER_SIZE, Header, Trailer
 from .index import IndexMeta, format_time_us, read_index_meta
 from .storage import LocalFile, open_storage
+
+T = TypeVar("T")
 
 __all__ = [
     "OPEN_ATTEMPTS",
@@ -28,6 +30,7 @@ __all__ = [
     "open_generation",
     "pinned_index",
     "read_pack_info",
+    "until_settled",
 ]
 
 
@@ -84,16 +87,12 @@ def open_generation(
     """
     if snapshot is not None:
         return _reopen_generation(path, index_path, snapshot)
-    for attempt in range(OPEN_ATTEMPTS):
-        if attempt:
-            time.sleep(min(0.05, 0.001 * (2**attempt)))
+
+    def attempt() -> tuple[LocalFile, PackInfo, LocalFile, IndexMeta]:
         storage = open_storage(path)
         try:
             info = read_pack_info(storage)
             index, meta = pinned_index(storage, index_path, {info.uuid})
-        except Overtaken:
-            storage.close()
-            continue  # a publish replaced the pack while it was being opened: look again
         except BaseException:
             storage.close()
             raise
@@ -104,8 +103,26 @@ def open_generation(
             storage.close()
             raise
         return storage, info, index, meta
-    raise IndexMismatch(
-        f"{index_path}: pack and index kept changing while being opened ({OPEN_ATTEMPTS} attempts); "
+
+    return until_settled(attempt, index_path)
+
+
+def until_settled(attempt: Callable[[], T], where: str) -> T:
+    """``attempt()``, tried again (at most ``OPEN_ATTEMPTS`` times, a few ms apart) while it
+    raises ``Overtaken``: a publish replaced the pack while it was being opened.
+
+    Raises:
+        StorageError: it kept being overtaken (something republishes in a tight loop).
+    """
+    for n in range(OPEN_ATTEMPTS):
+        if n:
+            time.sleep(min(0.05, 0.001 * (2**n)))
+        try:
+            return attempt()
+        except Overtaken:
+            continue
+    raise StorageError(
+        f"{where}: pack and index kept changing while being opened ({OPEN_ATTEMPTS} attempts); "
         "is something republishing it in a loop?"
     )
 

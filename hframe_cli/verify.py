@@ -68,7 +68,7 @@ from .format import (
     record_crc,
     record_fields,
 )
-from .generation import OPEN_ATTEMPTS, Overtaken, pinned_index
+from .generation import pinned_index, until_settled
 from .index import IndexMeta, get_index_path, int64_column, read_index_meta
 from .inputs import expand_globs
 from .reader import read_dictionary
@@ -763,7 +763,8 @@ def verify_pack(
     ipath = os.fspath(index_path) if index_path is not None else os.fspath(get_index_path(loc))
     if not use_index and (sample is not None or frames is not None):
         raise InputError("--sample and --frames need the index (drop --no-index)")
-    for attempt in range(OPEN_ATTEMPTS):
+
+    def attempt() -> PackReport:  # raises Overtaken if a publish replaced the pack meanwhile
         report = PackReport(loc, ipath if use_index else None, "index" if use_index else "no-index", "full")
         try:
             storage = open_storage(loc)
@@ -775,10 +776,6 @@ def verify_pack(
         v.processes = max(1, workers if workers is not None else min(4, os.cpu_count() or 1))
         try:
             _verify_open(v, report, storage, ipath, use_index, sample, seed, frames)
-        except Overtaken:
-            storage.close()
-            time.sleep(0.001 * 2**attempt)
-            continue  # a publish replaced the pack while it was being opened: verify the new one
         except _TooManyProblems:
             pass
         except (InputError, UnsupportedVersion, NotAPack, StorageError) as e:
@@ -791,9 +788,13 @@ def verify_pack(
         report.problems.sort(key=lambda p: -1 if p.frame_id is None else p.frame_id)
         report.elapsed_s = time.perf_counter() - t0
         return report
-    report.error = f"{ipath}: pack and index kept changing while being opened ({OPEN_ATTEMPTS} attempts)"
-    report.error_is_storage = True
-    return report
+
+    try:
+        return until_settled(attempt, ipath)
+    except StorageError as e:  # kept being overtaken by publishes
+        report = PackReport(loc, ipath, "index", "full")
+        report.error, report.error_is_storage = str(e), True
+        return report
 
 
 def _verify_open(

@@ -574,3 +574,38 @@ def test_a_signal_in_the_first_moments_exits_130_without_a_traceback(tree, delay
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130, (sig, err)
         assert b"Traceback" not in err and not Path(f"{out}.lock").exists()
+
+
+def test_an_open_overtaken_by_a_publish_looks_again_and_gives_up_after_a_bound(tree, tmp_path):
+    """The pack was replaced between opening it and opening the index: look again, not fail."""
+    from hframe_cli.errors import StorageError
+    from hframe_cli.generation import Overtaken, pinned_index, read_pack_info, until_settled
+    from hframe_cli.storage import open_storage
+
+    src, out = tree
+    other = tmp_path / "other.hframe"
+    sorted(src.rglob("*.jpg"))[0].unlink()
+    assert run_bin(["pack", str(src), "-o", str(other), "-q"]).returncode == 0
+    with open_storage(out) as old:
+        uuid = read_pack_info(old).uuid
+        os.replace(other, out)  # a publish: pack first...
+        os.replace(f"{other}.index.parquet", f"{out}.index.parquet")  # ...then index
+        with pytest.raises(Overtaken):
+            pinned_index(old, f"{out}.index.parquet", {uuid})
+    tries = []
+
+    def flaky() -> str:
+        tries.append(1)
+        if len(tries) < 3:
+            raise Overtaken
+        return "settled"
+
+    assert until_settled(flaky, str(out)) == "settled" and len(tries) == 3
+
+    def never() -> str:
+        raise Overtaken
+
+    with pytest.raises(StorageError, match="kept changing while being opened"):
+        until_settled(never, str(out))
+    with h.open_pack(out) as p:  # and a fresh open finds the new generation whole
+        assert len(p) == len(source_md5s(src)) and h.verify_pack(out).ok
