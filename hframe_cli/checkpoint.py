@@ -29,7 +29,7 @@ from typing import Any
 from .errors import FormatError, StorageError
 from .faults import fault_point
 from .inputs import Rejected, Source, SourceList
-from .lock import OutputLock
+from .lock import OutputLock, lock_path
 
 __all__ = [
     "CHECKPOINT_VERSION",
@@ -49,16 +49,23 @@ CHECKPOINT_VERSION = 1
 
 @dataclass(frozen=True)
 class CheckpointPaths:
+    """The files a run keeps beside its output (``man/hframe.5``, CHECKPOINTS)."""
+
     checkpoint: Path
     previous: Path
     sources: Path
     lock: Path
+    plan: Path  # a sharded run's plan (``shards.save_plan``)
 
 
 def checkpoint_paths(output: str | os.PathLike[str]) -> CheckpointPaths:
     out = os.fspath(output)
     return CheckpointPaths(
-        Path(out + ".ckpt"), Path(out + ".ckpt.prev"), Path(out + ".sources.parquet"), Path(out + ".lock")
+        Path(out + ".ckpt"),
+        Path(out + ".ckpt.prev"),
+        Path(out + ".sources.parquet"),
+        Path(lock_path(out)),
+        Path(out + ".dataset.plan.json"),
     )
 
 

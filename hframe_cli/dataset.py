@@ -171,7 +171,7 @@ class DatasetReader:
             if r.info.uuid != entry.uuid or len(r) != entry.frame_count:
                 r.close()
                 where = f"shard {self.shard_paths[k]} was {entry.uuid}, is now {r.info.uuid}"
-                if os.path.exists(self.path + ".dataset.plan.json"):
+                if checkpoint_paths(self.path).plan.exists():
                     raise PackReplaced(
                         f"{self.path}: the dataset is being rebuilt by a sharded pack run ({where}; its "
                         "manifest comes last); open it again when that run has finished"

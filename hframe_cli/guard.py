@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .checkpoint import checkpoint_paths
 from .errors import Interrupted
 from .faults import fault_point
 from .lock import LockWaitStopped, OutputLock
@@ -167,7 +168,8 @@ def _finish_publish(out: str) -> bool:
 def describe_stop(output: str, signum: int) -> str:
     """What an interrupted run left, in one line."""
     name = signal.Signals(signum).name
-    if os.path.exists(output + ".ckpt") or os.path.exists(output + ".dataset.plan.json"):
+    paths = checkpoint_paths(output)
+    if paths.checkpoint.exists() or paths.plan.exists():
         return f"{output}: interrupted by {name}; checkpoint kept: run 'hframe resume {output}' to continue"
     return (
         f"{output}: interrupted by {name}; nothing to resume (no checkpoint was written; the published "

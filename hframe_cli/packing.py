@@ -46,6 +46,7 @@ __all__ = [
     "ResumeResult",
     "RunSettings",
     "abandon_on_bad_data",
+    "finish_publishing",
     "note",
     "pack_sources",
     "parse_created",
@@ -235,6 +236,14 @@ def abandon_on_bad_data(out: str) -> Iterator[None]:
                 with suppress(FileNotFoundError):
                     os.unlink(leftover)
         raise
+
+
+def finish_publishing(out: str) -> None:
+    """Complete the publish of a run whose checkpoint says it had begun (the pack was sealed and
+    self-checked): the remaining renames, then the checkpoint files; a signal waits for both."""
+    with stop_signals(False) as stop, stop.deferred(act_after=False):
+        publish_partials(out)
+        remove_checkpoint_files(out)
 
 
 @dataclass
@@ -666,9 +675,7 @@ def _resume_locked(
         raise NothingToResume(f"{out}: nothing to resume (no partial pack, checkpoint or finished pack)")
     opts = ckpt.options
     if ckpt.phase == "publishing":
-        with stop_signals(handle_signals) as stop, stop.deferred(act_after=False):
-            publish_partials(out)
-            remove_checkpoint_files(out)
+        finish_publishing(out)
         note(on_event, f"resume: finished publishing {out} (the pack was complete and self-checked)")
         return ResumeResult("resumed", None, notes)
     MediaOptions.from_dict(opts.get("media")).fix_label_csv()  # the labels CSV must be unchanged

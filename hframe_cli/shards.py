@@ -128,7 +128,7 @@ def split_for_worker(sources: Sequence[Source], i: int, n: int) -> list[Source]:
 
 def save_plan(output: str | os.PathLike[str], ranges: list[tuple[int, int]], options: dict[str, Any]) -> None:
     """The sharded run's intent: the shard ranges over the saved source list, and its options."""
-    path = Path(os.fspath(output) + ".dataset.plan.json")
+    path = checkpoint_paths(output).plan
     tmp = Path(os.fspath(path) + ".partial")
     tmp.write_text(json.dumps({"ranges": ranges, "options": options}, indent=1))
     with open(tmp, "rb+") as f:
@@ -137,7 +137,7 @@ def save_plan(output: str | os.PathLike[str], ranges: list[tuple[int, int]], opt
 
 
 def load_plan(output: str | os.PathLike[str]) -> tuple[list[tuple[int, int]], dict[str, Any]] | None:
-    path = Path(os.fspath(output) + ".dataset.plan.json")
+    path = checkpoint_paths(output).plan
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
@@ -149,7 +149,7 @@ def load_plan(output: str | os.PathLike[str]) -> tuple[list[tuple[int, int]], di
 
 def remove_plan(output: str | os.PathLike[str]) -> None:
     try:
-        os.unlink(os.fspath(output) + ".dataset.plan.json")
+        os.unlink(checkpoint_paths(output).plan)
     except FileNotFoundError:
         pass
 

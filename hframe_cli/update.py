@@ -32,12 +32,13 @@ from .packing import (
     ProgressFn,
     RunSettings,
     abandon_on_bad_data,
+    finish_publishing,
     note,
     pack_sources,
     run_loop,
 )
 from .verify import DEFAULT_SELF_CHECK
-from .writer import PackWriter, publish_partials
+from .writer import PackWriter
 
 __all__ = ["UpdatePlan", "plan_update", "update_pack"]
 
@@ -206,8 +207,7 @@ def _settle_interrupted_run(out: str, on_event: EventFn | None) -> None:
     """
     ckpt, _ = load_checkpoint(out)
     if ckpt is not None and ckpt.phase == "publishing":
-        publish_partials(out)
-        remove_checkpoint_files(out)
+        finish_publishing(out)
         note(on_event, f"update: finished publishing {out}, left by an interrupted run")
     elif ckpt is not None or os.path.exists(out + ".partial"):
         remove_checkpoint_files(out)
