@@ -57,6 +57,8 @@ DEFAULT_COALESCE_GAP = 8 * 1024
 DEFAULT_MAX_READ = 2 * 1024 * 1024
 
 FrameKey = int | str | bytes
+#: A merged read: (offset, length, positions in the request of the frames inside it).
+Run = tuple[int, int, list[int]]
 
 
 def default_workers(batch: int) -> int:
@@ -339,12 +341,32 @@ class PackReader:
     def read_many_stored(
         self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None
     ) -> list[bytes]:
-        """Like ``read_many``, but the bytes exactly as stored (no decompression)."""
-        n = len(keys)
-        if n == 0:
+        """Like ``read_many``, but the bytes exactly as stored (no decompression).
+
+        The steps: look the ranges up (checked against the pack's data section); if the frames
+        are scattered (the usual random sample) and one thread reads, one ``pread`` each;
+        otherwise merge neighbouring ranges into runs and read them (on this thread when the
+        batch is warm and small, else a contiguous share per worker), cutting each run's frames
+        out as it arrives.
+        """
+        if not keys:
             return []
+        ids, offs, lens = self._ranges(keys)
+        w = workers or self.workers or default_workers(len(keys))
+        if stats is not None:
+            runs = self._coalesce(offs, lens)
+            out, seconds = self._read_runs_timed(runs, w, offs, lens)
+            stats.add(runs, seconds, lens, self.max_read)
+            return out
+        if w <= 1 and self._scattered(offs, lens):
+            each = self._read_each(offs, lens)
+            if each is not None:
+                return each
+        return self._read_runs(self._coalesce(offs, lens), w, offs, lens)
+
+    def _ranges(self, keys: Sequence[FrameKey]) -> tuple[Sequence[int], list[int], list[int]]:
+        """Frame ids, offsets and lengths of ``keys``, each range checked against the pack."""
         offsets, lengths = self._offsets, self._lengths
-        count = len(offsets)
         try:  # fast path: a sequence of valid int ids (array indexing rejects names and ids >= count)
             if min(keys) < 0:  # type: ignore[operator]
                 raise TypeError
@@ -352,150 +374,133 @@ class PackReader:
             lens = list(map(lengths.__getitem__, keys))  # type: ignore[arg-type]
             ids: Sequence[int] = keys  # type: ignore[assignment]
         except (TypeError, IndexError):
+            count = len(offsets)
             ids = [k if type(k) is int and 0 <= k < count else self.frame_id(k) for k in keys]
             offs = list(map(offsets.__getitem__, ids))
             lens = list(map(lengths.__getitem__, ids))
         if not self._all_in_range and (min(offs) < HEADER_SIZE or max(map(int.__add__, offs, lens)) > self._data_end):
             for i, off, ln in zip(ids, offs, lens):
                 self._check_range(i, off, ln)
-        w = workers or self.workers or default_workers(n)
-        if w <= 1 and stats is None:
-            longest = max(lens)
-            starts = sorted(offs)
-            near = sum(map((self.coalesce_gap + longest).__ge__, map(int.__sub__, starts[1:], starts)))
-            if longest <= self.max_read and near * 16 <= n:
-                # (almost) no frames close enough to merge, the usual random sample: merging a
-                # pair or two would save less than planning costs, so one pread each
-                pread = self._storage.preader()
-                t0 = time.perf_counter()
-                first = pread(lens[0], offs[0])
-                if n > 2 and _looks_cold(time.perf_counter() - t0, lens[0]):
-                    self._storage.prefetch(offs[1:], lens[1:])
-                blobs = [first, *map(pread, lens[1:], offs[1:])]
-                if sum(map(len, blobs)) == sum(lens):
-                    return blobs
-            return self._read_inline(sorted(range(n), key=offs.__getitem__), offs, lens, n)
-        order = sorted(range(n), key=offs.__getitem__)
-        # Plan reads: (read_offset, read_length, [(j, start_in_read, length), ...])
-        plans: list[tuple[int, int, list[tuple[int, int, int]]]] = []
-        gap, cap = self.coalesce_gap, self.max_read
-        cur_off = cur_end = -1
-        cur_parts: list[tuple[int, int, int]] = []
-        for j in order:
-            off = offs[j]
-            ln = lens[j]
-            if cur_parts and off - cur_end <= gap and off + ln - cur_off <= cap:
-                cur_parts.append((j, off - cur_off, ln))
-                if off + ln > cur_end:
-                    cur_end = off + ln
-                continue
-            if cur_parts:
-                plans.append((cur_off, cur_end - cur_off, cur_parts))
-            cur_off, cur_end, cur_parts = off, off + ln, [(j, 0, ln)]
-        plans.append((cur_off, cur_end - cur_off, cur_parts))
+        return ids, offs, lens
 
-        read_at = self._storage.read_at
-        if stats is not None:
-            return self._read_plans_timed(plans, n, w, stats)
-        t0 = time.perf_counter()
-        blobs = [self._read_plan(read_at, plans[0][0], plans[0][1])]
-        cold = _looks_cold(time.perf_counter() - t0, plans[0][1])
-        if len(plans) > 2 and cold:
-            self._storage.prefetch([p[0] for p in plans[1:]], [p[1] for p in plans[1:]])
-        if not cold and sum(p[1] for p in plans) <= _INLINE_WARM_BYTES:
-            # the batch is (probably) in the page cache and small: handing reads to threads would
-            # cost more than the copies themselves
-            blobs.extend(self._read_plan(read_at, p[0], p[1]) for p in plans[1:])
-        elif len(plans) > 1:
-            # one task per worker, each reading a contiguous share of the sorted ranges; a warm
-            # batch is only memory copies: more threads than cores would just take turns
-            rest = plans[1:]
-            k = min(w if cold else min(w, os.cpu_count() or 1), len(rest))
-            shares = [rest[i * len(rest) // k : (i + 1) * len(rest) // k] for i in range(k)]
-            pool = self._get_pool(w)
-            for part in pool.map(lambda share: [self._read_plan(read_at, p[0], p[1]) for p in share], shares):
-                blobs.extend(part)
-        out: list[bytes] = [b""] * n
-        for (off, ln, parts), blob in zip(plans, blobs):
-            if len(blob) != ln:
-                raise FrameOutOfRange(
-                    f"{self.path}: short read at offset {off} ({len(blob)} of {ln} bytes); pack truncated?"
-                )
-            if len(parts) == 1 and parts[0][2] == ln:
-                out[parts[0][0]] = blob
-            else:
-                view = memoryview(blob)
-                for j, start, length in parts:
-                    out[j] = bytes(view[start : start + length])
-        return out
+    def _scattered(self, offs: list[int], lens: list[int]) -> bool:
+        """True when (almost) no two frames are close enough to merge: merging a pair or two
+        would save less than planning the runs costs."""
+        longest = max(lens)
+        if longest > self.max_read:
+            return False
+        starts = sorted(offs)
+        near = sum(map((self.coalesce_gap + longest).__ge__, map(int.__sub__, starts[1:], starts)))
+        return near * 16 <= len(offs)
 
-    def _read_inline(self, order: list[int], offs: list[int], lens: list[int], n: int) -> list[bytes]:
-        """One thread: walk the sorted ranges, merging neighbours, one ``pread`` per run."""
-        out: list[bytes] = [b""] * n
-        gap, cap = self.coalesce_gap, self.max_read
-        read_at = self._storage.read_at
+    def _read_each(self, offs: list[int], lens: list[int]) -> list[bytes] | None:
+        """One ``pread`` per frame, in the order asked (None after a short read or an error:
+        the caller reads again through the checked path)."""
         pread = self._storage.preader()
-        run: list[int] = []
+        try:
+            t0 = time.perf_counter()
+            first = pread(lens[0], offs[0])
+            if len(offs) > 2 and _looks_cold(time.perf_counter() - t0, lens[0]):
+                self._storage.prefetch(offs[1:], lens[1:])
+            blobs = [first, *map(pread, lens[1:], offs[1:])]
+        except OSError:  # read_at, on the checked path, says which file and why
+            return None
+        return blobs if sum(map(len, blobs)) == sum(lens) else None
+
+    def _coalesce(self, offs: list[int], lens: list[int]) -> list[Run]:
+        """The ranges in offset order, neighbours at most ``coalesce_gap`` apart merged into runs
+        of at most ``max_read`` bytes (a single longer frame is a run of its own)."""
+        gap, cap = self.coalesce_gap, self.max_read
+        runs: list[Run] = []
+        members: list[int] = []
         run_off = run_end = 0
-        for j in order + [-1]:
-            if j >= 0:
-                off = offs[j]
-                end = off + lens[j]
-                if run and off - run_end <= gap and end - run_off <= cap:
-                    run.append(j)
-                    if end > run_end:
-                        run_end = end
-                    continue
-            if run:
-                size = run_end - run_off
-                blob = pread(size, run_off) if size <= cap else self._read_plan(read_at, run_off, size)
-                if len(blob) != size:
-                    blob = read_at(run_off, size)  # finish a short read, or fail with the path
-                    if len(blob) != size:
-                        raise FrameOutOfRange(
-                            f"{self.path}: short read at offset {run_off} ({len(blob)} of {size} bytes); "
-                            "pack truncated?"
-                        )
-                if len(run) == 1:
-                    out[run[0]] = blob
-                else:
-                    view = memoryview(blob)
-                    for m in run:
-                        start = offs[m] - run_off
-                        out[m] = view[start : start + lens[m]].tobytes()
-            if j >= 0:
-                run = [j]
-                run_off, run_end = off, end
+        for j in sorted(range(len(offs)), key=offs.__getitem__):
+            off = offs[j]
+            end = off + lens[j]
+            if members and off - run_end <= gap and end - run_off <= cap:
+                members.append(j)
+                if end > run_end:
+                    run_end = end
+                continue
+            if members:
+                runs.append((run_off, run_end - run_off, members))
+            members = [j]
+            run_off, run_end = off, end
+        runs.append((run_off, run_end - run_off, members))
+        return runs
+
+    def _read_runs(self, runs: list[Run], workers: int, offs: list[int], lens: list[int]) -> list[bytes]:
+        """Every frame's bytes, read run by run and cut out at once (while the run is in the CPU
+        cache): the first run on this thread (is the batch cold?); the rest here too when the
+        batch is warm and small, else a contiguous share of the runs per worker."""
+        out: list[bytes] = [b""] * len(offs)
+        read_at, pread, cap = self._storage.read_at, self._storage.preader(), self.max_read
+
+        def read_share(share: list[Run]) -> None:
+            for run in share:
+                off, size, _ = run
+                try:  # the bare pread: a Python call and a syscall less per run than read_at
+                    blob = pread(size, off) if size <= cap else b""
+                except OSError:
+                    blob = b""
+                if len(blob) != size:  # finish a short read, split a long one, or fail with the path
+                    blob = self._read_plan(read_at, off, size)
+                self._cut(run, blob, out, offs, lens)
+
+        t0 = time.perf_counter()
+        read_share(runs[:1])
+        cold = _looks_cold(time.perf_counter() - t0, runs[0][1])
+        rest = runs[1:]
+        if len(rest) > 1 and cold:
+            self._storage.prefetch([r[0] for r in rest], [r[1] for r in rest])
+        if workers <= 1 or (not cold and sum(r[1] for r in runs) <= _INLINE_WARM_BYTES):
+            # warm and small: handing reads to threads would cost more than the copies themselves
+            read_share(rest)
+        elif rest:
+            # a warm batch is only memory copies: more threads than cores would just take turns
+            k = min(workers if cold else min(workers, os.cpu_count() or 1), len(rest))
+            shares = [rest[i * len(rest) // k : (i + 1) * len(rest) // k] for i in range(k)]
+            for _ in self._get_pool(workers).map(read_share, shares):
+                pass
         return out
 
-    def _read_plans_timed(
-        self, plans: list[tuple[int, int, list[tuple[int, int, int]]]], n: int, w: int, stats: ReadStats
-    ) -> list[bytes]:
+    def _read_runs_timed(
+        self, runs: list[Run], workers: int, offs: list[int], lens: list[int]
+    ) -> tuple[list[bytes], list[float]]:
+        """Like ``_read_runs``, one task per run, with each run's read time."""
+        out: list[bytes] = [b""] * len(offs)
         read_at = self._storage.read_at
         clock = time.perf_counter
 
-        def timed(plan: tuple[int, int, list[tuple[int, int, int]]]) -> tuple[bytes, float]:
+        def timed(run: Run) -> float:
             t0 = clock()
-            blob = self._read_plan(read_at, plan[0], plan[1])
-            return blob, clock() - t0
+            blob = self._read_plan(read_at, run[0], run[1])
+            seconds = clock() - t0
+            self._cut(run, blob, out, offs, lens)
+            return seconds
 
-        results = [timed(plans[0])]
-        if len(plans) > 2 and _looks_cold(results[0][1], plans[0][1]):
-            self._storage.prefetch([p[0] for p in plans[1:]], [p[1] for p in plans[1:]])
-        rest = plans[1:]
-        results += [timed(p) for p in rest] if w <= 1 or len(rest) <= 1 else list(self._get_pool(w).map(timed, rest))
-        out: list[bytes] = [b""] * n
-        for (off, ln, parts), (blob, dt) in zip(plans, results):
-            if len(blob) != ln:
-                raise FrameOutOfRange(f"{self.path}: short read at offset {off} ({len(blob)} of {ln} bytes)")
-            stats.read_calls += -(-ln // self.max_read)
-            stats.bytes_read += ln
+        seconds = [timed(runs[0])]
+        rest = runs[1:]
+        if len(rest) > 1 and _looks_cold(seconds[0], runs[0][1]):
+            self._storage.prefetch([r[0] for r in rest], [r[1] for r in rest])
+        seconds += map(timed, rest) if workers <= 1 or len(rest) <= 1 else self._get_pool(workers).map(timed, rest)
+        return out, seconds
+
+    def _cut(self, run: Run, blob: bytes, out: list[bytes], offs: list[int], lens: list[int]) -> None:
+        """The bytes of each frame in ``run`` out of the run's, into ``out``; a short run is a
+        truncated pack."""
+        run_off, size, members = run
+        if len(blob) != size:
+            raise FrameOutOfRange(
+                f"{self.path}: short read at offset {run_off} ({len(blob)} of {size} bytes); pack truncated?"
+            )
+        if len(members) == 1:
+            out[members[0]] = blob
+        else:
             view = memoryview(blob)
-            for j, start, length in parts:
-                out[j] = blob if (start == 0 and length == ln) else bytes(view[start : start + length])
-                stats.bytes_requested += length
-                stats.frame_latencies_s.append(dt)
-        return out
+            for j in members:
+                start = offs[j] - run_off
+                out[j] = view[start : start + lens[j]].tobytes()
 
     def _read_plan(self, read_at: Any, offset: int, length: int) -> bytes:
         if length <= self.max_read:
@@ -561,6 +566,16 @@ class ReadStats:
     bytes_requested: int = 0
     bytes_read: int = 0
     frame_latencies_s: list[float] = field(default_factory=list)
+
+    def add(self, runs: list[Run], seconds: list[float], lens: list[int], max_read: int) -> None:
+        """Count one batch: its runs (read in pieces of at most ``max_read``) and, per frame,
+        the time its run took."""
+        for (_, size, members), dt in zip(runs, seconds):
+            self.read_calls += -(-size // max_read)
+            self.bytes_read += size
+            for j in members:
+                self.bytes_requested += lens[j]
+                self.frame_latencies_s.append(dt)
 
 
 def _split(offset: int, length: int, cap: int) -> Iterator[tuple[int, int]]:
