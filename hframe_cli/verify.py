@@ -134,6 +134,48 @@ class _Window:
 Packed = tuple[int, int, int, "bytes | None"]
 
 
+class _Queue:
+    """Frames waiting to be hashed in one batch: (id, buffer, start, end), with the record's
+    md5, offset and length of each; the compressed ones and those to decode."""
+
+    __slots__ = ("buf", "frames", "meta", "packed", "decode_ids")
+
+    def __init__(self) -> None:
+        self.buf: bytes | None = None
+        self.frames: list[tuple[int, bytes, int, int]] = []
+        self.meta: list[tuple[int, bytes, int, int]] = []
+        self.packed: dict[int, Packed] = {}
+        self.decode_ids: set[int] = set()
+
+
+class _FastRows:
+    """The index columns the fast path compares records with, and what it has checked."""
+
+    __slots__ = (
+        "idx",
+        "offset",
+        "length",
+        "record",
+        "names",
+        "raw",
+        "codec",
+        "magics",
+        "first",
+        "stop",
+        "frames",
+        "bytes",
+    )
+
+    def __init__(self, idx: IndexCols, first_id: int, stop_id: int | None) -> None:
+        self.idx = idx
+        self.offset, self.length, self.record = idx.offset, idx.length, idx.record_offset
+        self.names, self.raw, self.codec = idx.names, idx.raw_length, idx.codec
+        self.first = first_id
+        self.stop = len(idx.offset) if stop_id is None else min(stop_id, len(idx.offset))
+        self.magics = [_MAGICS.get(m) for m in idx.media[first_id : self.stop]]
+        self.frames = self.bytes = 0
+
+
 def _hash_batch(
     items: list[tuple[int, bytes, int, int]],
     decode_ids: set[int],
@@ -235,198 +277,210 @@ class _Verifier:
         the data ends. Where the data ends early, frames are reported missing up to
         ``report_to`` (default ``stop_id``: a selection reports only its own frames; a part of
         a full walk passes the frame count). Returns the position after the last record walked.
+
+        Each step takes the fast path (``_fast_step``: records the index agrees with, in the
+        chunk in memory) when it can, else the careful one (``_careful_step``: every check,
+        each problem reported exactly, resynchronising after a lost record).
         """
         win = _Window(self.storage, read_end if read_end is not None else end)
         self.storage.advise_sequential(start_pos)  # bigger read-ahead: the walk is sequential
-        batch: list[tuple[int, bytes, int, int]] = []
-        meta: list[tuple[int, bytes, int, int]] = []  # (frame_id, rec_md5, offset, length)
-        decode_ids: set[int] = set()
-        packed: dict[int, Packed] = {}  # compressed frames of the batch
-        batch_buf: bytes | None = None
+        queue = _Queue()
         pos, i = start_pos, first_id
         n_index = len(idx.offset) if idx is not None else n_total
         self.report_to = report_to if report_to is not None else (stop_id if stop_id is not None else n_index)
-        # fast path: a record that lies wholly in the current chunk and agrees with its index row
-        # is checked with a handful of operations; anything else takes the careful path below,
-        # which re-checks it and reports exactly what is wrong
-        fast_idx = idx if not self.decode else None
-        unpack = RECORD_STRUCT.unpack_from
-        offs, lens, rofs, names, media = (
-            (idx.offset, idx.length, idx.record_offset, idx.names, idx.media) if idx else ([], [], [], [], [])
-        )
-        n_rows = len(offs)
-        iraw, icodec = (idx.raw_length, idx.codec) if idx else ([], [])
-        fast_frames = fast_bytes = 0
-        stop = n_rows if stop_id is None else min(stop_id, n_rows)
-        magics = [_MAGICS.get(m) for m in media[first_id:stop]] if fast_idx is not None else []
+        fast = _FastRows(idx, first_id, stop_id) if idx is not None and not self.decode else None
         try:
-            while True:
-                if stop_id is not None and i >= stop_id:
-                    break
-                if pos >= end:
-                    break
+            while (stop_id is None or i < stop_id) and pos < end:
                 # (a resync may land on a record whose id is below first_id: the careful path)
-                if fast_idx is not None and first_id <= i < stop:
-                    wb, ws = win.buf, win.start
-                    # the common case: a run of sound records in this chunk, hashed right here
-                    # (a frame the index says is compressed cannot start one)
-                    run_pos, run_i, run_bytes = (
-                        self.clean_run(wb, ws, pos, i, stop, end, fast_idx, magics, first_id)
-                        if not icodec[i]
-                        else (pos, i, 0)
-                    )
-                    if run_i > i:
-                        fast_frames += run_i - i
-                        fast_bytes += run_bytes
-                        pos, i = run_pos, run_i
-                        continue
-                    # not a sound, uncompressed record wholly in this chunk: compressed frames
-                    # are decompressed and hashed in a batch; anything else takes the careful
-                    # path below, which re-checks the record and reports exactly what is wrong
-                    at = pos - ws
-                    ln, off = lens[i], offs[i]
-                    if (
-                        at >= 0
-                        and at + RECORD_FIXED <= len(wb)
-                        and off + ln - ws <= len(wb)
-                        and off + ln <= end
-                        and rofs[i] == pos
-                    ):
-                        rmagic, rsize, rid, rlen, rraw, rmd5, _, rcodec, _, nlen, elen, rflags, rcrc = unpack(wb, at)
-                        body = at + RECORD_FIXED
-                        hend = body + nlen + elen
-                        if (
-                            rid == i
-                            and rlen == ln
-                            and pos + rsize == off
-                            and hend <= at + rsize
-                            and rraw == iraw[i]
-                            and rcodec == icodec[i]
-                            and rmagic == RECORD_MAGIC
-                            and record_crc(wb, at, nlen, elen) == rcrc
-                            and wb[body : body + nlen] == names[i]
-                            and (hend == at + rsize or not wb[hend : at + rsize].strip(b"\0"))
-                        ):
-                            p0 = off - ws
-                            magic = magics[i - first_id]
-                            compressed = None
-                            if rcodec:  # compressed: the magic is checked on the raw bytes
-                                compressed = (rcodec, rflags, rraw, magic)
-                                magic = None
-                            if magic is None or wb[p0 : p0 + min(len(magic), ln)] == magic:
-                                if wb is not batch_buf and batch:
-                                    self.submit(batch, meta, decode_ids, idx, packed)
-                                    batch, meta, decode_ids, packed = [], [], set(), {}
-                                if compressed is not None:  # after the flush: it belongs to this batch
-                                    packed[i] = compressed
-                                batch_buf = wb
-                                batch.append((i, wb, p0, p0 + ln))
-                                meta.append((i, rmd5, off, ln))
-                                if len(batch) >= 4096:
-                                    self.submit(batch, meta, decode_ids, idx, packed)
-                                    batch, meta, decode_ids, packed = [], [], set(), {}
-                                pos = off + ln
-                                i += 1
-                                continue
-                buf, at = win.get(pos, min(RECORD_FIXED, end - pos))
-                if len(buf) - at < RECORD_FIXED or buf[at : at + 4] != RECORD_MAGIC:
-                    if not data_end_known and buf[at : at + 8] == TRAILER_MAGIC[: len(buf[at : at + 8])]:
-                        break  # reached a trailer: the caller checks it
-                    nxt = self.lost_record(i, pos, end, idx, "no record header", n_index)
-                    if nxt is None:
+                step = None
+                if fast is not None and first_id <= i < fast.stop:
+                    step = self._fast_step(fast, win, queue, pos, i, end)
+                if step is None:
+                    step = self._careful_step(win, queue, idx, pos, i, end, data_end_known, n_index)
+                    if step is None:
                         break
-                    pos, i = nxt
-                    continue
-                _, size, frame_id, length, raw_length, rec_md5, _, codec, kind, name_len, extra_len, flags, crc = (
-                    record_fields(buf, at)
-                )
-                if pos + size > end or size < RECORD_FIXED + name_len + extra_len:
-                    nxt = self.lost_record(i, pos, end, idx, "record header runs past the end of data", n_index)
-                    if nxt is None:
-                        break
-                    pos, i = nxt
-                    continue
-                buf, at = win.get(pos, size + length if pos + size + length <= end else size)
-                if record_crc(buf, at, name_len, extra_len) != crc or frame_id != i:
-                    reason = (
-                        "record header checksum mismatch (record header is corrupt)"
-                        if frame_id == i
-                        else (f"record header says frame {frame_id}, expected {i}")
-                    )
-                    nxt = self.lost_record(i, pos, end, idx, reason, n_index)
-                    if nxt is None:
-                        break
-                    pos, i = nxt
-                    continue
-                pad = buf[at + RECORD_FIXED + name_len + extra_len : at + size]
-                if pad.count(0) != len(pad):
-                    self.add(
-                        "layout",
-                        f"{self.frame_where(i, pos + size, length)}: non-zero padding in record header",
-                        i,
-                        offset=pos + size,
-                        length=length,
-                    )
-                offset = pos + size
-                if offset + length > end:
-                    self.missing_from(i, offset, end, idx, self.report_to, f"payload runs past the end of data ({end})")
-                    break
-                name = bytes(buf[at + RECORD_FIXED : at + RECORD_FIXED + name_len])
-                if idx is not None:
-                    idx.ensure(i, i + 1)  # a resync may have led outside the rows walked
-                    if i >= len(idx.offset):
-                        self.add(
-                            "index",
-                            f"{self.where}: record for frame {i} at offset {pos} has no index row",
-                            i,
-                            offset=offset,
-                            length=length,
-                        )
-                    else:
-                        self.compare_row(i, idx, pos, offset, length, name, raw_length, codec)
-                at += size  # the payload follows the record header in the same buffer
-                if buf is not batch_buf and batch:
-                    self.submit(batch, meta, decode_ids, idx, packed)
-                    batch, meta, decode_ids, packed = [], [], set(), {}
-                batch_buf = buf
-                batch.append((i, buf, at, at + length))
-                meta.append((i, rec_md5, offset, length))
-                if self.decode and idx is not None and i < len(idx.media) and idx.media[i] in _IMAGE_TYPES:
-                    decode_ids.add(i)
-                elif self.decode and idx is None and kind != _BLOB_KIND:
-                    decode_ids.add(i)  # no index: the record header's kind says what is an image
-                magic = _MAGICS.get(idx.media[i]) if idx is not None and i < len(idx.media) else None
-                if codec:  # compressed: the magic is checked on the raw bytes, after decompression
-                    packed[i] = (codec, flags, raw_length, magic)
-                    magic = None
-                if magic is not None and idx is not None:
-                    head = bytes(buf[at : at + min(len(magic), length)])  # a frame shorter than its magic: all of it
-                    if head != magic:
-                        self.add(
-                            "magic",
-                            f"{self.frame_where(i, offset, length)}: magic bytes mismatch (index says "
-                            f"{idx.media[i]}, expected {magic.hex(' ')}, read {head.hex(' ')})",
-                            i,
-                            name=_show(name),
-                            offset=offset,
-                            length=length,
-                            expected=magic.hex(" "),
-                            found=head.hex(" "),
-                        )
-                if len(batch) >= 4096:
-                    self.submit(batch, meta, decode_ids, idx, packed)
-                    batch, meta, decode_ids, packed = [], [], set(), {}
-                pos = offset + length
-                i += 1
-            if batch:
-                self.submit(batch, meta, decode_ids, idx, packed)
+                pos, i = step
+            self.flush(queue, idx)
             if stop_id is not None and i < stop_id and not self.r.problems_after(i):
                 self.missing_from(i, None, end, idx, self.report_to, f"the pack ends at byte {end}")
         finally:  # hashed by clean_run: counted even when stopped early by max_errors
-            self.r.frames_checked += fast_frames
-            self.r.bytes_checked += fast_bytes
+            if fast is not None:
+                self.r.frames_checked += fast.frames
+                self.r.bytes_checked += fast.bytes
         self.next_id = i
         return pos
+
+    def _fast_step(
+        self, fast: _FastRows, win: _Window, queue: _Queue, pos: int, i: int, end: int
+    ) -> tuple[int, int] | None:
+        """Frame ``i`` at ``pos`` when its record lies wholly in the chunk in memory and agrees
+        with its index row: a run of sound uncompressed frames hashed right here (``clean_run``),
+        or one compressed frame queued to be decompressed and hashed in a batch. Returns the
+        position and id after what it took, or None: the careful path re-checks the record and
+        reports exactly what is wrong."""
+        wb, ws = win.buf, win.start
+        if not fast.codec[i]:  # a frame the index says is compressed cannot start a clean run
+            run_pos, run_i, run_bytes = self.clean_run(
+                wb, ws, pos, i, fast.stop, end, fast.idx, fast.magics, fast.first
+            )
+            if run_i > i:
+                fast.frames += run_i - i
+                fast.bytes += run_bytes
+                return run_pos, run_i
+        at = pos - ws
+        ln, off = fast.length[i], fast.offset[i]
+        if at < 0 or at + RECORD_FIXED > len(wb) or off + ln - ws > len(wb) or off + ln > end or fast.record[i] != pos:
+            return None
+        rmagic, rsize, rid, rlen, rraw, rmd5, _, rcodec, _, nlen, elen, rflags, rcrc = RECORD_STRUCT.unpack_from(wb, at)
+        body = at + RECORD_FIXED
+        hend = body + nlen + elen
+        if not (
+            rid == i
+            and rlen == ln
+            and pos + rsize == off
+            and hend <= at + rsize
+            and rraw == fast.raw[i]
+            and rcodec == fast.codec[i]
+            and rmagic == RECORD_MAGIC
+            and record_crc(wb, at, nlen, elen) == rcrc
+            and wb[body : body + nlen] == fast.names[i]
+            and (hend == at + rsize or not wb[hend : at + rsize].strip(b"\0"))
+        ):
+            return None
+        p0 = off - ws
+        magic = fast.magics[i - fast.first]
+        packed = None
+        if rcodec:  # compressed: the magic is checked on the raw bytes
+            packed, magic = (rcodec, rflags, rraw, magic), None
+        if magic is not None and wb[p0 : p0 + min(len(magic), ln)] != magic:
+            return None
+        self.queue(queue, fast.idx, i, wb, p0, rmd5, off, ln, packed)
+        return off + ln, i + 1
+
+    def _careful_step(
+        self,
+        win: _Window,
+        queue: _Queue,
+        idx: IndexCols | None,
+        pos: int,
+        i: int,
+        end: int,
+        data_end_known: bool,
+        n_index: int | None,
+    ) -> tuple[int, int] | None:
+        """Frame ``i``'s record at ``pos``, every check made and each problem reported. Returns
+        the position and id after it (or where the walk picks up again after a lost record), or
+        None where the walk stops (the end of the data, a trailer, ``max_errors``)."""
+        found = self._record_at(win, pos, i, end, data_end_known)
+        if isinstance(found, str):  # what is wrong with the record header ("" at a trailer)
+            return self.lost_record(i, pos, end, idx, found, n_index) if found else None
+        buf, at, (_, size, _, length, raw_length, rec_md5, _, codec, kind, name_len, extra_len, flags, _) = found
+        offset = pos + size
+        pad = buf[at + RECORD_FIXED + name_len + extra_len : at + size]
+        if pad.count(0) != len(pad):
+            where = self.frame_where(i, offset, length)
+            self.add("layout", f"{where}: non-zero padding in record header", i, offset=offset, length=length)
+        if offset + length > end:
+            self.missing_from(i, offset, end, idx, self.report_to, f"payload runs past the end of data ({end})")
+            return None
+        name = bytes(buf[at + RECORD_FIXED : at + RECORD_FIXED + name_len])
+        media = None
+        if idx is not None:
+            idx.ensure(i, i + 1)  # a resync may have led outside the rows walked
+            if i >= len(idx.offset):
+                where = f"{self.where}: record for frame {i} at offset {pos} has no index row"
+                self.add("index", where, i, offset=offset, length=length)
+            else:
+                self.compare_row(i, idx, pos, offset, length, name, raw_length, codec)
+                media = idx.media[i]
+        start = at + size  # the payload follows the record header in the same buffer
+        magic = _MAGICS.get(media) if media is not None else None
+        packed = None
+        if codec:  # compressed: the magic is checked on the raw bytes, after decompression
+            packed, magic = (codec, flags, raw_length, magic), None
+        if magic is not None and media is not None:
+            self.check_magic(i, buf[start : start + min(len(magic), length)], magic, media, name, offset, length)
+        # no index: the record header's kind says what is an image
+        decode = self.decode and (media in _IMAGE_TYPES if idx is not None else kind != _BLOB_KIND)
+        self.queue(queue, idx, i, buf, start, rec_md5, offset, length, packed, decode)
+        return offset + length, i + 1
+
+    def _record_at(
+        self, win: _Window, pos: int, i: int, end: int, data_end_known: bool
+    ) -> tuple[bytes, int, tuple[Any, ...]] | str:
+        """The record header of frame ``i`` at ``pos``, read with its payload where that fits:
+        (buffer, where in it, the fixed fields); or what is wrong with it, "" at a trailer."""
+        buf, at = win.get(pos, min(RECORD_FIXED, end - pos))
+        if len(buf) - at < RECORD_FIXED or buf[at : at + 4] != RECORD_MAGIC:
+            if not data_end_known and buf[at : at + 8] == TRAILER_MAGIC[: len(buf[at : at + 8])]:
+                return ""  # reached a trailer: the caller checks it
+            return "no record header"
+        fields = record_fields(buf, at)
+        size, frame_id, length, name_len, extra_len, crc = (
+            fields[1],
+            fields[2],
+            fields[3],
+            fields[9],
+            fields[10],
+            fields[12],
+        )
+        if pos + size > end or size < RECORD_FIXED + name_len + extra_len:
+            return "record header runs past the end of data"
+        buf, at = win.get(pos, size + length if pos + size + length <= end else size)
+        if record_crc(buf, at, name_len, extra_len) != crc:
+            return "record header checksum mismatch (record header is corrupt)"
+        if frame_id != i:
+            return f"record header says frame {frame_id}, expected {i}"
+        return buf, at, fields
+
+    def check_magic(self, i: int, head: bytes, magic: bytes, media: str, name: bytes, offset: int, length: int) -> None:
+        """Report frame ``i`` if its first bytes are not the magic of the media type its index
+        row names (a frame shorter than its magic: all of it)."""
+        if head != magic:
+            self.add(
+                "magic",
+                f"{self.frame_where(i, offset, length)}: magic bytes mismatch (index says "
+                f"{media}, expected {magic.hex(' ')}, read {bytes(head).hex(' ')})",
+                i,
+                name=_show(name),
+                offset=offset,
+                length=length,
+                expected=magic.hex(" "),
+                found=bytes(head).hex(" "),
+            )
+
+    def queue(
+        self,
+        queue: _Queue,
+        idx: IndexCols | None,
+        i: int,
+        buf: bytes,
+        start: int,
+        rec_md5: bytes,
+        offset: int,
+        length: int,
+        packed: Packed | None = None,
+        decode: bool = False,
+    ) -> None:
+        """Queue frame ``i`` (``buf[start:start + length]``) to be hashed with its neighbours: a
+        batch holds frames of one buffer, at most 4096."""
+        if buf is not queue.buf and queue.frames:
+            self.flush(queue, idx)
+        queue.buf = buf
+        queue.frames.append((i, buf, start, start + length))
+        queue.meta.append((i, rec_md5, offset, length))
+        if packed is not None:
+            queue.packed[i] = packed
+        if decode:
+            queue.decode_ids.add(i)
+        if len(queue.frames) >= 4096:
+            self.flush(queue, idx)
+
+    def flush(self, queue: _Queue, idx: IndexCols | None) -> None:
+        """Hash what is queued (see ``submit``) and empty the queue."""
+        if queue.frames:
+            self.submit(queue.frames, queue.meta, queue.decode_ids, idx, queue.packed)
+            queue.frames, queue.meta, queue.decode_ids, queue.packed = [], [], set(), {}
 
     def clean_run(
         self,
