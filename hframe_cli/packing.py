@@ -318,140 +318,15 @@ def run_loop(
 ) -> PackResult:
     """The packing loop shared by ``pack_sources``, ``resume_pack`` and ``update_pack``: sources
     appended in order, checkpoints, then seal, self-check and publish."""
-    skip_bad, self_check_frames, workers = settings.skip_bad, settings.self_check_frames, settings.workers
-    on_progress, on_event = settings.on_progress, settings.on_event
     t0 = time.perf_counter()
-    out = os.fspath(writer.path)
-    todo = sources.sources[start_source:]
-    if workers is None:
-        # threads pay off when hashing and copying dominate; for small files the per-file Python
-        # work dominates and a second thread only contends for the GIL
-        mean = sources.total_bytes // max(1, len(sources.sources))
-        workers = 1 if mean < _THREADS_ABOVE_MEAN else min(2, os.cpu_count() or 1)
-    done_bytes = 0
-    last_frames, last_bytes, last_time = len(writer), writer.position, time.monotonic()
-
-    def checkpoint(next_source: int, why: str) -> None:
-        nonlocal last_frames, last_bytes, last_time
-        if not policy.enabled:
-            return
-        ckpt.frames, ckpt.committed_bytes = writer.commit()
-        ckpt.next_source = next_source
-        ckpt.skipped = [[r.path, r.reason] for r in skipped]
-        ckpt.save(out)
-        last_frames, last_bytes, last_time = ckpt.frames, ckpt.committed_bytes, time.monotonic()
-        if why != "all frames written":  # that one is followed at once by the summary line
-            note(on_event, f"checkpoint: {ckpt.frames} frames, {ckpt.committed_bytes} bytes committed ({why})")
-
-    media = settings.media
-    prep = FramePrep(media, writer.dictionary)
-    videos = media.video_frames is not None
-    # a video's frames are named VIDEO#frame=N: an input file of such a name would clash
-    input_names = {s.name for s in sources.sources if b"#frame=" in s.name} if videos else set()
-    warnings: list[Rejected] = []
-
-    def interrupted(signum: int, next_source: int, where: str) -> Interrupted:
-        name = signal.Signals(signum).name
-        with stop.deferred(act_after=False):
-            checkpoint(next_source, f"stopped by {name}")
-        return Interrupted(
-            f"{out}: interrupted by {name} after {len(writer)} frames{where}; "
-            + (
-                f"checkpoint kept: run 'hframe resume {out}' to continue"
-                if policy.enabled
-                else "no checkpoint (checkpoints are off), partial pack removed: run the same command again"
-            )
-        )
-
+    run = _Run(writer, sources, ckpt, policy, settings, skipped)
     with stop_signals(settings.handle_signals) as stop, stop.deferred(act_after=False):
         # a signal stops the loop after the current frame, with a checkpoint
-        for k, item in enumerate(loaded_in_order(todo, workers, prep, videos), start=start_source):
-            src = item.source
-            if item.video:
-                answer = _add_video(writer, item, prep, stop, skip_bad, input_names)
-                if answer is _STOPPED:
-                    raise interrupted(
-                        stop.signum or signal.SIGINT, k, f" (in {src.path}, which starts again on resume)"
-                    )
-                if answer is _NOT_A_VIDEO:  # only its first bytes looked like a video: pack the file as it is
-                    item.video, item.stream = False, item.data is None
-                    if item.data is not None:
-                        item.frame = prep.prepare(src.name, item.data, item.md5)
-                elif answer is not None:
-                    warnings.append(Rejected(src.path, answer))
-                    note(on_event, f"warning: {src.path}: {answer}")
-            if item.video:
-                pass  # its frames are in (or item.error says why not)
-            elif item.stream:
-                try:
-                    with open(src.path, "rb") as f:
-                        writer.add_stream(src.name, f, src.size, mtime_ns=src.mtime_ns)
-                except InputError as e:
-                    item.error = str(e)
-                except FileNotFoundError:
-                    item.error = "vanished while packing"
-                except OSError as e:
-                    item.error = f"cannot read: {e.strerror}"
-            elif item.error is None:
-                fr = item.frame
-                if fr is not None and fr.warning is not None:
-                    if media.strict_images:
-                        item.error = fr.warning
-                    else:
-                        warnings.append(Rejected(src.path, fr.warning))
-                        note(on_event, f"warning: {src.path}: {fr.warning} (packed without width/height)")
-                if item.error is None:
-                    if fr is None:
-                        writer.add(src.name, item.data or b"", mtime_ns=src.mtime_ns, md5=item.md5)
-                    else:
-                        _add_prepared(writer, src, fr)
-            if item.error is not None:
-                if not skip_bad:
-                    hint = "" if "--skip-bad" in item.error else " (use --skip-bad to leave it out)"
-                    raise InputError(f"{src.path}: {item.error}{hint}")
-                skipped.append(Rejected(src.path, item.error))  # listed in the summary
-            else:
-                done_bytes += src.size
-                if on_progress is not None:
-                    on_progress(len(writer), done_bytes)
-            fault_point("after-frame")
-            if stop.signum is not None:
-                raise interrupted(stop.signum, k + 1, "")
-            if policy.enabled and (
-                (policy.every_frames and len(writer) - last_frames >= policy.every_frames)
-                or (policy.every_bytes and writer.position - last_bytes >= policy.every_bytes)
-                or (policy.every_seconds and time.monotonic() - last_time >= policy.every_seconds)
-            ):
-                checkpoint(k + 1, "periodic")
-    if len(writer) == 0:
-        raise InputError("nothing to pack: every input was skipped")
-    with stop.deferred(act_after=False):
-        checkpoint(len(sources.sources), "all frames written")
-    if stop.signum is not None:
-        raise Interrupted(
-            f"{out}: interrupted by {stop.name} after all {len(writer)} frames were written; "
-            + (
-                f"checkpoint kept: run 'hframe resume {out}' to seal and publish"
-                if policy.enabled
-                else "no checkpoint, partial pack removed: run the same command again"
-            )
-        )
-    # sealing and the self-check: a signal stops them where they are (resume seals again)
-    sealed = writer.seal()
-    fault_point("after-seal")
-    if settings.after_seal is not None:
-        settings.after_seal(sealed)
-    checked = self_check(sealed.partial_path, sealed.partial_index_path, self_check_frames)
-    with stop.deferred(act_after=False):  # publishing is never cut in half; a signal now comes too late
-        if policy.enabled:
-            ckpt.phase = "publishing"
-            ckpt.save(out)
-        writer.publish()
-        remove_checkpoint_files(out)
-    if stop.signum is not None:
-        note(on_event, f"{out}: {stop.name} arrived while publishing; the pack was published first")
+        run.write(start_source, stop)
+    run.finish_writing(stop)
+    sealed, checked = run.seal_and_publish(stop)
     return PackResult(
-        path=out,
+        path=run.out,
         index_path=os.fspath(writer.index_path),
         uuid=sealed.uuid,
         frame_count=sealed.frame_count,
@@ -462,8 +337,179 @@ def run_loop(
         elapsed_s=time.perf_counter() - t0,
         skipped=skipped,
         resumed_from_frame=resumed_from,
-        warnings=warnings,
+        warnings=run.warnings,
     )
+
+
+class _Run:
+    """One run of the packing loop: the writer, its checkpoint, and what the run has met."""
+
+    def __init__(
+        self,
+        writer: PackWriter,
+        sources: SourceList,
+        ckpt: Checkpoint,
+        policy: CheckpointPolicy,
+        settings: RunSettings,
+        skipped: list[Rejected],
+    ) -> None:
+        self.writer, self.sources, self.ckpt, self.policy, self.settings = writer, sources, ckpt, policy, settings
+        self.out = os.fspath(writer.path)
+        self.skipped = skipped
+        self.warnings: list[Rejected] = []
+        self.done_bytes = 0
+        self.last_frames, self.last_bytes, self.last_time = len(writer), writer.position, time.monotonic()
+        self.prep = FramePrep(settings.media, writer.dictionary)
+        self.videos = settings.media.video_frames is not None
+        # a video's frames are named VIDEO#frame=N: an input file of such a name would clash
+        self.input_names = {s.name for s in sources.sources if b"#frame=" in s.name} if self.videos else set()
+
+    def write(self, start_source: int, stop: StopSignals) -> None:
+        """Append every source from ``start_source`` in order, checkpointing as the policy says;
+        a signal stops the loop after the current source (``Interrupted``)."""
+        settings = self.settings
+        workers = settings.workers
+        if workers is None:
+            # threads pay off when hashing and copying dominate; for small files the per-file
+            # Python work dominates and a second thread only contends for the GIL
+            mean = self.sources.total_bytes // max(1, len(self.sources.sources))
+            workers = 1 if mean < _THREADS_ABOVE_MEAN else min(2, os.cpu_count() or 1)
+        todo = self.sources.sources[start_source:]
+        for k, item in enumerate(loaded_in_order(todo, workers, self.prep, self.videos), start=start_source):
+            self.add(k, item, stop)
+            if item.error is not None:
+                if not settings.skip_bad:
+                    hint = "" if "--skip-bad" in item.error else " (use --skip-bad to leave it out)"
+                    raise InputError(f"{item.source.path}: {item.error}{hint}")
+                self.skipped.append(Rejected(item.source.path, item.error))  # listed in the summary
+            else:
+                self.done_bytes += item.source.size
+                if settings.on_progress is not None:
+                    settings.on_progress(len(self.writer), self.done_bytes)
+            fault_point("after-frame")
+            if stop.signum is not None:
+                raise self.interrupted(stop, stop.signum, k + 1, "")
+            if self.checkpoint_due():
+                self.checkpoint(k + 1, "periodic")
+
+    def add(self, k: int, item: Loaded, stop: StopSignals) -> None:
+        """Write source ``k`` (loaded as ``item``): a video's frames, a streamed large file, or
+        one prepared frame. What makes it unusable is left in ``item.error``."""
+        src, writer = item.source, self.writer
+        if item.video:
+            answer = _add_video(writer, item, self.prep, stop, self.settings.skip_bad, self.input_names)
+            if answer is _STOPPED:
+                where = f" (in {src.path}, which starts again on resume)"
+                raise self.interrupted(stop, stop.signum or signal.SIGINT, k, where)
+            if answer is _NOT_A_VIDEO:  # only its first bytes looked like a video: pack the file as it is
+                item.video, item.stream = False, item.data is None
+                if item.data is not None:
+                    item.frame = self.prep.prepare(src.name, item.data, item.md5)
+            elif answer is not None:
+                self.warn(src, answer, "")
+        if item.video:
+            return  # its frames are in (or item.error says why not)
+        if item.stream:
+            try:
+                with open(src.path, "rb") as f:
+                    writer.add_stream(src.name, f, src.size, mtime_ns=src.mtime_ns)
+            except InputError as e:
+                item.error = str(e)
+            except FileNotFoundError:
+                item.error = "vanished while packing"
+            except OSError as e:
+                item.error = f"cannot read: {e.strerror}"
+            return
+        if item.error is not None:
+            return
+        fr = item.frame
+        if fr is not None and fr.warning is not None:
+            if self.settings.media.strict_images:
+                item.error = fr.warning
+                return
+            self.warn(src, fr.warning, " (packed without width/height)")
+        if fr is None:
+            writer.add(src.name, item.data or b"", mtime_ns=src.mtime_ns, md5=item.md5)
+        else:
+            _add_prepared(writer, src, fr)
+
+    def warn(self, src: Source, problem: str, consequence: str) -> None:
+        self.warnings.append(Rejected(src.path, problem))
+        note(self.settings.on_event, f"warning: {src.path}: {problem}{consequence}")
+
+    def checkpoint_due(self) -> bool:
+        policy, writer = self.policy, self.writer
+        return policy.enabled and bool(
+            (policy.every_frames and len(writer) - self.last_frames >= policy.every_frames)
+            or (policy.every_bytes and writer.position - self.last_bytes >= policy.every_bytes)
+            or (policy.every_seconds and time.monotonic() - self.last_time >= policy.every_seconds)
+        )
+
+    def checkpoint(self, next_source: int, why: str) -> None:
+        """Commit what is written and save the checkpoint (when checkpoints are on)."""
+        if not self.policy.enabled:
+            return
+        ckpt = self.ckpt
+        ckpt.frames, ckpt.committed_bytes = self.writer.commit()
+        ckpt.next_source = next_source
+        ckpt.skipped = [[r.path, r.reason] for r in self.skipped]
+        ckpt.save(self.out)
+        self.last_frames, self.last_bytes, self.last_time = ckpt.frames, ckpt.committed_bytes, time.monotonic()
+        if why != "all frames written":  # that one is followed at once by the summary line
+            note(
+                self.settings.on_event,
+                f"checkpoint: {ckpt.frames} frames, {ckpt.committed_bytes} bytes committed ({why})",
+            )
+
+    def interrupted(self, stop: StopSignals, signum: int, next_source: int, where: str) -> Interrupted:
+        """Checkpoint, and the error that says how the run stopped and what to do next."""
+        name = signal.Signals(signum).name
+        with stop.deferred(act_after=False):
+            self.checkpoint(next_source, f"stopped by {name}")
+        return Interrupted(
+            f"{self.out}: interrupted by {name} after {len(self.writer)} frames{where}; "
+            + (
+                f"checkpoint kept: run 'hframe resume {self.out}' to continue"
+                if self.policy.enabled
+                else "no checkpoint (checkpoints are off), partial pack removed: run the same command again"
+            )
+        )
+
+    def finish_writing(self, stop: StopSignals) -> None:
+        """The last checkpoint, once every source is in (none at all is bad input)."""
+        if len(self.writer) == 0:
+            raise InputError("nothing to pack: every input was skipped")
+        with stop.deferred(act_after=False):
+            self.checkpoint(len(self.sources.sources), "all frames written")
+        if stop.signum is not None:
+            raise Interrupted(
+                f"{self.out}: interrupted by {stop.name} after all {len(self.writer)} frames were written; "
+                + (
+                    f"checkpoint kept: run 'hframe resume {self.out}' to seal and publish"
+                    if self.policy.enabled
+                    else "no checkpoint, partial pack removed: run the same command again"
+                )
+            )
+
+    def seal_and_publish(self, stop: StopSignals) -> tuple[SealedPack, int]:
+        """Seal, self-check, publish: the sealed pack and how many frames the self-check read.
+        A signal stops sealing and the self-check where they are (resume seals again); the
+        publish is never cut in half."""
+        writer, out = self.writer, self.out
+        sealed = writer.seal()
+        fault_point("after-seal")
+        if self.settings.after_seal is not None:
+            self.settings.after_seal(sealed)
+        checked = self_check(sealed.partial_path, sealed.partial_index_path, self.settings.self_check_frames)
+        with stop.deferred(act_after=False):  # a signal now comes too late
+            if self.policy.enabled:
+                self.ckpt.phase = "publishing"
+                self.ckpt.save(out)
+            writer.publish()
+            remove_checkpoint_files(out)
+        if stop.signum is not None:
+            note(self.settings.on_event, f"{out}: {stop.name} arrived while publishing; the pack was published first")
+        return sealed, checked
 
 
 def _add_prepared(writer: PackWriter, src: Source, fr: PreparedFrame) -> None:
