@@ -20,6 +20,7 @@ from .errors import (
     HframeError,
     InputError,
 )
+from .signals import pending_signal
 
 app = typer.Typer(
     name="hframe",
@@ -645,6 +646,9 @@ def main(argv: list[str] | None = None) -> None:
             raise
         render.error(f"internal error: {type(e).__name__}: {e} (rerun with --debug for a traceback)")
         code = EXIT_INTERNAL
+    if code != EXIT_INTERRUPTED and pending_signal() is not None:
+        render.error(_INTERRUPTED)  # a signal whose exception was lost where it was raised
+        code = EXIT_INTERRUPTED
     sys.exit(code)
 
 

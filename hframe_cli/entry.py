@@ -1,29 +1,29 @@
 """The ``hframe`` console script's first lines: SIGINT and SIGTERM mean "stop" from the start.
 
 Until a command installs its own handling (``guard.stop_signals``), both raise
-``KeyboardInterrupt``, which ``cli.main`` turns into one line and exit 130; a signal that
-arrives while the command's modules are still being imported ends the process the same way,
-not with a traceback (SIGINT) or a bare -15 (SIGTERM).
+``KeyboardInterrupt`` (``signals.install_early``), which ``cli.main`` turns into one line and
+exit 130; a signal that arrives while the command's modules are still being imported ends the
+process the same way, not with a traceback (SIGINT) or a bare -15 (SIGTERM).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
+
+from .signals import install_early, pending_signal
 
 __all__ = ["run"]
 
 
-def _stop(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def run() -> None:
     """Entry point of the ``hframe`` command (and ``python -m hframe_cli``)."""
-    signal.signal(signal.SIGTERM, _stop)
+    install_early()
     try:
         from .cli import run as cli_run
+
+        if pending_signal() is not None:  # its exception was lost where it was raised
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
         sys.stderr.write("hframe: error: interrupted while starting; nothing was done\n")
         sys.stderr.flush()

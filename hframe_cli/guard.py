@@ -22,9 +22,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from .checkpoint import checkpoint_paths
-from .errors import Interrupted
+from .errors import HframeError, Interrupted
 from .faults import fault_point
 from .lock import LockWaitStopped, OutputLock
+from .signals import pending_signal
 
 __all__ = ["StopSignals", "stop_signals", "writer_run"]
 
@@ -89,6 +90,8 @@ def stop_signals(enabled: bool = True) -> Iterator[StopSignals]:
     old: dict[int, Any] = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         old[sig] = signal.signal(sig, stop._handle)
+    # one that came earlier and was lost where it was raised (see signals.py) counts too
+    stop.signum = pending_signal()
     _active = stop
     try:
         yield stop
@@ -126,6 +129,10 @@ def writer_run(
     outputs.append(out)
     try:
         with stop_signals(handle_signals) as stop:
+            if stop.signum is not None and stop.active:
+                if not outermost:
+                    raise _SignalStop(stop.signum)
+                raise Interrupted(f"{out}: interrupted by {stop.name} before it started; nothing was done")
             lock = OutputLock(out, wait=wait)
             try:
                 # a signal while the lock is being taken is acted on once it is held (and then
@@ -153,6 +160,14 @@ def writer_run(
                 if not outermost:
                     raise
                 raise Interrupted(describe_stop(out, e.signum)) from None
+            except HframeError as e:
+                # a signal's exception can be lost where it was raised (see signals.py) and
+                # the run go on to fail for a reason the stop caused (a list on stdin cut short)
+                if stop.signum is None or not stop.active or isinstance(e, Interrupted):
+                    raise
+                if not outermost:
+                    raise _SignalStop(stop.signum) from e
+                raise Interrupted(describe_stop(out, stop.signum)) from e
             finally:
                 lock.release()
     finally:

@@ -15,6 +15,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -563,17 +564,62 @@ def test_a_signal_while_waiting_for_the_lock_ends_the_wait(tree, monkeypatch):
     assert b"interrupted by SIGTERM while waiting for the lock; nothing was done" in err
 
 
-@pytest.mark.parametrize("delay", [0.12, 0.25])
+def wait_handling_signals(proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """Until ``proc`` runs hframe's first line (its SIGTERM handler is in /proc/PID/status).
+    Before that the interpreter itself is starting: a signal then gets Python's default."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(f"/proc/{proc.pid}/status") as f:
+            caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+        if caught & (1 << (signal.SIGTERM - 1)):
+            return
+        time.sleep(0.002)
+    pytest.fail("the command never installed its signal handlers")
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.03, 0.08, 0.25])
 def test_a_signal_in_the_first_moments_exits_130_without_a_traceback(tree, delay):
     src, out = tree
     for sig in (signal.SIGINT, signal.SIGTERM):
         # a list on stdin that never ends: the run cannot finish before the signal comes
         proc = start(["pack", "-", "-o", str(out), "--update"], stdin=subprocess.PIPE)
-        time.sleep(delay)
+        wait_handling_signals(proc)
+        time.sleep(delay)  # while modules load, then while the list is read
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130, (sig, err)
         assert b"Traceback" not in err and not Path(f"{out}.lock").exists()
+
+
+def test_a_signal_lost_where_it_was_raised_still_stops_the_run(tree):
+    """CPython runs a handler wherever the main thread is; raised inside a weakref callback (the
+    import system's module locks have them) the KeyboardInterrupt is printed and dropped. The
+    run must stop all the same, not go on to fail for a reason the stop caused (exit 2)."""
+    src, out = tree
+    before = out.read_bytes() if out.exists() else None
+    code = textwrap.dedent(
+        f"""
+        import signal, sys, weakref
+        from hframe_cli import signals
+        signals.install_early()
+
+        class Thing:
+            pass
+
+        thing = Thing()
+        ref = weakref.ref(thing, lambda _: signal.raise_signal(signal.SIGINT))
+        del thing  # the handler raises inside the callback: "Exception ignored", and lost
+        sys.argv = ["hframe", "pack", "-", "-o", {str(out)!r}, "--update"]
+        from hframe_cli.cli import main
+        main()
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], input=b"", capture_output=True, timeout=60)
+    assert b"Exception ignored" in proc.stderr  # the premise: the exception itself was lost
+    assert proc.returncode == 130, proc.stderr
+    assert b"interrupted by SIGINT before it started; nothing was done" in proc.stderr
+    assert not Path(f"{out}.lock").exists()
+    assert (out.read_bytes() if out.exists() else None) == before
 
 
 def test_an_open_overtaken_by_a_publish_looks_again_and_gives_up_after_a_bound(tree, tmp_path):

@@ -1,0 +1,32 @@
+"""SIGINT and SIGTERM before a command takes them over: raise ``KeyboardInterrupt``, and remember.
+
+Raising is not enough: CPython runs a handler wherever the main thread is, and one that raises
+inside a callback (a weakref callback of the import system, met while a module loads) is printed
+as "Exception ignored" and lost. So the handler also records the signal, and
+``guard.stop_signals`` and ``cli.main`` look at the record when they take over or finish.
+Imports nothing: the console script installs this on its first line.
+"""
+
+from __future__ import annotations
+
+import signal
+
+__all__ = ["install_early", "pending_signal"]
+
+_received: list[int] = []
+
+
+def _stop(signum: int, frame: object) -> None:
+    _received.append(signum)
+    raise KeyboardInterrupt
+
+
+def install_early() -> None:
+    """SIGINT and SIGTERM raise ``KeyboardInterrupt`` (and are remembered) from now on."""
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+
+
+def pending_signal() -> int | None:
+    """The first SIGINT/SIGTERM the early handler met, if one came."""
+    return _received[0] if _received else None
