@@ -284,77 +284,28 @@ def run_bench(
     with PackReader(path, coalesce_gap=coalesce_gap, max_read=max_read) as reader:
         ids_per_batch = sample_batches(len(reader), frames, batches, sampler, seed, block_size)
         w = workers or default_workers(frames)
-        names_col = reader.table.column("name").to_pylist() if compare is not None else []
-        raw_col = reader.table.column("name_raw").to_pylist() if compare is not None else []
         md5_col = reader.table.column("md5").to_pylist() if md5 else []
-        loose_paths: dict[int, str] = {}
-        if compare is not None:
-            root = os.fsencode(os.fspath(compare))
-            wanted = sorted({i for b in ids_per_batch for i in b})
-            missing = []
-            for i in wanted:
-                name = raw_col[i] if raw_col[i] is not None else names_col[i].encode()
-                p = os.path.join(root, name)
-                if not os.path.isfile(p):
-                    missing.append(os.fsdecode(p))
-                loose_paths[i] = os.fsdecode(p)
-            if missing:
-                raise InputError(
-                    f"--compare {os.fspath(compare)}: {len(missing)} of {len(wanted)} sampled frames "
-                    f"have no file there (first: {missing[0]}); point --compare at the folder that was packed"
-                )
+        loose_paths = _loose_paths(reader, ids_per_batch, compare) if compare is not None else {}
         pack_side = ReadSide("hframe")
         loose_side = ReadSide("loose") if compare is not None else None
-        used = "none"
-        methods_seen: set[str] = set()
+        used, methods_seen = "none", set[str]()
         loose_pool = ThreadPoolExecutor(max_workers=w) if compare is not None and w > 1 else None
         try:
             for b, ids in enumerate(ids_per_batch):
-                # the pack
                 if mode == "cold":
                     used = evict(method, [path])
                     methods_seen.add(used)
-                else:
-                    reader.read_many(ids, workers=w)
-                stats = ReadStats()
-                t0 = time.perf_counter()
-                datas = reader.read_many(ids, workers=w, stats=stats)
-                dt = time.perf_counter() - t0
-                _account(pack_side, stats, dt, len(ids))
-                if decode:
-                    t1 = time.perf_counter()
-                    _decode_all(datas)
-                    pack_side.decode_s = (pack_side.decode_s or 0.0) + time.perf_counter() - t1
-                if md5:
-                    for i, data in zip(ids, datas):
-                        pack_side.md5_checked += 1
-                        if hashlib.md5(data).hexdigest() != md5_col[i]:
-                            pack_side.md5_mismatches += 1
-                # the same frames as loose files
+                _time_pack_batch(pack_side, reader, ids, w, warm_first=mode == "warm", decode=decode, md5s=md5_col)
                 if loose_side is not None:
                     paths = [loose_paths[i] for i in ids]
                     if mode == "cold":
                         methods_seen.add(evict(method, paths))
-                    else:
-                        _read_loose(paths, loose_pool)
-                    t0 = time.perf_counter()
-                    lat = _read_loose(paths, loose_pool)
-                    dt = time.perf_counter() - t0
-                    loose_side.frames += len(ids)
-                    loose_side.elapsed_s += dt
-                    loose_side.batch_latencies_s.append(dt)
-                    loose_side.frame_latencies_s.extend(x[0] for x in lat)
-                    loose_side.read_calls += len(ids)
-                    nbytes = sum(x[1] for x in lat)
-                    loose_side.bytes_read += nbytes
-                    loose_side.bytes_requested += nbytes
+                    _time_loose_batch(loose_side, paths, loose_pool, warm_first=mode == "warm")
                 if on_batch is not None:
                     on_batch(b + 1)
         finally:
             if loose_pool is not None:
                 loose_pool.shutdown()
-        if mode == "cold":
-            used = "none" if "none" in methods_seen else used
         return BenchResult(
             mode,
             path,
@@ -366,11 +317,70 @@ def run_bench(
             w,
             coalesce_gap,
             max_read,
-            used if mode == "cold" else "none (warm)",
+            ("none" if "none" in methods_seen else used) if mode == "cold" else "none (warm)",
             pack_side,
             loose_side,
             host_facts(path),
         )
+
+
+def _loose_paths(reader: PackReader, ids_per_batch: list[list[int]], compare: str | os.PathLike[str]) -> dict[int, str]:
+    """The original file of every sampled frame under ``compare`` (bad input if any is missing)."""
+    names_col = reader.table.column("name").to_pylist()
+    raw_col = reader.table.column("name_raw").to_pylist()
+    root = os.fsencode(os.fspath(compare))
+    wanted = sorted({i for b in ids_per_batch for i in b})
+    paths: dict[int, str] = {}
+    missing = []
+    for i in wanted:
+        p = os.path.join(root, raw_col[i] if raw_col[i] is not None else names_col[i].encode())
+        if not os.path.isfile(p):
+            missing.append(os.fsdecode(p))
+        paths[i] = os.fsdecode(p)
+    if missing:
+        raise InputError(
+            f"--compare {os.fspath(compare)}: {len(missing)} of {len(wanted)} sampled frames "
+            f"have no file there (first: {missing[0]}); point --compare at the folder that was packed"
+        )
+    return paths
+
+
+def _time_pack_batch(
+    side: ReadSide, reader: PackReader, ids: list[int], workers: int, *, warm_first: bool, decode: bool, md5s: list[str]
+) -> None:
+    """Read one batch from the pack, timed (after an untimed read when warm); then decode and
+    hash it if asked (timed apart, counted apart)."""
+    if warm_first:
+        reader.read_many(ids, workers=workers)
+    stats = ReadStats()
+    t0 = time.perf_counter()
+    datas = reader.read_many(ids, workers=workers, stats=stats)
+    _account(side, stats, time.perf_counter() - t0, len(ids))
+    if decode:
+        t1 = time.perf_counter()
+        _decode_all(datas)
+        side.decode_s = (side.decode_s or 0.0) + time.perf_counter() - t1
+    for i, data in zip(ids, datas) if md5s else ():
+        side.md5_checked += 1
+        if hashlib.md5(data).hexdigest() != md5s[i]:
+            side.md5_mismatches += 1
+
+
+def _time_loose_batch(side: ReadSide, paths: list[str], pool: ThreadPoolExecutor | None, *, warm_first: bool) -> None:
+    """Read the same frames as loose files, timed (after an untimed read when warm)."""
+    if warm_first:
+        _read_loose(paths, pool)
+    t0 = time.perf_counter()
+    lat = _read_loose(paths, pool)
+    dt = time.perf_counter() - t0
+    side.frames += len(paths)
+    side.elapsed_s += dt
+    side.batch_latencies_s.append(dt)
+    side.frame_latencies_s.extend(x[0] for x in lat)
+    side.read_calls += len(paths)
+    nbytes = sum(x[1] for x in lat)
+    side.bytes_read += nbytes
+    side.bytes_requested += nbytes
 
 
 def _account(side: ReadSide, stats: ReadStats, dt: float, n: int) -> None:
