@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InputError
+from .errors import EXIT_DATA, EXIT_OK, InputError
 from .index import current_format_version
 from .reader import DEFAULT_COALESCE_GAP, DEFAULT_MAX_READ, PackReader, ReadStats, default_workers
 from .storage import evict_from_page_cache
@@ -173,6 +173,11 @@ class BenchResult:
         return self.mode == "cold" and self.cache_method != "none"
 
     @property
+    def exit_code(self) -> int:
+        """1 when a frame read did not match its md5 (``md5=True``), else 0."""
+        return EXIT_DATA if self.pack_side.md5_mismatches else EXIT_OK
+
+    @property
     def ratio(self) -> float | None:
         if self.loose_side is None or self.loose_side.elapsed_s <= 0 or self.pack_side.elapsed_s <= 0:
             return None
@@ -276,6 +281,8 @@ def run_bench(
     """
     if mode not in ("cold", "warm"):
         raise InputError(f"mode must be cold or warm, not {mode!r}")
+    if mode == "warm" and method != "auto":
+        raise InputError("--method applies to bench-cold only")
     if method not in CACHE_METHODS:
         raise InputError(f"unknown --method {method!r} (methods: {', '.join(CACHE_METHODS)})")
     if workers is not None and workers < 1:

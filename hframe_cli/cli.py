@@ -18,7 +18,6 @@ from .errors import (
     EXIT_OK,
     EXIT_USAGE,
     HframeError,
-    InputError,
 )
 from .signals import pending_signal
 
@@ -366,15 +365,7 @@ def verify(
     """Check packs: header, trailer, index, layout and every frame's md5 (exit 1 on any problem)."""
     from .verify import parse_frames, parse_sample, verify_packs
 
-    total = sum(os.path.getsize(p) for p in packs if os.path.isfile(p))
-    with render.progress(0, total, quiet or json_out or jsonl, label="verifying") as on_progress:
-        done = [0]
-
-        def progress(nbytes: int) -> None:
-            done[0] += nbytes
-            if on_progress is not None:
-                on_progress(0, done[0])
-
+    with render.byte_progress(packs, quiet or json_out or jsonl, label="verifying") as on_progress:
         report = verify_packs(
             packs,
             use_index=not no_index,
@@ -384,14 +375,11 @@ def verify(
             decode=decode,
             max_errors=max_errors,
             workers=workers,
-            on_progress=progress,
+            on_progress=on_progress,
         )
-    if junit is not None:
-        render.write_junit(report, os.fspath(junit))
-    try:
-        render.verify_report(report, as_json=json_out, as_jsonl=jsonl, quiet=quiet)
-    except BrokenPipeError:  # the reader stopped early (`| head`): the verdict still stands
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    render.verify_outcome(
+        report, junit=os.fspath(junit) if junit else None, as_json=json_out, as_jsonl=jsonl, quiet=quiet
+    )
     raise typer.Exit(report.exit_code)
 
 
@@ -446,8 +434,6 @@ def _bench_command(mode: str) -> Any:
         from .bench import run_bench
         from .units import parse_size
 
-        if mode == "warm" and method != CacheMethod.auto:
-            raise InputError("--method applies to bench-cold only")
         result = run_bench(
             pack,
             mode=mode,
@@ -465,8 +451,7 @@ def _bench_command(mode: str) -> Any:
             md5=md5,
         )
         render.bench_result(result, json_out)
-        if result.pack_side.md5_mismatches:
-            raise typer.Exit(EXIT_DATA)
+        raise typer.Exit(result.exit_code)
 
     command.__doc__ = (
         "Time random reads with the page cache evicted before every batch (optionally vs loose files)."
@@ -571,32 +556,19 @@ def get(
 ) -> None:
     """Write the bytes of one frame to stdout or -o FILE, or of every frame the filters select
     into the folder -o DIR (never binary data to a terminal)."""
-    from .dataset import open_pack
+    from .extract import get_frames
 
-    filters = {"label": label, "split": split, "kind": kind}
-    if frame is None:
-        if output is None or not (match or any(filters.values())):
-            raise InputError("give a FRAME, or filters (--match/--label/--split/--kind) with -o FOLDER")
-        from .extract import extract_frames
-
-        n = extract_frames(pack, output, match, filters, stored=stored)
-        if not quiet:
-            render.note(f"wrote {n} frames under {output}")
-        return
-    if match or any(filters.values()):
-        raise InputError("--match/--label/--split/--kind select frames: give them without a FRAME")
-    if output is None and render.interactive(sys.stdout):
-        raise InputError("refusing to write binary frame data to a terminal; redirect stdout or use -o FILE")
-    with open_pack(pack) as reader:
-        key = _frame_key(frame, by_name)
-        data = reader.read_stored(key) if stored else reader.read(key)
-    if output is None:
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-    else:
-        from .extract import write_frame
-
-        write_frame(output, data)
+    written = get_frames(
+        pack,
+        _frame_key(frame, by_name) if frame is not None else None,
+        output,
+        match=match,
+        equal={"label": label, "split": split, "kind": kind},
+        stored=stored,
+        stdout=None if output is not None or render.interactive(sys.stdout) else sys.stdout.buffer,
+    )
+    if written is not None and not quiet:
+        render.note(f"wrote {written} frames under {output}")
 
 
 _INTERRUPTED = "interrupted; nothing was published (a partial pack, if any, keeps its .partial name)"

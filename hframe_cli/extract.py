@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 from .errors import InputError
 from .index import select_rows
@@ -46,6 +47,47 @@ def _write_inside(root: str, rel: str, data: bytes, shown: str) -> None:
         os.replace(tmp, path)
     except OSError as e:
         raise InputError(f"{path}: cannot write frame {shown!r} ({e.strerror})") from None
+
+
+def get_frames(
+    pack: str | os.PathLike[str],
+    key: int | str | None,
+    output: str | os.PathLike[str] | None,
+    *,
+    match: str | None = None,
+    equal: dict[str, str | None] | None = None,
+    stored: bool = False,
+    stdout: BinaryIO | None = None,
+) -> int | None:
+    """``hframe get``: one frame (``key``) to ``stdout`` or the file ``output``, or every frame
+    that ``match``/``equal`` select into the folder ``output``. ``stdout`` is None where binary
+    data must not go (a terminal). Returns how many frames went into the folder, or None for
+    one frame.
+
+    Raises:
+        InputError: a frame and filters together, filters without a folder, nowhere to write.
+        FrameNotFound: no such frame.
+    """
+    equal = equal or {}
+    filtered = bool(match or any(equal.values()))
+    if key is None:
+        if output is None or not filtered:
+            raise InputError("give a FRAME, or filters (--match/--label/--split/--kind) with -o FOLDER")
+        return extract_frames(pack, output, match, equal, stored=stored)
+    if filtered:
+        raise InputError("--match/--label/--split/--kind select frames: give them without a FRAME")
+    if output is None and stdout is None:
+        raise InputError("refusing to write binary frame data to a terminal; redirect stdout or use -o FILE")
+    from .dataset import open_pack
+
+    with open_pack(pack) as reader:
+        data = reader.read_stored(key) if stored else reader.read(key)
+    if output is not None:
+        write_frame(output, data)
+    elif stdout is not None:
+        stdout.write(data)
+        stdout.flush()
+    return None
 
 
 def write_frame(path: str | os.PathLike[str], data: bytes) -> None:

@@ -119,6 +119,24 @@ def progress(total_frames: int, total_bytes: int, quiet: bool, label: str = "pac
         bar.close()
 
 
+@contextmanager
+def byte_progress(paths: list[str], quiet: bool, label: str) -> Iterator[Callable[[int], None] | None]:
+    """A progress callback ``(bytes_done_since_last_call)`` over the files ``paths`` (a bar on a
+    terminal, else None)."""
+    total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+    with progress(0, total, quiet, label=label) as update:
+        if update is None:
+            yield None
+            return
+        done = [0]
+
+        def advance(nbytes: int) -> None:
+            done[0] += nbytes
+            update(0, done[0])
+
+        yield advance
+
+
 def event_logger(quiet: bool) -> Callable[[str], None] | None:
     """One line per event (start, checkpoint, resume point, skipped, done) on stderr, when not
     quiet and not on a terminal (a terminal shows the progress bar instead)."""
@@ -427,6 +445,17 @@ def verify_report(report: Any, *, as_json: bool, as_jsonl: bool, quiet: bool) ->
             f"{d['packs_not_verified']} not verified; {d['frames_checked']} frames, "
             f"{format_bytes(d['bytes_checked'])} checked\n"
         )
+
+
+def verify_outcome(report: Any, *, junit: str | None, as_json: bool, as_jsonl: bool, quiet: bool) -> None:
+    """The JUnit file if asked, then the report on stdout (a reader that stops early, ``| head``,
+    changes nothing: the verdict is the exit status)."""
+    if junit is not None:
+        write_junit(report, junit)
+    try:
+        verify_report(report, as_json=as_json, as_jsonl=as_jsonl, quiet=quiet)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def write_junit(report: Any, path: str) -> None:

@@ -4,8 +4,11 @@ front door for packing that the library and the command share (issue 12)."""
 from __future__ import annotations
 
 import ast
+import io
 import json
 from pathlib import Path
+
+import pytest
 
 import hframe_cli as h
 
@@ -71,3 +74,20 @@ def test_the_library_pack_does_what_the_command_does(photos, tmp_path, cli):
     assert again.mode == "update" and again.plan.status == "up_to_date" and again.results == []
     part = h.pack([photos], tmp_path / "job.hframe", shard_of="1/3")
     assert part.mode == "part" and part.result.path == str(tmp_path / "job-00001.hframe")
+
+
+def test_the_library_get_does_what_the_command_does(packed, tmp_path, cli):
+    """One frame to a stream or a file, filters into a folder, and the same refusals."""
+    from hframe_cli.errors import InputError
+    from hframe_cli.extract import get_frames
+
+    sink = io.BytesIO()
+    assert get_frames(packed, "cats/003.jpg", None, stdout=sink) is None
+    assert sink.getvalue() == cli(["get", str(packed), "cats/003.jpg"]).stdout_bytes != b""
+    assert get_frames(packed, 0, tmp_path / "f0") is None
+    assert (tmp_path / "f0").read_bytes() == cli(["get", str(packed), "0"]).stdout_bytes
+    assert get_frames(packed, None, tmp_path / "cats", match="cats/*") == len(list((tmp_path / "cats/cats").iterdir()))
+    with pytest.raises(InputError, match="refusing to write binary frame data to a terminal"):
+        get_frames(packed, 0, None, stdout=None)
+    with pytest.raises(InputError, match="give them without a FRAME"):
+        get_frames(packed, 0, tmp_path / "x", match="*")
