@@ -9,13 +9,14 @@ the inputs lets small records compress well; it is stored in the pack (record 0'
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import FormatError, InputError
+from .errors import FormatError, InputError, OutOfMemory
 from .format import CODEC_IDS, RECORD_FLAG_DICT
 
 __all__ = [
@@ -34,6 +35,10 @@ ZSTD = CODEC_IDS["zstd"]
 NONE = CODEC_IDS["none"]
 #: No frame decompresses to more than this (a declared size above it is a decompression bomb).
 MAX_RAW_BYTES = 1 << 30
+#: A frame whose raw size is above this is hashed in pieces as it decompresses (``digest``),
+#: where the whole is not needed: verify's memory stays bounded whatever a pack declares.
+DIGEST_IN_PIECES_ABOVE = 32 << 20
+_PIECE = 1 << 20
 #: Compressed frames must save at least this fraction, else the raw bytes are stored.
 _MIN_SAVING = 1 / 64
 DEFAULT_LEVEL = 3
@@ -128,7 +133,8 @@ class ZstdDecoder:
             setattr(self._local, key, d)
         return d
 
-    def decode(self, data: bytes | memoryview, flags: int, raw_length: int, frame: str) -> bytes:
+    @staticmethod
+    def _check_size(data: bytes | memoryview, raw_length: int, frame: str) -> None:
         import zstandard as zstd
 
         try:
@@ -140,6 +146,34 @@ class ZstdDecoder:
                 f"{frame}: zstd frame declares {params.content_size} bytes, the record says {raw_length}"
                 + (" (decompression bomb?)" if params.content_size > MAX_RAW_BYTES else "")
             )
+
+    def digest(
+        self, data: bytes | memoryview, flags: int, raw_length: int, frame: str, head: int
+    ) -> tuple[bytes, bytes]:
+        """(md5 of the raw bytes, their first ``head`` bytes), decompressing in 1 MiB pieces."""
+        import zstandard as zstd
+
+        self._check_size(data, raw_length, frame)
+        md5, first, total = hashlib.md5(), b"", 0
+        try:
+            with self._get(bool(flags & RECORD_FLAG_DICT)).stream_reader(data, read_across_frames=False) as r:
+                while piece := r.read(_PIECE):
+                    total += len(piece)
+                    if total > raw_length:
+                        break
+                    if len(first) < head:
+                        first += piece[: head - len(first)]
+                    md5.update(piece)
+        except zstd.ZstdError as e:
+            raise FormatError(f"{frame}: zstd data does not decompress ({e})") from None
+        if total != raw_length:
+            raise FormatError(f"{frame}: decompressed to {total} bytes or more, the record says {raw_length}")
+        return md5.digest(), first
+
+    def decode(self, data: bytes | memoryview, flags: int, raw_length: int, frame: str) -> bytes:
+        import zstandard as zstd
+
+        self._check_size(data, raw_length, frame)
         try:
             out: bytes = self._get(bool(flags & RECORD_FLAG_DICT)).decompress(data, max_output_size=raw_length)
         except zstd.ZstdError as e:
@@ -208,8 +242,35 @@ class Decompressor:
                 f"{frame}: refusing to decompress: declared size {raw_length} bytes exceeds the "
                 f"{MAX_RAW_BYTES}-byte limit (decompression bomb?)"
             )
-        out: bytes = decoder.decode(data, flags, raw_length, frame)
+        try:
+            out: bytes = decoder.decode(data, flags, raw_length, frame)
+        except MemoryError:
+            raise OutOfMemory(
+                f"{frame}: not enough memory to decompress its {raw_length} bytes (the process may "
+                "not take that much; 'hframe verify' checks such frames in pieces)"
+            ) from None
         return out
+
+    def digest(
+        self, data: bytes | memoryview, codec: int, flags: int, raw_length: int, frame: str, head: int
+    ) -> tuple[bytes, bytes]:
+        """(md5 of a stored frame's raw bytes, their first ``head`` bytes), in bounded memory
+        where the codec can decompress in pieces.
+
+        Raises:
+            FormatError: as ``decode``.
+        """
+        decoder = self._decoder(codec, frame)
+        if raw_length > MAX_RAW_BYTES:
+            raise FormatError(
+                f"{frame}: refusing to decompress: declared size {raw_length} bytes exceeds the "
+                f"{MAX_RAW_BYTES}-byte limit (decompression bomb?)"
+            )
+        if hasattr(decoder, "digest"):
+            pair: tuple[bytes, bytes] = decoder.digest(data, flags, raw_length, frame, head)
+            return pair
+        raw = self.decode(data, codec, flags, raw_length, frame)
+        return hashlib.md5(raw).digest(), raw[:head]
 
     def decode_many(
         self,

@@ -15,7 +15,8 @@ Our exception hierarchy::
     │   ├── MagicMismatch            magic bytes disagree with the recorded media type
     │   └── FrameOutOfRange          offset + length lies beyond the end of the pack
     ├── StorageError                 exit 3: I/O failed (disk full, unreachable, permission)
-    │   └── PackReplaced             a reader's pack was replaced and its version is out of reach
+    │   ├── PackReplaced             a reader's pack was replaced and its version is out of reach
+    │   └── OutOfMemory              a frame needs more memory than the process may take
     ├── PackLocked                   exit 3: another run holds the output
     ├── NothingToResume              exit 5: resume found no partial pack, checkpoint or pack
     └── Interrupted                  exit 130: SIGINT/SIGTERM; a checkpoint was written
@@ -46,6 +47,7 @@ __all__ = [
     "NotAPack",
     "NotFound",
     "NothingToResume",
+    "OutOfMemory",
     "PackLocked",
     "PackReplaced",
     "StorageError",
@@ -125,6 +127,11 @@ class StorageError(HframeError):
 
 class PackReplaced(StorageError):
     """The pack a reader opened was replaced (republished), and that version can no longer be reached."""
+
+
+class OutOfMemory(StorageError):
+    """The machine could not give a frame's bytes the memory they need (exit 3, like storage:
+    the data may be fine; run where more memory is allowed)."""
 
 
 class PackLocked(HframeError):

@@ -19,6 +19,9 @@ def safe_relative(name: bytes) -> str:
     """A frame name (exact bytes) as a path under the output folder; refuses names that would
     leave it."""
     text = os.fsdecode(name)
+    if "\0" in text:
+        shown = name.decode("utf-8", "backslashreplace")
+        raise InputError(f"frame name {shown!r} contains a NUL byte, which no file name can; extract it by id instead")
     parts = text.split("/")
     if text.startswith("/") or any(p in ("", ".", "..") for p in parts):
         shown = name.decode("utf-8", "backslashreplace")

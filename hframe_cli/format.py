@@ -259,6 +259,9 @@ class RecordHeader:
                 raise FormatError(f"{where}: record header checksum mismatch (record header is corrupt)")
         if size < RECORD_FIXED + name_len + extra_len:
             raise FormatError(f"{where}: record header size {size} is too small")
+        problem = record_field_problem(length, raw_length, codec, kind)
+        if problem is not None:
+            raise FormatError(f"{where}: frame {frame_id}: {problem}")
         header = cls(frame_id, length, raw_length, md5, mtime_ns, rest[:name_len], rest[name_len:], codec, kind, flags)
         return header, size
 
@@ -344,6 +347,20 @@ def record_fields(buf: bytes | memoryview, pos: int) -> tuple[Any, ...]:
     name_len, extra_len, flags, crc), as packed by ``RecordHeader.encode``.
     """
     return _RECORD.unpack_from(buf, pos)
+
+
+def record_field_problem(length: int, raw_length: int, codec: int, kind: int) -> str | None:
+    """What no writer of this format produces in a record's lengths, codec or kind (a crafted or
+    damaged record whose CRC still matches), or None. Lengths are signed 64-bit in the index."""
+    if length >= 1 << 63:
+        return f"length {length} is beyond any pack"
+    if raw_length >= 1 << 63:
+        return f"raw length {raw_length} is beyond any frame"
+    if codec not in CODEC_NAMES:
+        return f"codec {codec} is not one this hframe knows ({', '.join(f'{v} {k}' for k, v in CODEC_IDS.items())})"
+    if kind not in KIND_NAMES:
+        return f"kind {kind} is not one this hframe knows ({', '.join(f'{v} {k}' for k, v in KIND_IDS.items())})"
+    return None
 
 
 def record_crc(buf: bytes | memoryview, pos: int, name_len: int, extra_len: int) -> int:

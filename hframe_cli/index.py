@@ -85,7 +85,10 @@ def get_index_path(pack_path: str | os.PathLike[str]) -> Path:
 
 def format_time_us(created_us: int) -> str:
     """ISO 8601 UTC with microseconds, as stored in ``hframe.pack_time``."""
-    dt = datetime.fromtimestamp(created_us / 1_000_000, tz=timezone.utc)
+    try:
+        dt = datetime.fromtimestamp(created_us / 1_000_000, tz=timezone.utc)
+    except (OverflowError, ValueError, OSError):  # a year beyond 1..9999: a crafted or damaged header
+        return f"out of range ({created_us} us since 1970)"
     return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 

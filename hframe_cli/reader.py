@@ -271,7 +271,7 @@ class PackReader:
     # -- reads --------------------------------------------------------------------------
 
     def _check_range(self, frame_id: int, offset: int, length: int) -> None:
-        if offset < HEADER_SIZE or offset + length > self._data_end:
+        if offset < HEADER_SIZE or length < 0 or offset + length > self._data_end:
             raise FrameOutOfRange(
                 f"{self.path}: frame {frame_id} (offset {offset}, length {length}): index out of range "
                 f"(pack data is bytes {HEADER_SIZE}..{self._data_end})"
@@ -378,7 +378,9 @@ class PackReader:
             ids = [k if type(k) is int and 0 <= k < count else self.frame_id(k) for k in keys]
             offs = list(map(offsets.__getitem__, ids))
             lens = list(map(lengths.__getitem__, ids))
-        if not self._all_in_range and (min(offs) < HEADER_SIZE or max(map(int.__add__, offs, lens)) > self._data_end):
+        if not self._all_in_range and (
+            min(offs) < HEADER_SIZE or min(lens) < 0 or max(map(int.__add__, offs, lens)) > self._data_end
+        ):
             for i, off, ln in zip(ids, offs, lens):
                 self._check_range(i, off, ln)
         return ids, offs, lens

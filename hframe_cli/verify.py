@@ -37,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .codec import Decompressor
+from .codec import DIGEST_IN_PIECES_ABOVE, Decompressor
 from .errors import (
     ChecksumMismatch,
     FormatError,
@@ -66,6 +66,7 @@ from .format import (
     Trailer,
     expected_magic,
     record_crc,
+    record_field_problem,
     record_fields,
 )
 from .generation import pinned_index, until_settled
@@ -129,6 +130,8 @@ class _Window:
         self.bytes_read += len(self.buf)
         return self.buf, 0
 
+
+_MAX_KIND = max(KIND_IDS.values())  # a record of a higher kind takes the careful path, which says why
 
 #: A compressed frame in a batch: (codec, record flags, raw length, expected magic bytes or None).
 Packed = tuple[int, int, int, "bytes | None"]
@@ -194,8 +197,11 @@ def _hash_batch(
         err = None
         if packed and frame_id in packed:
             codec, flags, raw_length, magic = packed[frame_id]
+            assert decompressor is not None
+            if raw_length > DIGEST_IN_PIECES_ABOVE:  # hashed as it decompresses: bounded memory
+                out.append(_digest_in_pieces(decompressor, view, frame_id, packed[frame_id]))
+                continue
             try:
-                assert decompressor is not None
                 view = decompressor.decode(view, codec, flags, raw_length, f"frame {frame_id}")
             except FormatError as e:
                 out.append((b"", f"codec: {str(e).removeprefix(f'frame {frame_id}: ')}"))
@@ -208,6 +214,23 @@ def _hash_batch(
             err = None if decode_err is None else f"decode: image does not decode ({decode_err})"
         out.append((digest, err))
     return out
+
+
+def _digest_in_pieces(
+    decompressor: Decompressor, data: memoryview | bytes, frame_id: int, packed: Packed
+) -> tuple[bytes, str | None]:
+    """A large compressed frame's md5 and magic, decompressed in pieces (it is not decoded:
+    an image that large is beyond Pillow's own limit)."""
+    codec, flags, raw_length, magic = packed
+    try:
+        digest, head = decompressor.digest(data, codec, flags, raw_length, f"frame {frame_id}", len(magic or b""))
+    except FormatError as e:
+        return b"", f"codec: {str(e).removeprefix(f'frame {frame_id}: ')}"
+    if magic is not None and head != magic:
+        return digest, (
+            f"magic: magic bytes mismatch after decompression (expected {magic.hex(' ')}, read {head.hex(' ')})"
+        )
+    return digest, None
 
 
 def _decode_error(data: memoryview | bytes) -> str | None:
@@ -331,12 +354,15 @@ class _Verifier:
         ln, off = fast.length[i], fast.offset[i]
         if at < 0 or at + RECORD_FIXED > len(wb) or off + ln - ws > len(wb) or off + ln > end or fast.record[i] != pos:
             return None
-        rmagic, rsize, rid, rlen, rraw, rmd5, _, rcodec, _, nlen, elen, rflags, rcrc = RECORD_STRUCT.unpack_from(wb, at)
+        rmagic, rsize, rid, rlen, rraw, rmd5, _, rcodec, rkind, nlen, elen, rflags, rcrc = RECORD_STRUCT.unpack_from(
+            wb, at
+        )
         body = at + RECORD_FIXED
         hend = body + nlen + elen
         if not (
             rid == i
             and rlen == ln
+            and rkind <= _MAX_KIND
             and pos + rsize == off
             and hend <= at + rsize
             and rraw == fast.raw[i]
@@ -383,6 +409,10 @@ class _Verifier:
         if offset + length > end:
             self.missing_from(i, offset, end, idx, self.report_to, f"payload runs past the end of data ({end})")
             return None
+        problem = record_field_problem(length, raw_length, codec, kind)
+        if problem is not None:  # a crafted record whose CRC matches: nothing in it can be trusted
+            self.add("record", f"{self.frame_where(i, offset, length)}: {problem}", i, offset=offset, length=length)
+            return offset + length, i + 1
         name = bytes(buf[at + RECORD_FIXED : at + RECORD_FIXED + name_len])
         media = None
         if idx is not None:
@@ -521,12 +551,13 @@ class _Verifier:
                 at = pos - ws
                 if off + ln > limit or rofs[i] != pos or at < 0 or at + RECORD_FIXED > len(wb):
                     break
-                rmagic, rsize, rid, rlen, rraw, rmd5, _, rcodec, _, nlen, elen, _, rcrc = unpack(wb, at)
+                rmagic, rsize, rid, rlen, rraw, rmd5, _, rcodec, rkind, nlen, elen, _, rcrc = unpack(wb, at)
                 body = at + RECORD_FIXED
                 hend = body + nlen + elen
                 if (
                     rid != i
                     or rlen != ln
+                    or rkind > _MAX_KIND
                     or pos + rsize != off
                     or hend > at + rsize
                     or rcodec

@@ -1,0 +1,210 @@
+"""Crafted and damaged input: every one gets a one-line answer with its documented exit code
+(1 for bad data, 2 for bad input) from the command, and an hframe exception from the library;
+never "internal error", a raw OSError or a traceback. Each input is made here, in the test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import hframe_cli as h
+from hframe_cli.errors import HframeError
+from hframe_cli.format import HEADER_SIZE, RECORD_FIXED, Header, encode_record, record_fields
+from hframe_cli.writer import PackWriter
+
+FIELDS = (
+    "magic",
+    "size",
+    "frame_id",
+    "length",
+    "raw_length",
+    "md5",
+    "mtime_ns",
+    "codec",
+    "kind",
+    "name_len",
+    "extra_len",
+    "flags",
+    "crc",
+)
+
+
+def small_pack(path: Path, names: list[bytes] | None = None) -> Path:
+    names = names or [b"a.bin", b"b.bin", b"c.bin"]
+    with PackWriter(path) as w:
+        for i, name in enumerate(names):
+            w.add(name, bytes([i]) * (100 + i))
+        w.seal()
+        w.publish()
+    return path
+
+
+def record_offset(pack: Path, frame_id: int) -> int:
+    return pq.read_table(f"{pack}.index.parquet").column("record_offset")[frame_id].as_py()
+
+
+def rewrite_record(pack: Path, frame_id: int, **changes: int) -> None:
+    """Change fixed fields of a record header and give it a valid CRC: a crafted record that
+    every checksum accepts."""
+    data = bytearray(pack.read_bytes())
+    at = record_offset(pack, frame_id)
+    f = dict(zip(FIELDS, record_fields(data, at)))
+    f.update(changes)
+    body = bytes(data[at + RECORD_FIXED : at + RECORD_FIXED + f["name_len"] + f["extra_len"]])
+    name, extra = body[: f["name_len"]], body[f["name_len"] :]
+    new = encode_record(
+        f["size"],
+        f["frame_id"],
+        f["length"],
+        f["raw_length"],
+        f["md5"],
+        f["mtime_ns"],
+        f["codec"],
+        f["kind"],
+        name,
+        extra,
+        f["flags"],
+    )
+    data[at : at + len(new)] = new
+    pack.write_bytes(bytes(data))
+
+
+def rewrite_index_column(pack: Path, column: str, row: int, value: object) -> None:
+    index = Path(f"{pack}.index.parquet")
+    table = pq.read_table(index)
+    values = table.column(column).to_pylist()
+    values[row] = value
+    i = table.schema.get_field_index(column)
+    table = table.set_column(i, table.schema.field(i), pa.array(values, table.schema.field(i).type))
+    pq.write_table(table, index)
+
+
+def one_line_error(r, code: int) -> str:
+    assert r.exit_code == code, (r.exit_code, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hframe: error: "), r.stderr
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"codec": 99}, "codec 99"),
+        ({"kind": 65535}, "kind 65535"),
+        ({"raw_length": 1 << 63}, "raw length"),
+        ({"length": (1 << 64) - 1}, "length"),
+    ],
+)
+def test_a_record_with_a_valid_crc_but_impossible_fields_is_bad_data(tmp_path, cli, changes, says):
+    pack = small_pack(tmp_path / "p.hframe")
+    rewrite_record(pack, 1, **changes)
+    line = one_line_error(cli(["index", str(pack), "--rebuild"]), 1)
+    assert "frame 1" in line and says in line
+    with pytest.raises(HframeError, match=says):
+        h.rebuild_index(pack, tmp_path / "rebuilt.parquet")
+    r = cli(["verify", str(pack)])
+    assert r.exit_code == 1 and "internal error" not in r.stderr
+    r = cli(["verify", str(pack), "--no-index"])
+    assert r.exit_code == 1 and "internal error" not in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("created_us", [(1 << 63) - 1, -(1 << 63)])
+def test_an_extreme_creation_time_is_shown_not_a_crash(tmp_path, cli, created_us):
+    pack = small_pack(tmp_path / "p.hframe")
+    data = bytearray(pack.read_bytes())
+    old = Header.decode(bytes(data[:HEADER_SIZE]), "p")
+    data[:HEADER_SIZE] = Header(old.uuid, created_us, old.alignment, old.version, old.flags).encode()
+    pack.write_bytes(bytes(data))
+    r = cli(["dump-header", str(pack), "--json"])
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+    assert str(created_us) in r.stdout
+    r = cli(["index", str(pack), "--rebuild"])
+    assert r.exit_code == 0, r.stderr
+    assert pq.read_table(f"{pack}.index.parquet").num_rows == 3
+
+
+def test_a_negative_length_in_the_index_is_out_of_range(tmp_path, cli):
+    pack = small_pack(tmp_path / "p.hframe")
+    rewrite_index_column(pack, "length", 1, -5)
+    line = one_line_error(cli(["get", str(pack), "1"]), 1)
+    assert "frame 1" in line and "length -5" in line
+    with h.open_pack(pack) as reader:
+        assert reader.read(0) == b"\0" * 100
+        for workers in (1, 4):
+            with pytest.raises(HframeError, match="frame 1"):
+                reader.read_many([0, 1], workers=workers)
+        with pytest.raises(HframeError, match="frame 1"):
+            reader.read_stored(1)
+    assert cli(["verify", str(pack)]).exit_code == 1
+
+
+def test_a_name_that_cannot_be_a_file_name_is_one_line(tmp_path, cli):
+    pack = small_pack(tmp_path / "p.hframe", [b"a.bin", b"b\0c.bin", b"d.bin"])
+    line = one_line_error(cli(["get", str(pack), "--match", "*", "-o", str(tmp_path / "out")]), 2)
+    assert "NUL" in line
+    assert not any(p.name.endswith(".partial") for p in (tmp_path / "out").rglob("*"))
+
+
+def huge_zstd_pack(path: Path, raw_size: int) -> Path:
+    """One legal zstd frame of ``raw_size`` zero bytes (a few KB stored), as a bomb would be."""
+    import hashlib
+
+    import zstandard as zstd
+
+    raw = bytes(raw_size)
+    stored = zstd.ZstdCompressor(level=1).compress(raw)
+    with PackWriter(path) as w:
+        w.add(b"small.bin", b"x" * 10)
+        w.add(b"zeros.bin", stored, raw_length=raw_size, codec=1, md5=hashlib.md5(raw).digest(), kind=2)
+        w.seal()
+        w.publish()
+    return path
+
+
+def test_verify_hashes_a_huge_compressed_frame_in_bounded_memory(tmp_path):
+    """A pack of a few KB that declares 768 MiB: verify checks it (md5 and all) in pieces; the
+    process never holds the whole frame."""
+    import subprocess
+    import sys
+
+    pack = huge_zstd_pack(tmp_path / "bomb.hframe", 768 << 20)
+    assert pack.stat().st_size < 1 << 20
+    code = (
+        "import resource, sys\n"
+        "from hframe_cli.verify import verify_pack\n"
+        f"r = verify_pack({str(pack)!r})\n"
+        "print(r.ok, r.frames_checked, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    ok, checked, peak_kib = out.stdout.split()
+    assert ok == "True" and checked == "2"
+    assert int(peak_kib) < 400 << 10, f"peak RSS {int(peak_kib) >> 10} MiB for a 768 MiB frame"
+
+
+def test_a_frame_larger_than_memory_allows_is_one_line_exit_3(tmp_path):
+    """Under a 1.5 GB address-space limit (a started hframe maps about 1 GB): get needs the
+    whole 768 MiB frame and says it cannot have it; verify checks it in pieces and passes."""
+    import resource
+    import subprocess
+
+    from conftest import hframe_bin
+
+    pack = huge_zstd_pack(tmp_path / "big.hframe", 768 << 20)
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1500 << 20, 1500 << 20))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [hframe_bin(), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, preexec_fn=limit)
+
+    r = run("get", str(pack), "1", "-o", str(tmp_path / "z"))
+    assert r.returncode == 3, r.stderr
+    assert "frame 1: not enough memory to decompress its 805306368 bytes" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "z").exists()
+    r = run("verify", str(pack))
+    assert r.returncode == 0, r.stderr + r.stdout
