@@ -492,8 +492,9 @@ def current_format_version() -> str:
 
 
 def glob_to_regex(glob: str) -> str:
-    """A shell glob (``*``, ``?``, ``[...]``) as an anchored RE2 regex; ``*`` crosses ``/``."""
-    out = ["^"]
+    """A shell glob (``*``, ``?``, ``[...]``) as an anchored RE2 regex; ``*`` crosses ``/``,
+    and ``*`` and ``?`` match any character, a newline too (as ``pack --include`` does)."""
+    out = ["(?s)^"]
     i = 0
     while i < len(glob):
         c = glob[i]

@@ -244,6 +244,11 @@ class PackReader:
             pos = pc.index(names, pa.scalar(text)).as_py()
             if pos >= 0 and not raws[pos].is_valid:
                 return int(pos)  # frame ids are row numbers
+            if pos >= 0:  # the name as index prints a non-UTF-8 one (\xNN escapes), unless a
+                # UTF-8 name is exactly that text (that one wins)
+                same = pc.indices_nonzero(pc.equal(names, pa.scalar(text))).to_pylist()
+                exact = [i for i in same if not raws[i].is_valid]
+                return int(exact[0] if exact else same[0])
         if raws.null_count < len(raws):
             import pyarrow.compute as pc
 

@@ -4,6 +4,8 @@ never "internal error", a raw OSError or a traceback. Each input is made here, i
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -208,3 +210,37 @@ def test_a_frame_larger_than_memory_allows_is_one_line_exit_3(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "z").exists()
     r = run("verify", str(pack))
     assert r.returncode == 0, r.stderr + r.stdout
+
+
+def test_one_glob_rule_a_newline_in_a_name_is_matched_by_star(tmp_path, cli):
+    names = [b"a.bin", b"line\nbreak.bin", b"q\n.bin", b"z.bin"]
+    pack = small_pack(tmp_path / "p.hframe", names)
+    r = cli(["get", str(pack), "--match", "*", "-o", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.stderr
+    assert sorted(p.name.encode() for p in (tmp_path / "out").iterdir()) == sorted(names)
+    r = cli(["index", str(pack), "--name", "q?.bin", "-f", "jsonl", "-c", "frame_id"])
+    assert [json.loads(line)["frame_id"] for line in r.stdout.splitlines()] == [2]
+    # the same rule as pack --include
+    src = tmp_path / "src"
+    src.mkdir()
+    for n in names:
+        (src / os.fsdecode(n)).write_bytes(n)
+    r = cli(["pack", str(src), "-o", str(tmp_path / "inc.hframe"), "--include", "*break*", "-q"])
+    assert r.exit_code == 0 and h.open_pack(tmp_path / "inc.hframe").table.column("name").to_pylist() == [
+        "line\nbreak.bin"
+    ]
+
+
+def test_a_non_utf8_name_as_index_prints_it_is_accepted_back(tmp_path, cli):
+    pack = small_pack(tmp_path / "p.hframe", [b"bad\xff\xfe.png", b"good.png"])
+    r = cli(["index", str(pack), "-c", "name", "--no-header", "-f", "csv"])
+    shown = r.stdout.splitlines()[0]
+    assert shown == "bad\\xff\\xfe.png"
+    r = cli(["get", str(pack), shown])
+    assert r.exit_code == 0 and r.stdout_bytes == b"\0" * 100
+    r = cli(["get", str(pack), "--match", shown.replace("\\xfe", "*"), "-o", str(tmp_path / "o")])
+    assert r.exit_code == 0 and (tmp_path / "o" / os.fsdecode(b"bad\xff\xfe.png")).read_bytes() == b"\0" * 100
+    # a UTF-8 name that is literally the escaped text wins over the escape
+    pack2 = small_pack(tmp_path / "q.hframe", [b"bad\\xff.png", b"bad\xff.png"])
+    with h.open_pack(pack2) as reader:
+        assert reader.frame_id("bad\\xff.png") == 0 and reader.frame_id(b"bad\xff.png") == 1
