@@ -4,6 +4,7 @@
 # string at start-up (about 50 ms on every command).
 import os
 import sys
+import warnings
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -583,6 +584,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+    # Pillow's warnings (corrupt EXIF, odd palettes) are not ours to print: an image that does
+    # not decode is a verify finding or a pack warning line, one that decodes is fine
+    warnings.filterwarnings("ignore", module="PIL")
     code = EXIT_OK
     stdout = sys.stdout
     try:

@@ -10,6 +10,7 @@ Pillow's modes in every case (``tests/test_media.py`` compares them).
 from __future__ import annotations
 
 import io
+import re
 import struct
 
 __all__ = ["image_info"]
@@ -52,7 +53,14 @@ def _pillow(data: bytes) -> tuple[int, int, str]:
         with Image.open(io.BytesIO(data)) as img:
             return int(img.width), int(img.height), str(img.mode)
     except Exception as e:  # noqa: BLE001 - Pillow raises many types for bad headers
-        raise ValueError(f"{type(e).__name__}: {e}") from None
+        raise ValueError(pillow_message(e)) from None
+
+
+def pillow_message(e: Exception) -> str:
+    """A Pillow exception as one line, without the in-memory file's ``<_io.BytesIO object at
+    0x...>`` (it names nothing and changes every run; the caller names the file or frame)."""
+    text = re.sub(r" ?<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(e))
+    return f"{type(e).__name__}: {text}"
 
 
 def _png(data: bytes) -> tuple[int, int, str] | None:

@@ -28,7 +28,6 @@ import math
 import os
 import pickle
 import random
-import re
 import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -70,6 +69,7 @@ from .format import (
     record_fields,
 )
 from .generation import pinned_index, until_settled
+from .imagehead import pillow_message
 from .index import IndexMeta, get_index_path, int64_column, read_index_meta
 from .inputs import expand_globs
 from .reader import read_dictionary
@@ -240,8 +240,7 @@ def _decode_error(data: memoryview | bytes) -> str | None:
         with Image.open(io.BytesIO(data)) as img:
             img.load()
     except Exception as e:  # noqa: BLE001 - any decoder failure is a finding, not a crash
-        text = re.sub(r" ?<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(e))  # not useful, not stable
-        return f"{type(e).__name__}: {text}"
+        return pillow_message(e)
     return None
 
 

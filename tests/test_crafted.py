@@ -244,3 +244,33 @@ def test_a_non_utf8_name_as_index_prints_it_is_accepted_back(tmp_path, cli):
     pack2 = small_pack(tmp_path / "q.hframe", [b"bad\\xff.png", b"bad\xff.png"])
     with h.open_pack(pack2) as reader:
         assert reader.frame_id("bad\\xff.png") == 0 and reader.frame_id(b"bad\xff.png") == 1
+
+
+def jpeg_with_corrupt_exif() -> bytes:
+    """A JPEG that decodes, whose EXIF segment promises more than it holds (Pillow warns)."""
+    import io
+
+    from PIL import Image
+
+    b = io.BytesIO()
+    Image.new("RGB", (16, 16), "red").save(b, "JPEG")
+    jpeg = b.getvalue()
+    seg = b"Exif\0\0MM\0\x2a\0\0\0\x08\0\x05" + b"\xff" * 40
+    return jpeg[:2] + b"\xff\xe1" + (len(seg) + 2).to_bytes(2, "big") + seg + jpeg[2:]
+
+
+def test_pillow_warnings_stay_out_of_stderr_and_errors_name_the_file(tmp_path, cli):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "exif.jpg").write_bytes(jpeg_with_corrupt_exif())
+    pack = tmp_path / "p.hframe"
+    r = cli(["pack", str(src), "-o", str(pack), "-q"])
+    assert r.exit_code == 0 and r.stderr == ""
+    from conftest import run_bin  # a real process: pytest would catch the warning itself
+
+    r = run_bin(["verify", str(pack), "--decode", "-q"])
+    assert r.returncode == 0 and r.stderr == b"", r.stderr  # the image decodes: nothing to say
+    (src / "garbage.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    r = cli(["pack", str(src), "-o", str(tmp_path / "q.hframe"), "--strict-images"])
+    line = one_line_error(r, 2)
+    assert "garbage.png" in line and "BytesIO" not in line and "0x" not in line
