@@ -8,11 +8,12 @@ object per frame, so memory grows by tens of bytes per frame, not kilobytes.
 from __future__ import annotations
 
 import binascii
+import hashlib
 import math
 import os
 import re
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -117,15 +118,21 @@ class IndexMeta:
             raw = md.get((_META_PREFIX + key).encode())
             if raw is None:
                 raise FormatError(f"{where}: not an hframe index (metadata key {_META_PREFIX}{key} missing)")
-            values[key] = raw.decode()
-        major = int(values["index_schema_version"].split(".")[0])
+            try:
+                values[key] = raw.decode()
+            except UnicodeDecodeError:
+                raise FormatError(f"{where}: index metadata {_META_PREFIX}{key} is not text (damaged)") from None
+        try:
+            major = int(values["index_schema_version"].split(".")[0])
+            for key in ("frame_count", "pack_bytes", "payload_bytes", "alignment"):
+                values[key] = int(values[key])
+        except ValueError:
+            raise FormatError(f"{where}: index metadata holds a value that is not a number (damaged)") from None
         if major != INDEX_SCHEMA_VERSION[0]:
             raise UnsupportedVersion(
                 f"{where}: index schema version {values['index_schema_version']} is not supported "
                 f"(this hframe reads {INDEX_SCHEMA_VERSION[0]}.x)"
             )
-        for key in ("frame_count", "pack_bytes", "payload_bytes", "alignment"):
-            values[key] = int(values[key])
         return cls(**values)
 
     def check_pack(self, pack_uuid: str, pack_bytes: int, frame_count: int, where: str) -> None:
@@ -395,19 +402,110 @@ class _MetaColumns:
         return out
 
 
+#: What pyarrow raises, one way or another, for a Parquet file that is damaged or crafted.
+DAMAGED_PARQUET = (pa.ArrowException, OSError, KeyError, ValueError, IndexError)
+
+#: The index file's own md5, in its footer: a flipped byte anywhere in the file is found by
+#: verify. The md5 is taken over the whole file with its own 32 hex digits written as zeros.
+FILE_MD5_KEY = b"hframe.file_md5"
+_PLACEHOLDER = b"0" * 32
+
+
+class _Hashing:
+    """A write-only file that hashes what passes through it and keeps what came after ``mark()``
+    (pyarrow writes the Parquet file to it; the footer comes last)."""
+
+    closed = False
+
+    def __init__(self, f: Any) -> None:
+        self.f, self.md5, self.n = f, hashlib.md5(), 0
+        self.tail: bytearray | None = None
+
+    def mark(self) -> int:
+        self.tail = bytearray()
+        return self.n
+
+    def write(self, data: bytes) -> int:
+        self.md5.update(data)
+        self.n += len(data)
+        if self.tail is not None:
+            self.tail += data
+        return int(self.f.write(data))
+
+    def flush(self) -> None:
+        self.f.flush()
+
+    def tell(self) -> int:
+        return self.n
+
+    def close(self) -> None:
+        pass
+
+
 def write_index(table: pa.Table, path: str | os.PathLike[str]) -> None:
-    """Write ``table`` as Parquet (zstd, large row groups) to ``path`` and fsync it."""
+    """Write ``table`` as Parquet (zstd, large row groups, a CRC on every page, the file's own
+    md5 in its footer) to ``path`` and fsync it."""
     with open(path, "wb") as f:
-        pq.write_table(
-            table,
-            f,
+        sink = _Hashing(f)
+        writer = pq.ParquetWriter(
+            sink,
+            table.schema,
             compression="zstd",
-            row_group_size=ROW_GROUP_SIZE,
             use_dictionary=["name", "media_type", "kind", "codec", "label", "split", "source"],
             write_statistics=["frame_id", "offset", "record_offset"],
+            write_page_checksum=True,  # a damaged page fails its CRC in every reader (hframe.5)
         )
+        try:
+            writer.write_table(table, row_group_size=ROW_GROUP_SIZE)
+            writer.add_key_value_metadata({FILE_MD5_KEY: _PLACEHOLDER})
+            footer_at = sink.mark()
+        finally:
+            writer.close()
+        assert sink.tail is not None
+        key = sink.tail.find(FILE_MD5_KEY)
+        at = sink.tail.find(_PLACEHOLDER, key)
+        if key < 0 or at < 0:
+            raise FormatError(f"{os.fspath(path)}: the Parquet writer did not keep the md5 slot in the footer")
+        f.seek(footer_at + at)
+        f.write(sink.md5.hexdigest().encode())
         f.flush()
         os.fsync(f.fileno())
+
+
+def file_digest_problem(
+    read_at: Callable[[int, int], bytes], size: int, footer: dict[bytes, bytes] | None, where: str
+) -> str | None:
+    """What is wrong with an index file by the md5 written into its footer (``write_index``), or
+    None: it matches, or the index predates it (or another tool rewrote it): then only the page
+    CRCs speak for it."""
+    footer = footer or {}
+    value = footer.get(FILE_MD5_KEY)
+    tail = read_at(size - 8, 8) if size >= 8 else b""
+    start = max(0, size - 8 - int.from_bytes(tail[:4], "little")) if len(tail) == 8 else 0
+    raw_footer = read_at(start, size - start)
+    key = raw_footer.find(FILE_MD5_KEY)
+    if value is None:
+        # another tool's rewrite has no such key; a damaged footer may still show it, whole or hit
+        if key >= 0 or any(_one_byte_off(k, FILE_MD5_KEY) for k in footer):
+            return f"{where}: index file is damaged (the md5 it was written with cannot be read from its footer)"
+        return None
+    found = raw_footer.find(value, key + len(FILE_MD5_KEY)) if key >= 0 else -1
+    if found < 0 or len(value) != len(_PLACEHOLDER):
+        return f"{where}: index file is damaged (the md5 it was written with cannot be read from its footer)"
+    at = start + found  # the digest's own bytes are hashed as the zeros they were
+    md5 = hashlib.md5()
+    for lo, hi in ((0, at), (at + len(_PLACEHOLDER), size)):
+        for pos in range(lo, hi, 8 << 20):
+            md5.update(read_at(pos, min(8 << 20, hi - pos)))
+        if hi == at:
+            md5.update(_PLACEHOLDER)
+    if md5.hexdigest().encode() != value:
+        return f"{where}: index file is damaged (its md5 differs from the one written with it)"
+    return None
+
+
+def _one_byte_off(a: bytes, b: bytes) -> bool:
+    return len(a) == len(b) and sum(x != y for x, y in zip(a, b)) == 1
 
 
 def read_index_meta(path: str | os.PathLike[str], *, stream: Any = None) -> IndexMeta:
@@ -418,8 +516,8 @@ def read_index_meta(path: str | os.PathLike[str], *, stream: Any = None) -> Inde
         schema = pq.read_schema(stream if stream is not None else path)
     except FileNotFoundError as e:
         raise InputError(f"{where}: index not found (rebuild it with 'hframe index PACK --rebuild')") from e
-    except (pa.ArrowInvalid, OSError) as e:
-        raise FormatError(f"{where}: not a readable Parquet index ({e})") from e
+    except DAMAGED_PARQUET as e:
+        raise FormatError(f"{where}: not a readable Parquet index ({type(e).__name__}: {e})") from e
     return IndexMeta.from_metadata(schema.metadata, where)
 
 
@@ -440,9 +538,17 @@ def read_index(
     where = os.fspath(path)
     try:
         # ParquetFile, not read_table: the same rows without importing pyarrow.dataset (~90 ms)
-        with pq.ParquetFile(stream if stream is not None else path, read_dictionary=list(as_dictionary) or None) as pf:
+        with pq.ParquetFile(
+            stream if stream is not None else path,
+            read_dictionary=list(as_dictionary) or None,
+            page_checksum_verification=True,  # pages written without a CRC (before 0.x) are read as they are
+        ) as pf:
             if columns is None:
-                return _conform(_with_added_columns(pf.read()), where)
+                table = _conform(_with_added_columns(pf.read()), where)
+                missing = [c for c in COLUMNS if c not in table.column_names]
+                if missing:
+                    raise FormatError(f"{where}: index has no column {missing[0]!r}")
+                return table
             have = set(pf.schema_arrow.names)
             table = pf.read(columns=[c for c in columns if c in have])
         missing = [c for c in columns if c not in have and c in ADDED_COLUMNS]
@@ -452,8 +558,8 @@ def read_index(
         return _conform(table, where)
     except FileNotFoundError as e:
         raise InputError(f"{where}: index not found (rebuild it with 'hframe index PACK --rebuild')") from e
-    except (pa.ArrowInvalid, OSError) as e:
-        raise FormatError(f"{where}: not a readable Parquet index ({e})") from e
+    except DAMAGED_PARQUET as e:
+        raise FormatError(f"{where}: not a readable Parquet index ({type(e).__name__}: {e})") from e
 
 
 def _conform(table: pa.Table, where: str) -> pa.Table:

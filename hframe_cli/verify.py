@@ -55,6 +55,7 @@ from .format import (
     FLAG_DICT,
     HEADER_SIZE,
     KIND_IDS,
+    KIND_NAMES,
     MEDIA_TYPES,
     RECORD_FIXED,
     RECORD_MAGIC,
@@ -70,11 +71,11 @@ from .format import (
 )
 from .generation import pinned_index, until_settled
 from .imagehead import pillow_message
-from .index import IndexMeta, get_index_path, int64_column, read_index_meta
+from .index import IndexMeta, file_digest_problem, format_time_us, get_index_path, int64_column, read_index_meta
 from .inputs import expand_globs
 from .reader import read_dictionary
 from .storage import LocalFile, evict_from_page_cache, open_storage
-from .verify_index import IndexCols
+from .verify_index import IndexCols, wrong_frame_ids
 from .verify_report import PackReport, Problem, VerifyReport, parse_frames, parse_sample
 
 __all__ = [
@@ -130,8 +131,6 @@ class _Window:
         self.bytes_read += len(self.buf)
         return self.buf, 0
 
-
-_MAX_KIND = max(KIND_IDS.values())  # a record of a higher kind takes the careful path, which says why
 
 #: A compressed frame in a batch: (codec, record flags, raw length, expected magic bytes or None).
 Packed = tuple[int, int, int, "bytes | None"]
@@ -353,15 +352,16 @@ class _Verifier:
         ln, off = fast.length[i], fast.offset[i]
         if at < 0 or at + RECORD_FIXED > len(wb) or off + ln - ws > len(wb) or off + ln > end or fast.record[i] != pos:
             return None
-        rmagic, rsize, rid, rlen, rraw, rmd5, _, rcodec, rkind, nlen, elen, rflags, rcrc = RECORD_STRUCT.unpack_from(
-            wb, at
+        rmagic, rsize, rid, rlen, rraw, rmd5, rmtime, rcodec, rkind, nlen, elen, rflags, rcrc = (
+            RECORD_STRUCT.unpack_from(wb, at)
         )
         body = at + RECORD_FIXED
         hend = body + nlen + elen
         if not (
             rid == i
             and rlen == ln
-            and rkind <= _MAX_KIND
+            and rkind == fast.idx.kind[i]
+            and rmtime // 1000 == fast.idx.mtime_us[i]
             and pos + rsize == off
             and hend <= at + rsize
             and rraw == fast.raw[i]
@@ -399,7 +399,7 @@ class _Verifier:
         found = self._record_at(win, pos, i, end, data_end_known)
         if isinstance(found, str):  # what is wrong with the record header ("" at a trailer)
             return self.lost_record(i, pos, end, idx, found, n_index) if found else None
-        buf, at, (_, size, _, length, raw_length, rec_md5, _, codec, kind, name_len, extra_len, flags, _) = found
+        buf, at, (_, size, _, length, raw_length, rec_md5, mtime_ns, codec, kind, name_len, extra_len, flags, _) = found
         offset = pos + size
         pad = buf[at + RECORD_FIXED + name_len + extra_len : at + size]
         if pad.count(0) != len(pad):
@@ -420,7 +420,7 @@ class _Verifier:
                 where = f"{self.where}: record for frame {i} at offset {pos} has no index row"
                 self.add("index", where, i, offset=offset, length=length)
             else:
-                self.compare_row(i, idx, pos, offset, length, name, raw_length, codec)
+                self.compare_row(i, idx, pos, offset, length, name, raw_length, codec, kind, mtime_ns // 1000)
                 media = idx.media[i]
         start = at + size  # the payload follows the record header in the same buffer
         magic = _MAGICS.get(media) if media is not None else None
@@ -542,6 +542,7 @@ class _Verifier:
             idx.names,
             idx.md5,
         )
+        ikind, imtime = idx.kind, idx.mtime_us
         limit = min(ws + len(wb), end)
         i0, nbytes = i, 0
         with memoryview(wb) as mv:
@@ -550,13 +551,14 @@ class _Verifier:
                 at = pos - ws
                 if off + ln > limit or rofs[i] != pos or at < 0 or at + RECORD_FIXED > len(wb):
                     break
-                rmagic, rsize, rid, rlen, rraw, rmd5, _, rcodec, rkind, nlen, elen, _, rcrc = unpack(wb, at)
+                rmagic, rsize, rid, rlen, rraw, rmd5, rmtime, rcodec, rkind, nlen, elen, _, rcrc = unpack(wb, at)
                 body = at + RECORD_FIXED
                 hend = body + nlen + elen
                 if (
                     rid != i
                     or rlen != ln
-                    or rkind > _MAX_KIND
+                    or rkind != ikind[i]
+                    or rmtime // 1000 != imtime[i]
                     or pos + rsize != off
                     or hend > at + rsize
                     or rcodec
@@ -657,6 +659,8 @@ class _Verifier:
         name: bytes,
         raw_length: int = -1,
         codec: int = -1,
+        kind: int = -1,
+        mtime_us: int | None = None,
     ) -> None:
         def disagrees(check: str, col: str, mine: str, theirs: str) -> None:
             self.add(
@@ -678,6 +682,10 @@ class _Verifier:
             )
         if raw_length >= 0 and idx.raw_length[i] != raw_length:
             disagrees("index", "raw_length", str(idx.raw_length[i]), str(raw_length))
+        if kind >= 0 and idx.kind[i] != kind:
+            disagrees("index", "kind", KIND_NAMES.get(idx.kind[i], "?"), KIND_NAMES.get(kind, str(kind)))
+        if mtime_us is not None and idx.mtime_us[i] != mtime_us:
+            disagrees("index", "source_mtime", format_time_us(idx.mtime_us[i]), format_time_us(mtime_us))
         for col, mine, theirs in (
             ("offset", idx.offset[i], offset),
             ("length", idx.length[i], length),
@@ -934,13 +942,29 @@ def _verify_open(
                     f"{ipath}: index belongs to another pack (index UUID {meta.pack_uuid}, pack "
                     f"{' / '.join(sorted(uuids))}); rebuild it with 'hframe index PACK --rebuild'"
                 )
-            rows = pq.ParquetFile(index.stream()).metadata.num_rows
-            if rows != meta.frame_count:
-                v.add("index", f"{ipath}: index has {rows} rows, its metadata says {meta.frame_count}")
+            footer = pq.ParquetFile(index.stream()).metadata
+            rows = footer.num_rows
+            damage = file_digest_problem(index.read_at, index.size(), footer.metadata, ipath)
+            if damage is not None:
+                v.add("index", f"{damage}; rebuild it with 'hframe index PACK --rebuild'")
             ranges, report.selection = _selection(rows, meta.payload_bytes, sample, seed, frames)
-            table = IndexCols.read(ipath, stream=index.stream())
+            try:
+                table = IndexCols.read(ipath, stream=index.stream())
+                if table.num_rows != rows:  # the footer's count was hit, or a row group's
+                    raise FormatError(f"{ipath}: index holds {table.num_rows} rows, its footer says {rows}")
+                if rows != meta.frame_count:
+                    v.add("index", f"{ipath}: index has {rows} rows, its metadata says {meta.frame_count}")
+            except FormatError as e:
+                # a damaged page: a full check still checks every frame, from the pack alone
+                v.add("index", f"{e}; rebuild it with 'hframe index PACK --rebuild'")
+                if report.selection != "full":
+                    return  # the frames asked for are named by the index: nothing more to check
+                use_index, table, report.mode = False, None, "no-index"
         finally:
             index.close()
+        if table is not None:
+            for row, value in wrong_frame_ids(table):
+                v.add("index", f"{ipath}: row {row} has frame_id {value} (frame ids are row numbers)", row)
         if trailer is not None and meta.frame_count != trailer.frame_count:
             v.add("index", f"{ipath}: index says {meta.frame_count} frames, pack trailer says {trailer.frame_count}")
         if meta.pack_bytes != size:

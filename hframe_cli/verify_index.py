@@ -15,12 +15,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from .format import CODEC_IDS
+from .format import CODEC_IDS, KIND_IDS
 from .index import int64_column, read_index
 
 __all__ = ["IndexCols"]
-
-_INDEX_COLUMNS = ["offset", "length", "record_offset", "md5", "name", "name_raw", "media_type", "raw_length", "codec"]
 
 
 @dataclass
@@ -35,6 +33,8 @@ class IndexCols:
     media: list[str]
     raw_length: MutableSequence[int]
     codec: list[int]  # codec ids (-1: a name this release does not know)
+    kind: list[int]  # kind ids (-1: a name this release does not know)
+    mtime_us: MutableSequence[int]  # source_mtime, microseconds since 1970
     #: where only some rows are converted: the table, to convert others on demand (``ensure``),
     #: and one byte per row, 1 once converted
     table: pa.Table | None = None
@@ -42,9 +42,10 @@ class IndexCols:
 
     @staticmethod
     def read(path: str, stream: Any = None) -> pa.Table:
-        """The index columns verify compares (media type and codec dictionary-encoded), from
-        ``stream`` (an open index file) if given."""
-        return read_index(path, _INDEX_COLUMNS, as_dictionary=("media_type", "codec"), stream=stream)
+        """The whole index, as every command reads it (every page, each checked against its CRC:
+        damage in a column verify does not compare is found too), with media type, codec and kind
+        dictionary-encoded; from ``stream`` (an open index file) if given."""
+        return read_index(path, None, as_dictionary=("media_type", "codec", "kind"), stream=stream)
 
     @classmethod
     def from_table(cls, t: pa.Table, ranges: list[tuple[int, int]] | None = None) -> IndexCols:
@@ -61,7 +62,18 @@ class IndexCols:
             return z
 
         out = cls(
-            zeros(), zeros(), zeros(), bytearray(16 * n), [b""] * n, ["unknown"] * n, zeros(), [0] * n, t, bytearray(n)
+            zeros(),
+            zeros(),
+            zeros(),
+            bytearray(16 * n),
+            [b""] * n,
+            ["unknown"] * n,
+            zeros(),
+            [0] * n,
+            [0] * n,
+            zeros(),
+            t,
+            bytearray(n),
         )
         for a, b in ranges:
             out.ensure(a, b)
@@ -83,6 +95,8 @@ class IndexCols:
         self.media[a:b] = part.media
         self.raw_length[a:b] = part.raw_length
         self.codec[a:b] = part.codec
+        self.kind[a:b] = part.kind
+        self.mtime_us[a:b] = part.mtime_us
         self.md5[16 * a : 16 * b] = part.md5  # type: ignore[index]  # a bytearray here
         self.converted[a:b] = b"\1" * (b - a)
 
@@ -110,6 +124,8 @@ class IndexCols:
             _rows_of(t.column("media_type"), str),
             int64_column(t, "raw_length"),
             _rows_of(t.column("codec"), lambda c: CODEC_IDS.get(c, -1)),
+            _rows_of(t.column("kind"), lambda k: KIND_IDS.get(k, -1)),
+            int64_column(t, "source_mtime"),
         )
 
 
@@ -150,3 +166,12 @@ def _md5_bytes(h: str) -> bytes:
         return b if len(b) == 16 else b"\xff" * 16
     except ValueError:
         return b"\xff" * 16
+
+
+def wrong_frame_ids(t: pa.Table) -> list[tuple[int, int]]:
+    """(row, frame_id) of every row whose frame_id is not its row number (frame ids are row
+    numbers: the reader and every command rely on it)."""
+    ids = int64_column(t, "frame_id")
+    if ids.tobytes() == array("q", range(len(ids))).tobytes():
+        return []
+    return [(row, v) for row, v in enumerate(ids) if v != row]

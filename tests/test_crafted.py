@@ -274,3 +274,53 @@ def test_pillow_warnings_stay_out_of_stderr_and_errors_name_the_file(tmp_path, c
     r = cli(["pack", str(src), "-o", str(tmp_path / "q.hframe"), "--strict-images"])
     line = one_line_error(r, 2)
     assert "garbage.png" in line and "BytesIO" not in line and "0x" not in line
+
+
+def test_no_flipped_byte_in_an_index_passes_as_clean(tmp_path, cli):
+    """Every page has a CRC and the file its md5: a flip anywhere (pages, page headers, the
+    footer, the md5's own key or digits) is a problem of the index, never exit 0."""
+    from hframe_cli.verify import verify_pack
+
+    pack = small_pack(tmp_path / "p.hframe", [f"{i:03d}.bin".encode() for i in range(40)])
+    index = Path(f"{pack}.index.parquet")
+    good = index.read_bytes()
+    assert verify_pack(pack).ok
+    footer_start = len(good) - 8 - int.from_bytes(good[-8:-4], "little")
+    positions = sorted({*range(0, len(good), 23), *range(footer_start, len(good))})
+    passed = []
+    for pos in positions:
+        bad = bytearray(good)
+        bad[pos] ^= 0x20
+        index.write_bytes(bytes(bad))
+        try:
+            report = verify_pack(pack)
+        except HframeError:
+            continue  # cannot be read at all: the command says so (exit 1 or 2)
+        if report.ok:
+            passed.append(pos)
+    assert passed == [], f"{len(passed)} of {len(positions)} flips passed as clean, at {passed[:10]}"
+    index.write_bytes(good)
+    bad = bytearray(good)
+    bad[len(good) // 2] ^= 1
+    index.write_bytes(bytes(bad))
+    r = cli(["verify", str(pack)])
+    assert r.exit_code in (1, 2) and "Traceback" not in r.stderr and "internal error" not in r.stderr
+
+
+def test_verify_checks_frame_id_kind_and_mtime_columns(tmp_path, cli):
+    """An index rewritten with another tool (no md5 of its own) is still compared with the
+    records: frame ids are row numbers, kind and source_mtime are the records'."""
+    pack = small_pack(tmp_path / "p.hframe", [f"{i:03d}.bin".encode() for i in range(10)])
+    index = Path(f"{pack}.index.parquet")
+    good = pq.read_table(index)
+    for column, row, value, says in (
+        ("frame_id", 4, -8174439530702664010, "row 4 has frame_id -8174439530702664010"),
+        ("kind", 6, "image", "index kind image disagrees"),
+        ("source_mtime", 2, 1_000_000, "index source_mtime 1970-01-01T00:00:01.000000Z disagrees"),
+    ):
+        pq.write_table(good, index)
+        rewrite_index_column(pack, column, row, value)
+        r = cli(["verify", str(pack), "--json"])
+        problems = json.loads(r.stdout)["packs"][0]["problems"]
+        assert r.exit_code == 1 and [p["frame_id"] for p in problems] == [row], (column, problems)
+        assert says in problems[0]["message"], problems[0]["message"]
