@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import FormatError, InputError, OutOfMemory
+from .errors import DictionaryUnavailable, FormatError, InputError, OutOfMemory
 from .format import CODEC_IDS, RECORD_FLAG_DICT
 
 __all__ = [
@@ -127,7 +127,9 @@ class ZstdDecoder:
             import zstandard as zstd
 
             if with_dict and self.dictionary is None:
-                raise FormatError(f"{self.where}: a frame needs the pack's zstd dictionary, and the pack has none")
+                raise DictionaryUnavailable(
+                    f"{self.where}: a frame needs the pack's zstd dictionary, and the pack has none"
+                )
             zd = zstd.ZstdCompressionDict(self.dictionary) if with_dict and self.dictionary else None
             d = zstd.ZstdDecompressor(dict_data=zd)
             setattr(self._local, key, d)
@@ -208,9 +210,12 @@ def register_decoder(codec: int, factory: Callable[[bytes | None, str], Any]) ->
 class Decompressor:
     """Turns stored frames back into their raw bytes, whatever their codec (thread-safe)."""
 
-    def __init__(self, dictionary: bytes | None = None, where: str = "pack") -> None:
+    def __init__(self, dictionary: bytes | None = None, where: str = "pack", *, dictionary_lost: bool = False) -> None:
         self.dictionary = dictionary
         self.where = where
+        #: the pack has a dictionary that could not be read (already reported as such): the
+        #: frames that need it cannot be checked, which says nothing about their own bytes
+        self.dictionary_lost = dictionary_lost
         self._decoders: dict[int, Any] = {}
 
     def _decoder(self, codec: int, frame: str) -> Any:

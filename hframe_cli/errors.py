@@ -6,6 +6,7 @@ Our exception hierarchy::
     ├── InputError                   exit 2: bad source, bad flag value, output exists
     │   └── NotFound                 a frame id or name that the pack does not hold
     ├── FormatError                  exit 1: the bytes are not a valid frame pack / index
+    │   ├── DictionaryUnavailable    a frame needs the pack's zstd dictionary, which it lacks
     │   ├── NotAPack                 wrong magic at offset 0
     │   ├── UnsupportedVersion       a major version this release cannot read
     │   ├── IncompletePack           no valid trailer: truncated or still being written
@@ -38,6 +39,7 @@ __all__ = [
     "FormatError",
     "FrameOutOfRange",
     "HframeError",
+    "DictionaryUnavailable",
     "IncompletePack",
     "IndexMismatch",
     "InputError",
@@ -91,6 +93,10 @@ class NotAPack(FormatError):
 
 class UnsupportedVersion(FormatError):
     """The pack or index uses a major version this release cannot read."""
+
+
+class DictionaryUnavailable(FormatError):
+    """A frame was compressed with the pack's zstd dictionary, and the pack has none to give."""
 
 
 class IncompletePack(FormatError):

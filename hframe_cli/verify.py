@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 from .codec import DIGEST_IN_PIECES_ABOVE, Decompressor
 from .errors import (
     ChecksumMismatch,
+    DictionaryUnavailable,
     FormatError,
     HframeError,
     IncompletePack,
@@ -51,7 +52,6 @@ from .errors import (
 )
 from .format import (
     CODEC_NAMES,
-    FLAG_COMPRESSED,
     FLAG_DICT,
     HEADER_SIZE,
     KIND_IDS,
@@ -178,6 +178,11 @@ class _FastRows:
         self.frames = self.bytes = 0
 
 
+#: What ``_hash_batch`` says of a frame it could not check for a reason already reported (the
+#: pack's dictionary is damaged): not a problem of the frame, and not counted as checked.
+UNCHECKED = "unchecked"
+
+
 def _hash_batch(
     items: list[tuple[int, bytes, int, int]],
     decode_ids: set[int],
@@ -202,6 +207,9 @@ def _hash_batch(
                 continue
             try:
                 view = decompressor.decode(view, codec, flags, raw_length, f"frame {frame_id}")
+            except DictionaryUnavailable as e:
+                out.append((b"", UNCHECKED if decompressor.dictionary_lost else f"codec: {e}"))
+                continue
             except FormatError as e:
                 out.append((b"", f"codec: {str(e).removeprefix(f'frame {frame_id}: ')}"))
                 continue
@@ -223,6 +231,8 @@ def _digest_in_pieces(
     codec, flags, raw_length, magic = packed
     try:
         digest, head = decompressor.digest(data, codec, flags, raw_length, f"frame {frame_id}", len(magic or b""))
+    except DictionaryUnavailable as e:
+        return b"", UNCHECKED if decompressor.dictionary_lost else f"codec: {e}"
     except FormatError as e:
         return b"", f"codec: {str(e).removeprefix(f'frame {frame_id}: ')}"
     if magic is not None and head != magic:
@@ -441,8 +451,10 @@ class _Verifier:
         (buffer, where in it, the fixed fields); or what is wrong with it, "" at a trailer."""
         buf, at = win.get(pos, min(RECORD_FIXED, end - pos))
         if len(buf) - at < RECORD_FIXED or buf[at : at + 4] != RECORD_MAGIC:
-            if not data_end_known and buf[at : at + 8] == TRAILER_MAGIC[: len(buf[at : at + 8])]:
-                return ""  # reached a trailer: the caller checks it
+            if not data_end_known and (
+                buf[at : at + 8] == TRAILER_MAGIC[: len(buf[at : at + 8])] or end - pos == TRAILER_SIZE
+            ):
+                return ""  # reached a trailer (or its place, its magic damaged): the caller checks it
             return "no record header"
         fields = record_fields(buf, at)
         size, frame_id, length, name_len, extra_len, crc = (
@@ -623,6 +635,10 @@ class _Verifier:
             ):
                 return
         for (digest, decode_err), (i, rec_md5, offset, length) in zip(results, meta):
+            if decode_err is UNCHECKED:
+                self.r.frames_checked -= 1
+                self.r.bytes_checked -= length
+                continue
             want = idx.md5[i * 16 : i * 16 + 16] if idx is not None and i < len(idx.offset) else rec_md5
             undecodable = decode_err is not None and decode_err.startswith("codec: ")
             if not undecodable and (digest != want or digest != rec_md5):
@@ -914,16 +930,16 @@ def _verify_open(
         raise
     except FormatError as e:
         v.add("header", str(e))
-    if header is not None and header.flags & FLAG_COMPRESSED:
-        dictionary = None
-        if header.flags & FLAG_DICT:
-            try:
-                dictionary = read_dictionary(storage)
-            except FormatError as e:
-                v.add("record", f"{e} (compressed frames that need it cannot be checked)")
-        v.decompressor = Decompressor(dictionary, where)
-    else:
-        v.decompressor = Decompressor(None, where)  # a stray compressed frame is still checked
+    dictionary, lost = None, False
+    if header is None or header.flags & FLAG_DICT:
+        # a damaged header is one problem of the header: record 0 still holds the dictionary
+        try:
+            dictionary = read_dictionary(storage)
+        except FormatError as e:
+            if header is not None:
+                v.add("record", f"{e} (the frames compressed with it are not checked)", 0)
+                lost = True
+    v.decompressor = Decompressor(dictionary, where, dictionary_lost=lost)  # a stray compressed frame is still checked
     trailer: Trailer | None = None
     try:
         trailer = Trailer.decode(tail, size, header, where)

@@ -38,7 +38,7 @@ def small_pack(path: Path, names: list[bytes] | None = None) -> Path:
     names = names or [b"a.bin", b"b.bin", b"c.bin"]
     with PackWriter(path) as w:
         for i, name in enumerate(names):
-            w.add(name, bytes([i]) * (100 + i))
+            w.add(name, bytes([i % 256]) * (100 + i))
         w.seal()
         w.publish()
     return path
@@ -324,3 +324,65 @@ def test_verify_checks_frame_id_kind_and_mtime_columns(tmp_path, cli):
         problems = json.loads(r.stdout)["packs"][0]["problems"]
         assert r.exit_code == 1 and [p["frame_id"] for p in problems] == [row], (column, problems)
         assert says in problems[0]["message"], problems[0]["message"]
+
+
+def dictionary_pack(tmp_path: Path, cli) -> Path:
+    from test_compress import make_records
+
+    src = make_records(tmp_path / "rec", n=200)
+    pack = tmp_path / "d.hframe"
+    r = cli(["pack", str(src), "-o", str(pack), "-q", "--compress", "zstd", "--zstd-dict", "auto"])
+    assert r.exit_code == 0, r.stderr
+    with h.open_pack(pack) as reader:
+        assert reader.table.column("codec").to_pylist().count("zstd") > 150
+    return pack
+
+
+def test_a_damaged_header_of_a_dictionary_pack_is_one_problem_not_every_frame(tmp_path, cli):
+    from hframe_cli.verify import verify_pack
+
+    pack = dictionary_pack(tmp_path, cli)
+    good = pack.read_bytes()
+    for pos in range(0, HEADER_SIZE, 3):
+        bad = bytearray(good)
+        bad[pos] ^= 0x10
+        pack.write_bytes(bytes(bad))
+        try:
+            report = verify_pack(pack)
+        except HframeError as e:  # not a pack at all (the magic), or another major version
+            assert pos < 12, (pos, e)
+            continue
+        assert not report.ok, pos
+        assert {p.check for p in report.problems} == {"header"}, (pos, [p.message for p in report.problems][:3])
+        assert report.frames_checked == report.frames_total, pos
+
+
+def test_a_damaged_dictionary_record_leaves_the_other_frames_unblamed(tmp_path, cli):
+    from hframe_cli.verify import verify_pack
+
+    pack = dictionary_pack(tmp_path, cli)
+    data = bytearray(pack.read_bytes())
+    first_payload = pq.read_table(f"{pack}.index.parquet").column("offset")[0].as_py()
+    data[first_payload - 100] ^= 0x01  # inside record 0's header: its extra field holds the dictionary
+    pack.write_bytes(bytes(data))
+    report = verify_pack(pack)
+    assert not report.ok
+    assert {p.frame_id for p in report.problems} == {0}, [p.message for p in report.problems][:5]
+    assert any("dictionary" in p.message for p in report.problems)
+    assert 0 < report.frames_checked < report.frames_total  # those needing the dictionary: not checked
+
+
+def test_no_index_with_a_damaged_trailer_magic_blames_no_frame(tmp_path):
+    from hframe_cli.format import TRAILER_SIZE
+    from hframe_cli.verify import verify_pack
+
+    pack = small_pack(tmp_path / "p.hframe", [f"{i:03d}.bin".encode() for i in range(283)])
+    good = pack.read_bytes()
+    for pos in range(len(good) - TRAILER_SIZE, len(good), 5):
+        bad = bytearray(good)
+        bad[pos] ^= 0x01
+        pack.write_bytes(bytes(bad))
+        report = verify_pack(pack, use_index=False)
+        assert not report.ok, pos
+        assert {p.frame_id for p in report.problems} == {None}, (pos, [p.message for p in report.problems][:3])
+        assert report.frames_checked == 283 and report.frames_total == 283, pos
