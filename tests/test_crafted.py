@@ -386,3 +386,19 @@ def test_no_index_with_a_damaged_trailer_magic_blames_no_frame(tmp_path):
         assert not report.ok, pos
         assert {p.frame_id for p in report.problems} == {None}, (pos, [p.message for p in report.problems][:3])
         assert report.frames_checked == 283 and report.frames_total == 283, pos
+
+
+def test_the_flip_campaign_script_runs_and_finds_everything(tmp_path):
+    """A short run of scripts/flip_campaign.py (the full run's figures are in the CHANGELOG)."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).parent.parent / "scripts" / "flip_campaign.py"
+    args = ["--flips", "15", "--index-flips", "5", "--footer-flips", "10", "--first-record-bytes", "16", "--seed", "3"]
+    r = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "w"), *args], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    total = r.stdout.strip().splitlines()[-1]
+    assert "missed=0 false_alarms=0 crashes=0" in total and "result=PASS" in total
+    assert r.stdout.count("part=index") == 3 and r.stdout.count("part=pack-no-index") == 3
