@@ -239,24 +239,32 @@ class VideoFrames:
             self.damage = self._check_complete(container, stream, rate, last_t)
 
     def _check_complete(self, container: Any, stream: Any, rate: float | None, last_t: float | None) -> str | None:
-        """A video that ends early without an error (truncated files often do) is damaged too."""
+        """A video that ends early without an error (truncated files often do) is damaged too.
+
+        The evidence is the timestamps: frames that end well short of the duration the container
+        gives. A declared frame count is not: a variable-rate or sparse file (dropped and repeated
+        frames not stored, as AVI and screen recorders do) declares more frames than it holds
+        while its timestamps reach the end. The count decides only where there is no duration.
+        """
         declared = int(stream.frames or 0)
         if self.decoded == 0:
             return "no frame could be decoded"
-        if declared and self.decoded < declared:
-            return f"only {self.decoded} of the {declared} frames the container declares could be decoded (truncated?)"
-        if declared or last_t is None:
-            return None
+        duration = None
         if stream.duration is not None and stream.time_base is not None:
             duration = float(stream.duration * stream.time_base)
         elif container.duration is not None and len(container.streams) == 1:
             duration = container.duration / 1_000_000
-        else:
+        if duration is not None and last_t is not None:
+            step = 1 / rate if rate else 0.0
+            start = float(stream.start_time * stream.time_base) if stream.start_time is not None else 0.0
+            if last_t + step < start + duration - max(2 * step, 0.25):
+                return f"frames end at {last_t + step:.3f} s, the container says {start + duration:.3f} s (truncated?)"
             return None
-        step = 1 / rate if rate else 0.0
-        start = float(stream.start_time * stream.time_base) if stream.start_time is not None else 0.0
-        if last_t + step < start + duration - max(2 * step, 0.25):
-            return f"frames end at {last_t + step:.3f} s, the container says {start + duration:.3f} s (truncated?)"
+        if declared and self.decoded < declared:
+            return (
+                f"only {self.decoded} of the {declared} frames the container declares could be decoded, "
+                "and it gives no duration to judge by (truncated?)"
+            )
         return None
 
     def _encode(self, frame: Any) -> bytes:

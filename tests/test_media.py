@@ -462,3 +462,47 @@ def test_frame_keys_are_ints_or_names_not_bools(packed):
     with h.open_pack(packed) as p:
         with pytest.raises(h.InputError, match="bool"):
             p.frame_id(True)
+
+
+def make_sparse_video(path: Path, codec: str, n: int = 69, gap: int = 6, rate: int = 30) -> Path:
+    """A variable-rate file as screen recorders and AVI writers make them: ``n`` frames stored,
+    timestamps ``gap`` frame periods apart (the repeated frames in between are not stored)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as c:
+        s = c.add_stream(codec, rate=rate)
+        s.width, s.height, s.pix_fmt = 64, 48, "yuv420p"
+        s.codec_context.options = {"x264-params": "bframes=0"}
+        for i in range(n):
+            frame = av.VideoFrame.from_image(Image.new("RGB", (64, 48), (i * 3 % 256, 90, 30)))
+            frame.pts = i * gap
+            frame.time_base = Fraction(1, rate)
+            for p in s.encode(frame):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return path
+
+
+@pytest.mark.parametrize(("name", "codec"), [("s.avi", "mpeg4"), ("s.mkv", "libx264"), ("s.webm", "libvpx-vp9")])
+def test_a_sparse_variable_rate_video_is_not_called_damaged(tmp_path, name, codec):
+    """Its container may declare every frame period (AVI: 409 for 69 stored); its timestamps
+    reach the end, so nothing is missing."""
+    video = make_sparse_video(tmp_path / "src" / name, codec)
+    with av.open(str(video)) as c:
+        declared, stored = c.streams.video[0].frames, sum(1 for _ in c.decode(video=0))
+    assert stored == 69
+    out = tmp_path / "s.hframe"
+    r = run_cli(["pack", str(tmp_path / "src"), "-o", str(out), "--video-frames", "all", "--json"])
+    assert r.exit_code == 0, (declared, r.stderr)
+    doc = json.loads(r.stdout)
+    assert doc["frame_count"] == 69 and doc["warnings"] == [], (declared, doc["warnings"])
+
+
+def test_a_truncated_avi_is_still_damaged(tmp_path):
+    full = make_sparse_video(tmp_path / "full" / "t.avi", "mpeg4", n=90, gap=1)
+    src = tmp_path / "src"
+    src.mkdir()
+    data = full.read_bytes()
+    (src / "t.avi").write_bytes(data[: len(data) * 6 // 10])
+    r = run_cli(["pack", str(src), "-o", str(tmp_path / "t.hframe"), "--video-frames", "all"])
+    assert r.exit_code == 2 and "t.avi" in r.stderr and "damaged video" in r.stderr, r.stderr
