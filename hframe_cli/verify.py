@@ -108,6 +108,7 @@ class _TooManyProblems(Exception):
 
 
 _BLOB_KIND = KIND_IDS["blob"]
+_MAX_KIND, _MAX_CODEC = max(KIND_IDS.values()), max(CODEC_NAMES)  # ids are 0..max (format.py)
 
 
 class _Window:
@@ -320,12 +321,19 @@ class _Verifier:
         n_index = len(idx.offset) if idx is not None else n_total
         self.report_to = report_to if report_to is not None else (stop_id if stop_id is not None else n_index)
         fast = _FastRows(idx, first_id, stop_id) if idx is not None and not self.decode else None
+        plain = [0, 0] if idx is None and not self.decode else None  # frames, bytes hashed by clean_run_no_index
         try:
             while (stop_id is None or i < stop_id) and pos < end:
                 # (a resync may land on a record whose id is below first_id: the careful path)
                 step = None
                 if fast is not None and first_id <= i < fast.stop:
                     step = self._fast_step(fast, win, queue, pos, i, end)
+                elif plain is not None:
+                    run_pos, run_i, run_bytes = self.clean_run_no_index(win.buf, win.start, pos, i, end)
+                    if run_i > i:
+                        plain[0] += run_i - i
+                        plain[1] += run_bytes
+                        step = run_pos, run_i
                 if step is None:
                     step = self._careful_step(win, queue, idx, pos, i, end, data_end_known, n_index)
                     if step is None:
@@ -338,6 +346,9 @@ class _Verifier:
             if fast is not None:
                 self.r.frames_checked += fast.frames
                 self.r.bytes_checked += fast.bytes
+            if plain is not None:
+                self.r.frames_checked += plain[0]
+                self.r.bytes_checked += plain[1]
         self.next_id = i
         return pos
 
@@ -418,8 +429,9 @@ class _Verifier:
         if offset + length > end:
             self.missing_from(i, offset, end, idx, self.report_to, f"payload runs past the end of data ({end})")
             return None
-        problem = record_field_problem(length, raw_length, codec, kind)
-        if problem is not None:  # a crafted record whose CRC matches: nothing in it can be trusted
+        if codec > _MAX_CODEC or kind > _MAX_KIND or length >= 1 << 63 or raw_length >= 1 << 63:
+            # a crafted record whose CRC matches: nothing in it can be trusted
+            problem = record_field_problem(length, raw_length, codec, kind)
             self.add("record", f"{self.frame_where(i, offset, length)}: {problem}", i, offset=offset, length=length)
             return offset + length, i + 1
         name = bytes(buf[at + RECORD_FIXED : at + RECORD_FIXED + name_len])
@@ -522,6 +534,45 @@ class _Verifier:
         if queue.frames:
             self.submit(queue.frames, queue.meta, queue.decode_ids, idx, queue.packed)
             queue.frames, queue.meta, queue.decode_ids, queue.packed = [], [], set(), {}
+
+    def clean_run_no_index(self, wb: bytes, ws: int, pos: int, i: int, end: int) -> tuple[int, int, int]:
+        """``clean_run`` for a walk without an index (``--no-index``): frames ``i``, ``i + 1``,
+        ... while each record lies wholly in ``wb`` (pack bytes from ``ws``), is intact (magic,
+        checksum, frame id, zero padding, fields a writer produces), is stored uncompressed and
+        its payload's md5 is the record's. Stops at the first that is not, which the careful path
+        then examines. Returns (position after the last sound frame, next id, bytes checked)."""
+        unpack, md5 = RECORD_STRUCT.unpack_from, hashlib.md5
+        limit, n = min(ws + len(wb), end), len(wb)
+        i0, nbytes = i, 0
+        with memoryview(wb) as mv:
+            while True:
+                at = pos - ws
+                if at < 0 or at + RECORD_FIXED > n:
+                    break
+                rmagic, rsize, rid, rlen, rraw, rmd5, _, rcodec, rkind, nlen, elen, _, rcrc = unpack(wb, at)
+                hend = at + RECORD_FIXED + nlen + elen
+                off = pos + rsize
+                if (
+                    rid != i
+                    or rcodec
+                    or rraw != rlen
+                    or rkind > _MAX_KIND
+                    or off + rlen > limit
+                    or hend > at + rsize
+                    or rmagic != RECORD_MAGIC
+                    or record_crc(mv, at, nlen, elen) != rcrc
+                    or (hend != at + rsize and wb[hend : at + rsize].strip(b"\0"))
+                ):
+                    break
+                p0 = off - ws
+                if md5(mv[p0 : p0 + rlen]).digest() != rmd5:
+                    break
+                nbytes += rlen
+                pos = off + rlen
+                i += 1
+        if i > i0 and self.on_progress is not None:
+            self.on_progress(nbytes)
+        return pos, i, nbytes
 
     def clean_run(
         self,
