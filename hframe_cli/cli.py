@@ -71,7 +71,7 @@ def _version(value: bool) -> None:
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
     """Build and inspect frame packs: many small media files in one file, with a Parquet index."""
@@ -531,7 +531,9 @@ def index(
         return
     cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
     with open_pack(pack) as reader:
-        table = select_rows(reader.table, cols, name, {"label": label, "split": split, "kind": kind})
+        table = select_rows(
+            reader.table, cols, name, {"label": label, "split": split, "kind": kind}, must_match=os.fspath(pack)
+        )
     render.index_rows(table, fmt.value if fmt else None, header=not no_header)
 
 
@@ -543,8 +545,13 @@ def get(
     ] = None,
     output: Annotated[
         Optional[Path],
-        typer.Option("--output", "-o", help="Write to this file (one frame) or folder (filters) instead of stdout."),
+        typer.Option(
+            "--output", "-o", help="Write to this file (one frame; - for stdout) or folder (filters) instead of stdout."
+        ),
     ] = None,
+    no_clobber: Annotated[
+        bool, typer.Option("--no-clobber", help="Refuse to replace an existing file (default: replace it).")
+    ] = False,
     by_name: Annotated[bool, typer.Option("--name", help="Treat FRAME as a name even if it is all digits.")] = False,
     match: Annotated[Optional[str], typer.Option("--match", help="Only frames whose name matches this glob.")] = None,
     label: LabelOpt = None,
@@ -566,7 +573,8 @@ def get(
         match=match,
         equal={"label": label, "split": split, "kind": kind},
         stored=stored,
-        stdout=None if output is not None or render.interactive(sys.stdout) else sys.stdout.buffer,
+        stdout=None if render.interactive(sys.stdout) else sys.stdout.buffer,
+        no_clobber=no_clobber,
     )
     if written is not None and not quiet:
         render.note(f"wrote {written} frames under {output}")

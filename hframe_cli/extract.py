@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import InputError
-from .index import select_rows
+from .errors import InputError, NotFound
+from .index import describe_filters, select_rows
 
 __all__ = ["extract_frames", "write_frame"]
 
@@ -61,50 +61,67 @@ def get_frames(
     equal: dict[str, str | None] | None = None,
     stored: bool = False,
     stdout: BinaryIO | None = None,
+    no_clobber: bool = False,
 ) -> int | None:
-    """``hframe get``: one frame (``key``) to ``stdout`` or the file ``output``, or every frame
-    that ``match``/``equal`` select into the folder ``output``. ``stdout`` is None where binary
-    data must not go (a terminal). Returns how many frames went into the folder, or None for
-    one frame.
+    """``hframe get``: one frame (``key``) to ``stdout`` or the file ``output`` (``"-"``: stdout),
+    or every frame that ``match``/``equal`` select into the folder ``output``. ``stdout`` is None
+    where binary data must not go (a terminal). An existing file is replaced, unless
+    ``no_clobber``. Returns how many frames went into the folder, or None for one frame.
 
     Raises:
-        InputError: a frame and filters together, filters without a folder, nowhere to write.
-        FrameNotFound: no such frame.
+        InputError: a frame and filters together, filters without a folder, nowhere to write,
+            an existing file with ``no_clobber``.
+        NotFound: no such frame, or no frame the filters select.
     """
     equal = equal or {}
     filtered = bool(match or any(equal.values()))
+    if output is not None and os.fspath(output) == "-":
+        output = None  # as tar -f - and curl -o -
     if key is None:
         if output is None or not filtered:
             raise InputError("give a FRAME, or filters (--match/--label/--split/--kind) with -o FOLDER")
-        return extract_frames(pack, output, match, equal, stored=stored)
+        return extract_frames(pack, output, match, equal, stored=stored, no_clobber=no_clobber)
     if filtered:
         raise InputError("--match/--label/--split/--kind select frames: give them without a FRAME")
     if output is None and stdout is None:
         raise InputError("refusing to write binary frame data to a terminal; redirect stdout or use -o FILE")
+    if output is not None and no_clobber and os.path.lexists(output):
+        raise InputError(f"{os.fspath(output)}: already exists (--no-clobber)")
     from .dataset import open_pack
 
     with open_pack(pack) as reader:
         data = reader.read_stored(key) if stored else reader.read(key)
     if output is not None:
-        write_frame(output, data)
+        write_frame(output, data, no_clobber=no_clobber)
     elif stdout is not None:
         stdout.write(data)
         stdout.flush()
     return None
 
 
-def write_frame(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write one frame's bytes to ``path`` atomically (``PATH.partial``, then a rename).
+def write_frame(path: str | os.PathLike[str], data: bytes, *, no_clobber: bool = False) -> None:
+    """Write one frame's bytes to ``path`` atomically (``PATH.partial``, then a rename; with
+    ``no_clobber`` a link, which fails if ``path`` appeared meanwhile).
 
     Raises:
-        InputError: the folder does not exist or the file cannot be written (one line, the path).
+        InputError: the folder does not exist, the file cannot be written, or it exists and
+            ``no_clobber`` (one line, the path).
     """
     out = os.fspath(path)
     tmp = out + ".partial"
     try:
         with open(tmp, "wb") as f:
             f.write(data)
-        os.replace(tmp, out)
+        if no_clobber:
+            try:
+                os.link(tmp, out)
+            except FileExistsError:
+                raise InputError(f"{out}: already exists (--no-clobber)") from None
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        else:
+            os.replace(tmp, out)
     except OSError as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -118,26 +135,35 @@ def extract_frames(
     equal: dict[str, str | None],
     *,
     stored: bool = False,
+    no_clobber: bool = False,
 ) -> int:
     """Write the frames of ``pack`` selected by ``name_glob`` and ``equal`` (see
     ``index.select_rows``) to ``folder``/NAME, each atomically (NAME.partial, then a rename).
     Names are the exact stored bytes (``name_raw`` where they are not UTF-8). Returns how many
-    were written; an existing file is replaced.
+    were written; an existing file is replaced, unless ``no_clobber`` (then nothing is written).
 
     Raises:
+        NotFound: no frame is selected.
         InputError: a name that would leave the folder, two names that cannot both be files
-            (``a`` and ``a/b``), or a symlink inside the folder that points out of it.
+            (``a`` and ``a/b``), a symlink inside the folder that points out of it, or with
+            ``no_clobber`` a file that exists.
     """
     from .dataset import open_pack
 
     with open_pack(pack) as reader:
         rows = select_rows(reader.table, ["frame_id", "name", "name_raw"], name_glob, equal)
         ids = rows.column("frame_id").to_pylist()
+        if not ids:
+            raise NotFound(f"{os.fspath(pack)}: no frame matches {describe_filters(name_glob, equal)}")
         raw_names = [
             raw if raw is not None else name.encode()
             for name, raw in zip(rows.column("name").to_pylist(), rows.column("name_raw").to_pylist())
         ]
         rels = [safe_relative(n) for n in raw_names]
+        if no_clobber:
+            existing = next((os.path.join(folder, r) for r in rels if os.path.lexists(os.path.join(folder, r))), None)
+            if existing is not None:
+                raise InputError(f"{existing}: already exists (--no-clobber); nothing was written")
         Path(folder).mkdir(parents=True, exist_ok=True)
         root = os.path.realpath(folder)
         for a in range(0, len(ids), _BATCH):

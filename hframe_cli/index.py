@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import FormatError, IndexMismatch, InputError, UnsupportedVersion
+from .errors import FormatError, IndexMismatch, InputError, NotFound, UnsupportedVersion
 from .format import CODEC_NAMES, FORMAT_VERSION, KIND_NAMES, MEDIA_TYPES
 from .labels import parent_label
 
@@ -625,17 +625,27 @@ def glob_to_regex(glob: str) -> str:
     return "".join(out)
 
 
+def describe_filters(name_glob: str | None, equal: dict[str, str | None] | None) -> str:
+    """The filters as typed: ``--match 'a*' --label cats``."""
+    parts = [f"--match {name_glob!r}"] if name_glob else []
+    parts += [f"--{col} {value!r}" for col, value in (equal or {}).items() if value is not None]
+    return " ".join(parts) or "(no filter)"
+
+
 def select_rows(
     table: pa.Table,
     columns: list[str] | None = None,
     name_glob: str | None = None,
     equal: dict[str, str | None] | None = None,
+    *,
+    must_match: str | None = None,
 ) -> pa.Table:
     """Index rows whose name matches ``name_glob`` and whose ``equal`` columns have the given
     values, with only ``columns`` (in that order).
 
     Raises:
         InputError: an unknown column name (the message lists the valid ones).
+        NotFound: with ``must_match`` (the pack, for the message), filters that select nothing.
     """
     import pyarrow.compute as pc
 
@@ -649,6 +659,12 @@ def select_rows(
     for col, value in (equal or {}).items():
         if value is not None:
             table = table.filter(pc.fill_null(pc.equal(table.column(col), pa.scalar(value, pa.string())), False))
+    if (
+        must_match is not None
+        and table.num_rows == 0
+        and (name_glob or any(v is not None for v in (equal or {}).values()))
+    ):
+        raise NotFound(f"{must_match}: no frame matches {describe_filters(name_glob, equal)}")
     return table.select(columns) if columns else table
 
 

@@ -205,3 +205,34 @@ def test_get_into_a_missing_folder_is_one_line_exit_2(cli, packed, tmp_path):
     assert r.exit_code == 2
     assert r.stderr == f"hframe: error: {tmp_path / 'no' / 'such' / 'x.png'}: cannot write: No such file or directory\n"
     assert not list((tmp_path).glob("**/*.partial"))
+
+
+def test_get_dash_is_stdout_no_clobber_and_an_empty_selection_is_exit_2(cli, packed, photos, tmp_path):
+    first = pq.read_table(f"{packed}.index.parquet").column("name")[0].as_py()
+    r = run_bin(["get", str(packed), "0", "-o", "-"], cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == (photos / first).read_bytes() and not (tmp_path / "-").exists()
+    out = tmp_path / "a.jpg"
+    out.write_bytes(b"keep me")
+    r = cli(["get", str(packed), "0", "-o", str(out), "--no-clobber"])
+    assert r.exit_code == 2 and r.stderr == f"hframe: error: {out}: already exists (--no-clobber)\n"
+    assert out.read_bytes() == b"keep me" and not Path(f"{out}.partial").exists()
+    assert cli(["get", str(packed), "0", "-o", str(out)]).exit_code == 0  # the default: replace
+    assert out.read_bytes() == (photos / first).read_bytes()
+    folder = tmp_path / "cats"
+    assert cli(["get", str(packed), "--label", "cats", "-o", str(folder), "-q"]).exit_code == 0
+    (folder / "cats" / "003.jpg").write_bytes(b"mine")
+    r = cli(["get", str(packed), "--label", "cats", "-o", str(folder), "--no-clobber"])
+    assert r.exit_code == 2 and "already exists (--no-clobber); nothing was written" in r.stderr
+    assert (folder / "cats" / "003.jpg").read_bytes() == b"mine"
+    r = cli(["get", str(packed), "--label", "typo", "-o", str(tmp_path / "none")])
+    assert r.exit_code == 2 and r.stderr == f"hframe: error: {packed}: no frame matches --label 'typo'\n"
+    assert not (tmp_path / "none").exists()
+    r = cli(["index", str(packed), "--split", "train"])
+    assert r.exit_code == 2 and r.stderr == f"hframe: error: {packed}: no frame matches --split 'train'\n"
+    assert r.stdout == ""
+
+
+def test_version_short_flag(cli):
+    for flag in ("-V", "--version"):
+        r = cli([flag])
+        assert r.exit_code == 0 and r.stdout == f"hframe {h.__version__}\n"
