@@ -248,6 +248,9 @@ def collect_sources(
             files.extend(read_path_list(stdin, null_separated))
         elif os.path.isdir(arg):
             folders.append(arg)
+        elif not os.path.lexists(arg) and not skip_bad:
+            # a typo on the command line, not a bad file met in a tree or a list: no hint
+            raise InputError(f"{arg}: no such file or folder")
         else:
             files.append(arg)
     out_real = os.path.realpath(output) if output else None

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .errors import PackLocked, StorageError
+from .errors import InputError, PackLocked, StorageError
 
 __all__ = ["LockWaitStopped", "OutputLock", "lock_path"]
 
@@ -114,6 +114,9 @@ class OutputLock:
         """One attempt: the locked descriptor, or -1 if another process holds the lock."""
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:
+            folder = os.path.dirname(os.path.abspath(self.path))
+            raise InputError(f"{self.output}: the folder {folder} does not exist") from None
         except OSError as e:
             raise StorageError(f"{self.path}: cannot create lock file: {e.strerror}") from e
         try:

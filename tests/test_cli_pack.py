@@ -245,3 +245,13 @@ def test_interrupt_exits_130_and_publishes_nothing(tmp_path):
     assert proc.returncode == 130, err
     assert b"interrupted" in err and b"Traceback" not in err
     assert not out.exists()
+
+
+def test_a_missing_argument_or_output_folder_is_one_plain_line(cli, photos, tmp_path):
+    """A typo on the command line is not a bad file in a tree: no --skip-bad hint; an output in
+    a folder that does not exist says so (exit 2, not 'cannot create lock file', exit 3)."""
+    r = cli(["pack", str(tmp_path / "nonexist"), "-o", str(tmp_path / "x.hframe")])
+    assert r.exit_code == 2 and r.stderr == f"hframe: error: {tmp_path / 'nonexist'}: no such file or folder\n"
+    out = tmp_path / "nodir" / "x.hframe"
+    r = cli(["pack", str(photos), "-o", str(out)])
+    assert r.exit_code == 2 and r.stderr == f"hframe: error: {out}: the folder {tmp_path / 'nodir'} does not exist\n"
