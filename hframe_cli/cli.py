@@ -537,18 +537,39 @@ def index(
     render.index_rows(table, fmt.value if fmt else None, header=not no_header)
 
 
+class GetFormat(str, Enum):
+    raw = "raw"
+    tar = "tar"
+
+
 @app.command()
 def get(
     pack: Annotated[Path, typer.Argument(help="The pack file.")],
-    frame: Annotated[
-        Optional[str], typer.Argument(help="Frame id, or name as stored in the index (omit to select by filters).")
+    frames: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            help="Frame ids, or names as stored in the index (omit to select by filters or -T).", show_default=False
+        ),
     ] = None,
     output: Annotated[
         Optional[Path],
         typer.Option(
-            "--output", "-o", help="Write to this file (one frame; - for stdout) or folder (filters) instead of stdout."
+            "--output",
+            "-o",
+            help="One frame: this file (- for stdout). Several, or filters: this folder (or, with --format tar, this tar file).",
         ),
     ] = None,
+    files_from: Annotated[
+        Optional[str],
+        typer.Option(
+            "--files-from", "-T", help="Read frame ids or names from FILE, one a line (- for stdin), as tar -T."
+        ),
+    ] = None,
+    null: Annotated[bool, typer.Option("--null", "-0", help="-T lists are NUL-separated (find -print0).")] = False,
+    fmt: Annotated[
+        GetFormat,
+        typer.Option("--format", help="raw: the frame's bytes (one frame); tar: every frame as one tar stream."),
+    ] = GetFormat.raw,
     no_clobber: Annotated[
         bool, typer.Option("--no-clobber", help="Refuse to replace an existing file (default: replace it).")
     ] = False,
@@ -562,22 +583,31 @@ def get(
     ] = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Write the bytes of one frame to stdout or -o FILE, or of every frame the filters select
-    into the folder -o DIR (never binary data to a terminal)."""
-    from .extract import get_frames
+    """Write one frame's bytes to stdout or -o FILE; several frames, or those the filters
+    select, into the folder -o DIR or as one tar stream (--format tar). Never binary data to a
+    terminal.
 
+    Examples: hframe get p.hframe 42 > a.jpg; hframe get p.hframe 1 2 3 -o out/;
+    hframe index p.hframe -c name --label cats | hframe get p.hframe -T - --format tar | tar x
+    """
+    from .extract import get_frames
+    from .inputs import read_list
+
+    listed = read_list(files_from, null, sys.stdin.buffer) if files_from is not None else []
+    keys = [_frame_key(f, by_name) for f in [*(frames or ()), *listed]]
     written = get_frames(
         pack,
-        _frame_key(frame, by_name) if frame is not None else None,
+        keys,
         output,
         match=match,
         equal={"label": label, "split": split, "kind": kind},
         stored=stored,
         stdout=None if render.interactive(sys.stdout) else sys.stdout.buffer,
         no_clobber=no_clobber,
+        as_tar=fmt == GetFormat.tar,
     )
-    if written is not None and not quiet:
-        render.note(f"wrote {written} frames under {output}")
+    if written is not None and not quiet and (output is not None and os.fspath(output) != "-"):
+        render.note(f"wrote {written} frames {'into' if fmt == GetFormat.tar else 'under'} {output}")
 
 
 _INTERRUPTED = "interrupted; nothing was published (a partial pack, if any, keeps its .partial name)"

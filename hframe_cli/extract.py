@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from .errors import InputError, NotFound
 from .index import describe_filters, select_rows
@@ -54,7 +56,7 @@ def _write_inside(root: str, rel: str, data: bytes, shown: str) -> None:
 
 def get_frames(
     pack: str | os.PathLike[str],
-    key: int | str | None,
+    keys: int | str | Sequence[int | str] | None,
     output: str | os.PathLike[str] | None,
     *,
     match: str | None = None,
@@ -62,29 +64,50 @@ def get_frames(
     stored: bool = False,
     stdout: BinaryIO | None = None,
     no_clobber: bool = False,
+    as_tar: bool = False,
 ) -> int | None:
-    """``hframe get``: one frame (``key``) to ``stdout`` or the file ``output`` (``"-"``: stdout),
-    or every frame that ``match``/``equal`` select into the folder ``output``. ``stdout`` is None
-    where binary data must not go (a terminal). An existing file is replaced, unless
-    ``no_clobber``. Returns how many frames went into the folder, or None for one frame.
+    """``hframe get``: frames by id or name (``keys``), or those ``match``/``equal`` select.
+
+    One frame goes to ``stdout`` or the file ``output`` (``"-"``: stdout) as its bytes; several
+    go into the folder ``output`` (FOLDER/NAME each), or with ``as_tar`` as one tar stream to
+    stdout or the file ``output``. ``stdout`` is None where binary data must not go (a
+    terminal). An existing file is replaced, unless ``no_clobber``. Returns how many frames were
+    written, or None for one frame's bytes.
 
     Raises:
-        InputError: a frame and filters together, filters without a folder, nowhere to write,
-            an existing file with ``no_clobber``.
+        InputError: frames and filters together, neither, several frames with nowhere to put
+            them, nowhere to write, an existing file with ``no_clobber``.
         NotFound: no such frame, or no frame the filters select.
     """
     equal = equal or {}
+    keys = [] if keys is None else [keys] if isinstance(keys, (int, str)) else list(keys)
     filtered = bool(match or any(equal.values()))
     if output is not None and os.fspath(output) == "-":
         output = None  # as tar -f - and curl -o -
-    if key is None:
-        if output is None or not filtered:
-            raise InputError("give a FRAME, or filters (--match/--label/--split/--kind) with -o FOLDER")
-        return extract_frames(pack, output, match, equal, stored=stored, no_clobber=no_clobber)
-    if filtered:
+    if filtered and keys:
         raise InputError("--match/--label/--split/--kind select frames: give them without a FRAME")
+    if not filtered and not keys:
+        raise InputError("give a FRAME (or several, or -T FILE), or filters (--match/--label/--split/--kind)")
     if output is None and stdout is None:
         raise InputError("refusing to write binary frame data to a terminal; redirect stdout or use -o FILE")
+    if len(keys) == 1 and not as_tar:
+        _get_one(pack, keys[0], output, stdout, stored, no_clobber)
+        return None
+    if as_tar:
+        return _write_tar(pack, keys, match, equal, output, stdout, stored, no_clobber)
+    if output is None:
+        raise InputError("several frames: give -o FOLDER, or --format tar for one stream on stdout")
+    return extract_frames(pack, output, match, equal, keys=keys, stored=stored, no_clobber=no_clobber)
+
+
+def _get_one(
+    pack: str | os.PathLike[str],
+    key: int | str,
+    output: str | os.PathLike[str] | None,
+    stdout: BinaryIO | None,
+    stored: bool,
+    no_clobber: bool,
+) -> None:
     if output is not None and no_clobber and os.path.lexists(output):
         raise InputError(f"{os.fspath(output)}: already exists (--no-clobber)")
     from .dataset import open_pack
@@ -96,7 +119,87 @@ def get_frames(
     elif stdout is not None:
         stdout.write(data)
         stdout.flush()
-    return None
+
+
+def _selected(
+    reader: Any, keys: Sequence[int | str], match: str | None, equal: dict[str, str | None], where: str
+) -> tuple[list[int], list[bytes]]:
+    """Frame ids and exact names: of ``keys`` in the order given, or of the rows the filters select."""
+    if keys:
+        ids = [reader.frame_id(k) for k in keys]
+        table = reader.table
+        names, raws = table.column("name"), table.column("name_raw")
+        raw_names = [raws[i].as_py() or names[i].as_py().encode() for i in ids]
+        return ids, raw_names
+    rows = select_rows(reader.table, ["frame_id", "name", "name_raw"], match, equal)
+    ids = rows.column("frame_id").to_pylist()
+    if not ids:
+        raise NotFound(f"{where}: no frame matches {describe_filters(match, equal)}")
+    raw_names = [
+        raw if raw is not None else name.encode()
+        for name, raw in zip(rows.column("name").to_pylist(), rows.column("name_raw").to_pylist())
+    ]
+    return ids, raw_names
+
+
+def _write_tar(
+    pack: str | os.PathLike[str],
+    keys: Sequence[int | str],
+    match: str | None,
+    equal: dict[str, str | None],
+    output: str | os.PathLike[str] | None,
+    stdout: BinaryIO | None,
+    stored: bool,
+    no_clobber: bool,
+) -> int:
+    """The frames as one tar stream to ``stdout``, or atomically into the file ``output``."""
+    from .dataset import open_pack
+
+    with open_pack(pack) as reader:
+        ids, raw_names = _selected(reader, keys, match, equal, os.fspath(pack))
+        rels = [safe_relative(n) for n in raw_names]  # as extraction into a folder would name them
+        if output is None:
+            assert stdout is not None
+            _tar_into(stdout, reader, ids, rels, stored)
+            stdout.flush()
+            return len(ids)
+        out, tmp = os.fspath(output), os.fspath(output) + ".partial"
+        if no_clobber and os.path.lexists(out):
+            raise InputError(f"{out}: already exists (--no-clobber)")
+        try:
+            with open(tmp, "wb") as f:
+                _tar_into(f, reader, ids, rels, stored)
+            if no_clobber:
+                os.link(tmp, out)  # fails if it appeared meanwhile
+            else:
+                os.replace(tmp, out)
+        except FileExistsError:
+            raise InputError(f"{out}: already exists (--no-clobber)") from None
+        except OSError as e:
+            raise InputError(f"{out}: cannot write: {e.strerror}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    return len(ids)
+
+
+def _tar_into(sink: BinaryIO, reader: Any, ids: list[int], rels: list[str], stored: bool) -> None:
+    """A POSIX (pax) tar stream of the frames: any name length, exact name bytes, each member
+    with its frame's source mtime."""
+    import tarfile
+
+    mtimes = reader.table.column("source_mtime")
+    with tarfile.open(
+        fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT, encoding="utf-8", errors="surrogateescape"
+    ) as tar:
+        for a in range(0, len(ids), _BATCH):
+            batch = ids[a : a + _BATCH]
+            datas = [reader.read_stored(i) for i in batch] if stored else reader.read_many(batch)
+            for i, rel, data in zip(batch, rels[a : a + _BATCH], datas):
+                info = tarfile.TarInfo(rel.replace(os.sep, "/"))
+                info.size, info.mode = len(data), 0o644
+                info.mtime = mtimes[i].value // 1_000_000 if mtimes[i].is_valid else 0
+                tar.addfile(info, io.BytesIO(data))
 
 
 def write_frame(path: str | os.PathLike[str], data: bytes, *, no_clobber: bool = False) -> None:
@@ -134,11 +237,13 @@ def extract_frames(
     name_glob: str | None,
     equal: dict[str, str | None],
     *,
+    keys: Sequence[int | str] = (),
     stored: bool = False,
     no_clobber: bool = False,
 ) -> int:
-    """Write the frames of ``pack`` selected by ``name_glob`` and ``equal`` (see
-    ``index.select_rows``) to ``folder``/NAME, each atomically (NAME.partial, then a rename).
+    """Write the frames of ``pack`` named by ``keys`` (ids or names), or else selected by
+    ``name_glob`` and ``equal`` (see ``index.select_rows``), to ``folder``/NAME, each atomically
+    (NAME.partial, then a rename).
     Names are the exact stored bytes (``name_raw`` where they are not UTF-8). Returns how many
     were written; an existing file is replaced, unless ``no_clobber`` (then nothing is written).
 
@@ -151,14 +256,7 @@ def extract_frames(
     from .dataset import open_pack
 
     with open_pack(pack) as reader:
-        rows = select_rows(reader.table, ["frame_id", "name", "name_raw"], name_glob, equal)
-        ids = rows.column("frame_id").to_pylist()
-        if not ids:
-            raise NotFound(f"{os.fspath(pack)}: no frame matches {describe_filters(name_glob, equal)}")
-        raw_names = [
-            raw if raw is not None else name.encode()
-            for name, raw in zip(rows.column("name").to_pylist(), rows.column("name_raw").to_pylist())
-        ]
+        ids, raw_names = _selected(reader, keys, name_glob, equal, os.fspath(pack))
         rels = [safe_relative(n) for n in raw_names]
         if no_clobber:
             existing = next((os.path.join(folder, r) for r in rels if os.path.lexists(os.path.join(folder, r))), None)

@@ -76,6 +76,23 @@ def read_path_list(stream: BinaryIO, null_separated: bool) -> list[str]:
     return [os.fsdecode(p) for p in parts if p]
 
 
+def read_list(source: str, null_separated: bool, stdin: BinaryIO | None) -> list[str]:
+    """The entries of the list file ``source`` (``"-"``: ``stdin``), as ``read_path_list``.
+
+    Raises:
+        InputError: the file cannot be read, or ``-`` with no standard input.
+    """
+    if source == "-":
+        if stdin is None:
+            raise InputError("'-' given but no list on standard input")
+        return read_path_list(stdin, null_separated)
+    try:
+        with open(source, "rb") as f:
+            return read_path_list(f, null_separated)
+    except OSError as e:
+        raise InputError(f"{source}: cannot read the list: {e.strerror}") from None
+
+
 def _is_under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 

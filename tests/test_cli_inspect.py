@@ -236,3 +236,42 @@ def test_version_short_flag(cli):
     for flag in ("-V", "--version"):
         r = cli([flag])
         assert r.exit_code == 0 and r.stdout == f"hframe {h.__version__}\n"
+
+
+def test_get_many_frames_per_call_into_a_folder_or_one_tar_stream(cli, packed, photos, tmp_path):
+    import tarfile
+
+    names = pq.read_table(f"{packed}.index.parquet").column("name").to_pylist()
+    # several ids and names in one call (what xargs hands over), into a folder
+    r = cli(["get", str(packed), "0", "1", names[5], "-o", str(tmp_path / "out"), "-q"])
+    assert r.exit_code == 0, r.stderr
+    for n in (names[0], names[1], names[5]):
+        assert (tmp_path / "out" / n).read_bytes() == (photos / n).read_bytes()
+    # -T -: a list on stdin, as tar -T; to stdout as one tar stream any tool unpacks
+    wanted = [names[3], "7", names[9]]
+    r = run_bin(["get", str(packed), "-T", "-", "--format", "tar"], input="\n".join(wanted).encode())
+    assert r.returncode == 0, r.stderr
+    with tarfile.open(fileobj=io.BytesIO(r.stdout)) as tar:
+        members = tar.getmembers()
+        assert [m.name for m in members] == [names[3], names[7], names[9]]
+        for m in members:
+            assert tar.extractfile(m).read() == (photos / m.name).read_bytes()
+    unpacked = tmp_path / "untar"
+    unpacked.mkdir()
+    subprocess.run(["tar", "xf", "-"], input=r.stdout, cwd=unpacked, check=True)
+    assert (unpacked / names[9]).read_bytes() == (photos / names[9]).read_bytes()
+    # -0 lists and filters into a tar file
+    (tmp_path / "list0").write_bytes(b"\0".join(n.encode() for n in names[:2]))
+    r = cli(["get", str(packed), "-T", str(tmp_path / "list0"), "-0", "-o", str(tmp_path / "two"), "-q"])
+    assert r.exit_code == 0 and sorted(p.name for p in (tmp_path / "two").rglob("*") if p.is_file()) == sorted(
+        Path(n).name for n in names[:2]
+    )
+    r = cli(["get", str(packed), "--label", "cats", "--format", "tar", "-o", str(tmp_path / "cats.tar")])
+    assert r.exit_code == 0, r.stderr
+    with tarfile.open(tmp_path / "cats.tar") as tar:
+        assert all(m.name.startswith("cats/") for m in tar.getmembers()) and len(tar.getmembers()) > 1
+    # several frames need somewhere to go
+    r = cli(["get", str(packed), "0", "1"])
+    assert r.exit_code == 2 and "several frames: give -o FOLDER, or --format tar" in r.stderr
+    r = cli(["get", str(packed), "0", "nope", "-o", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "no frame named 'nope'" in r.stderr
