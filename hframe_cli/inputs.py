@@ -260,9 +260,7 @@ def collect_sources(
     folders: list[str] = []
     for arg in args:
         if arg == "-":
-            if stdin is None:
-                raise InputError("'-' given but no list on standard input")
-            files.extend(read_path_list(stdin, null_separated))
+            files.extend(read_list("-", null_separated, stdin))
         elif os.path.isdir(arg):
             folders.append(arg)
         elif not os.path.lexists(arg) and not skip_bad:
