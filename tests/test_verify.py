@@ -533,3 +533,17 @@ def test_a_pack_that_cannot_be_read_exits_3_even_beside_good_ones(packed, cli):
     assert "Input/output error" in r.stdout
     r = cli(["verify", str(packed), str(packed) + ".missing"])
     assert r.exit_code == 2  # could not be verified for another reason
+
+
+def test_every_output_names_the_damaged_frame(vpack, tmp_path, cli):
+    """Plain text, JSON and JUnit all carry the frame's name, not only its id and offset."""
+    row = rows(vpack)[7]
+    flip(vpack, row["offset"] + row["length"] // 2)
+    junit = tmp_path / "j.xml"
+    r = cli(["verify", str(vpack), "--junit", str(junit)])
+    assert r.exit_code == 1
+    line = next(x for x in r.stdout.splitlines() if "md5 mismatch" in x)
+    assert f"frame 7 {row['name']!r} (offset {row['offset']}, length {row['length']})" in line, line
+    assert repr(row["name"]) in junit.read_text()
+    doc = json.loads(cli(["verify", str(vpack), "--json"]).stdout)
+    assert doc["packs"][0]["problems"][0]["name"] == row["name"]
