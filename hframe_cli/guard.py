@@ -150,7 +150,7 @@ def writer_run(
                     raise _SignalStop(stop.signum)
                 if lock.took_over and warn is not None:
                     warn(f"{out}: took over a stale lock left by a run that died ({lock.took_over})")
-                if lock.waited_s >= 0.001 and on_event is not None:
+                if lock.waited_s > 0 and on_event is not None:
                     on_event(f"{out}: waited {lock.waited_s:.3f} s for the lock")
                 if os.path.exists(out + ".index.parquet.partial") and _finish_publish(out) and warn is not None:
                     warn(f"{out}: finished the publish of a run that died between its two renames")

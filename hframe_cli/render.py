@@ -409,8 +409,8 @@ def verify_report(report: Any, *, as_json: bool, as_jsonl: bool, quiet: bool) ->
         return
     out = sys.stdout
     for p in report.packs:
-        if p.error:
-            out.write(f"{p.pack}: cannot verify: {p.error}\n")
+        if p.error:  # an error, not a finding: stderr, as every other command's
+            sys.stderr.write(f"{p.pack}: cannot verify: {p.error}\n")
         for prob in p.problems[:MAX_PROBLEM_LINES]:
             out.write(prob.message + "\n")
         if len(p.problems) > MAX_PROBLEM_LINES:

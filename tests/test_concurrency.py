@@ -655,3 +655,17 @@ def test_an_open_overtaken_by_a_publish_looks_again_and_gives_up_after_a_bound(t
         until_settled(never, str(out))
     with h.open_pack(out) as p:  # and a fresh open finds the new generation whole
         assert len(p) == len(source_md5s(src)) and h.verify_pack(out).ok
+
+
+def test_the_wait_line_is_printed_only_after_waiting_for_another_run(tree):
+    """An uncontended lock prints nothing however slow the machine; a real wait says how long."""
+    src, out = tree
+    r = run_bin(["pack", str(src), "-o", str(out), "--force", "--update"])
+    assert r.returncode == 0 and b"for the lock" not in r.stderr
+    with lock_held_elsewhere(out):
+        proc = start(["pack", str(src), "-o", str(out), "--update", "--wait", "60"])
+        time.sleep(0.6)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    waited = [line for line in err.decode().splitlines() if "for the lock" in line]
+    assert len(waited) == 1 and float(waited[0].split("waited ")[1].split(" s")[0]) >= 0.5, err
