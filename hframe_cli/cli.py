@@ -617,6 +617,8 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and turn every error into one stderr line and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("HFRAME_DEBUG") == "1"
+    if "--debug" in args[1:]:  # accepted after the command too, where errors tell users to add it
+        args = ["--debug", *(a for a in args if a != "--debug")]
     # a descriptor closed at start (`>&-`) leaves Python a None stream: write nowhere, not crash
     if sys.stdout is None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process

@@ -275,3 +275,15 @@ def test_get_many_frames_per_call_into_a_folder_or_one_tar_stream(cli, packed, p
     assert r.exit_code == 2 and "several frames: give -o FOLDER, or --format tar" in r.stderr
     r = cli(["get", str(packed), "0", "nope", "-o", str(tmp_path / "x")])
     assert r.exit_code == 2 and "no frame named 'nope'" in r.stderr
+
+
+def test_debug_is_accepted_after_the_command_too(tmp_path):
+    """Errors say "rerun with --debug": adding it at the end of the line must work."""
+    for args in (
+        ["--debug", "get", str(tmp_path / "nope.hframe"), "1"],
+        ["get", str(tmp_path / "nope.hframe"), "1", "--debug"],
+    ):
+        r = run_bin(args)
+        assert r.returncode != 0 and b"Traceback" in r.stderr and b"No such option" not in r.stderr, r.stderr
+    r = run_bin(["get", str(tmp_path / "nope.hframe"), "1"])
+    assert r.returncode == 2 and b"Traceback" not in r.stderr
