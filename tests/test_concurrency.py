@@ -668,4 +668,4 @@ def test_the_wait_line_is_printed_only_after_waiting_for_another_run(tree):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     waited = [line for line in err.decode().splitlines() if "for the lock" in line]
-    assert len(waited) == 1 and float(waited[0].split("waited ")[1].split(" s")[0]) >= 0.5, err
+    assert len(waited) == 1 and float(waited[0].split("waited ")[1].split(" s")[0]) > 0.05, err  # minus start-up

@@ -101,7 +101,9 @@ def test_video_modes_give_the_expected_frames_and_times(clips, tmp_path, mode, i
     r = run_cli(["index", str(out), "--kind", "video_frame", "-c", "name", "--no-header"])
     assert r.stdout.split() == [row["name"] for row in rows]
     r = run_cli(["index", str(out), "--kind", "image", "-c", "name", "--no-header"])
-    assert r.exit_code == 0 and r.stdout.split() == []
+    assert (
+        r.exit_code == 2 and r.stdout == "" and "no frame matches --kind 'image'" in r.stderr
+    )  # a filter that selects nothing
 
 
 def test_keyframes_mode_and_max_frames(clips, tmp_path):

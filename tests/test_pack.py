@@ -131,7 +131,7 @@ def corrupt_payload(frame: int, media_type_too: bool = False):
             3,
             False,
             ChecksumMismatch,
-            r"frame 3 \(offset \d+, length \d+\): md5 mismatch \(index [0-9a-f]{32}, read [0-9a-f]{32}\)",
+            r"frame 3 '[^']+' \(offset \d+, length \d+\): md5 mismatch \(index [0-9a-f]{32}, read [0-9a-f]{32}\)",
         ),
         (19, True, MagicMismatch, r"frame 19 .*magic bytes mismatch"),
     ],
