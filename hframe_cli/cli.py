@@ -14,6 +14,7 @@ import typer
 from . import __version__, render
 from .errors import (
     EXIT_DATA,
+    EXIT_ENV,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -657,6 +658,11 @@ def main(argv: list[str] | None = None) -> None:
         # typer met a closed pipe (`| head`): it swapped the streams for ones that ignore it and
         # exits 1, which would read as "problems in the data"; stopping early is not an error
         code = EXIT_OK
+    except MemoryError:
+        if debug:
+            raise
+        render.error("not enough memory (the process may not take what this needs; see MEMORY in hframe(1))")
+        code = EXIT_ENV
     except Exception as e:  # noqa: BLE001 - the last line of defence
         if debug:
             raise

@@ -613,10 +613,12 @@ def glob_to_regex(glob: str) -> str:
             if j < 0:
                 out.append(re.escape(c))
             else:
-                body = glob[i + 1 : j]
+                body = glob[i + 1 : j].replace("\\", "\\\\")
                 if body.startswith("!"):
                     body = "^" + body[1:]
-                out.append("[" + body.replace("\\", "\\\\") + "]")
+                elif body.startswith("^"):
+                    body = "\\" + body  # a literal ^, as in fnmatch: [!...] is the complement
+                out.append("[" + body + "]")
                 i = j
         else:
             out.append(re.escape(c))

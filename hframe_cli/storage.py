@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from .errors import HframeError, InputError, PackReplaced, StorageError
+from .errors import HframeError, InputError, OutOfMemory, PackReplaced, StorageError
 
 __all__ = ["LocalFile", "Storage", "evict_from_page_cache", "open_storage", "register_scheme"]
 
@@ -192,6 +192,10 @@ class LocalFile:
             return b"".join(parts)
         except OSError as e:
             raise _storage_error(self.location, e) from e
+        except MemoryError:
+            raise OutOfMemory(
+                f"{self.location}: not enough memory to read {length} bytes at offset {offset} (the process may not take that much)"
+            ) from None
 
     def preader(self) -> Callable[[int, int], bytes]:
         """``pread(length, offset)`` bound to this process's descriptor: the cheapest way to read

@@ -458,7 +458,8 @@ class _Verifier:
         packed = None
         if codec:  # compressed: the magic is checked on the raw bytes, after decompression
             packed, magic = (codec, flags, raw_length, magic), None
-        if magic is not None and media is not None:
+        if magic is not None and media is not None and buf[start : start + min(len(magic), length)] != magic:
+            self.flush(queue, idx)  # earlier frames' findings first (--max-errors keeps the earliest)
             self.check_magic(i, buf[start : start + min(len(magic), length)], magic, media, name, offset, length)
         # no index: the record header's kind says what is an image
         decode = self.decode and (media in _IMAGE_TYPES if idx is not None else kind != _BLOB_KIND)
@@ -473,7 +474,8 @@ class _Verifier:
         buf, at = win.get(pos, min(RECORD_FIXED, end - pos))
         if len(buf) - at < RECORD_FIXED or buf[at : at + 4] != RECORD_MAGIC:
             if not data_end_known and (
-                buf[at : at + 8] == TRAILER_MAGIC[: len(buf[at : at + 8])] or end - pos == TRAILER_SIZE
+                buf[at : at + 8] == TRAILER_MAGIC[: len(buf[at : at + 8])]
+                or (end - pos == TRAILER_SIZE and buf[at : at + 4] != RECORD_MAGIC)
             ):
                 return ""  # reached a trailer (or its place, its magic damaged): the caller checks it
             return "no record header"
@@ -1011,44 +1013,56 @@ def _verify_open(
     ranges: list[tuple[int, int]] = []
     if use_index:
         uuids = {str(u.uuid) for u in (header, trailer) if u is not None}
-        index, meta = pinned_index(storage, ipath, uuids)
         try:
-            if uuids and meta.pack_uuid not in uuids:
-                raise InputError(
-                    f"{ipath}: index belongs to another pack (index UUID {meta.pack_uuid}, pack "
-                    f"{' / '.join(sorted(uuids))}); rebuild it with 'hframe index PACK --rebuild'"
-                )
-            footer = pq.ParquetFile(index.stream()).metadata
-            rows = footer.num_rows
-            damage = file_digest_problem(index.read_at, index.size(), footer.metadata, ipath)
-            if damage is not None:
-                v.add("index", f"{damage}; rebuild it with 'hframe index PACK --rebuild'")
-            ranges, report.selection = _selection(rows, meta.payload_bytes, sample, seed, frames)
+            index, meta = pinned_index(storage, ipath, uuids)
+        except UnsupportedVersion:
+            raise
+        except FormatError as e:  # a damaged footer: one index problem, and a full check goes on without it
+            v.add("index", f"{e}; rebuild it with 'hframe index PACK --rebuild'")
+            if sample is not None or frames is not None:
+                return  # the frames asked for are named by the index
+            use_index, report.mode = False, "no-index"
+        if use_index:
+            assert meta is not None
             try:
-                table = IndexCols.read(ipath, stream=index.stream())
-                if table.num_rows != rows:  # the footer's count was hit, or a row group's
-                    raise FormatError(f"{ipath}: index holds {table.num_rows} rows, its footer says {rows}")
-                if rows != meta.frame_count:
-                    v.add("index", f"{ipath}: index has {rows} rows, its metadata says {meta.frame_count}")
-            except FormatError as e:
-                # a damaged page: a full check still checks every frame, from the pack alone
-                v.add("index", f"{e}; rebuild it with 'hframe index PACK --rebuild'")
-                if report.selection != "full":
-                    return  # the frames asked for are named by the index: nothing more to check
-                use_index, table, report.mode = False, None, "no-index"
-        finally:
-            index.close()
-        if table is not None:
-            for row, value in wrong_frame_ids(table):
-                v.add("index", f"{ipath}: row {row} has frame_id {value} (frame ids are row numbers)", row)
-        if trailer is not None and meta.frame_count != trailer.frame_count:
-            v.add("index", f"{ipath}: index says {meta.frame_count} frames, pack trailer says {trailer.frame_count}")
-        if meta.pack_bytes != size:
-            v.add(
-                "index",
-                f"{where}: pack is {size} bytes, index says {meta.pack_bytes} "
-                f"({'truncated' if size < meta.pack_bytes else 'bytes appended'}?)",
-            )
+                if uuids and meta.pack_uuid not in uuids:
+                    raise InputError(
+                        f"{ipath}: index belongs to another pack (index UUID {meta.pack_uuid}, pack "
+                        f"{' / '.join(sorted(uuids))}); rebuild it with 'hframe index PACK --rebuild'"
+                    )
+                footer = pq.ParquetFile(index.stream()).metadata
+                rows = footer.num_rows
+                damage = file_digest_problem(index.read_at, index.size(), footer.metadata, ipath)
+                if damage is not None:
+                    v.add("index", f"{damage}; rebuild it with 'hframe index PACK --rebuild'")
+                ranges, report.selection = _selection(rows, meta.payload_bytes, sample, seed, frames)
+                try:
+                    table = IndexCols.read(ipath, stream=index.stream())
+                    if table.num_rows != rows:  # the footer's count was hit, or a row group's
+                        raise FormatError(f"{ipath}: index holds {table.num_rows} rows, its footer says {rows}")
+                    if rows != meta.frame_count:
+                        v.add("index", f"{ipath}: index has {rows} rows, its metadata says {meta.frame_count}")
+                except FormatError as e:
+                    # a damaged page: a full check still checks every frame, from the pack alone
+                    v.add("index", f"{e}; rebuild it with 'hframe index PACK --rebuild'")
+                    if report.selection != "full":
+                        return  # the frames asked for are named by the index: nothing more to check
+                    use_index, table, report.mode = False, None, "no-index"
+            finally:
+                index.close()
+            if table is not None:
+                for row, value in wrong_frame_ids(table):
+                    v.add("index", f"{ipath}: row {row} has frame_id {value} (frame ids are row numbers)", row)
+            if trailer is not None and meta.frame_count != trailer.frame_count:
+                v.add(
+                    "index", f"{ipath}: index says {meta.frame_count} frames, pack trailer says {trailer.frame_count}"
+                )
+            if meta.pack_bytes != size:
+                v.add(
+                    "index",
+                    f"{where}: pack is {size} bytes, index says {meta.pack_bytes} "
+                    f"({'truncated' if size < meta.pack_bytes else 'bytes appended'}?)",
+                )
     n = rows if use_index else (trailer.frame_count if trailer is not None else 0)
     report.frames_total = n
     data_end_known = trailer is not None

@@ -249,6 +249,8 @@ class VideoFrames:
         declared = int(stream.frames or 0)
         if self.decoded == 0:
             return "no frame could be decoded"
+        if declared and self.decoded >= declared:
+            return None  # every frame the container lists is here (a last frame may be held long)
         duration = None
         if stream.duration is not None and stream.time_base is not None:
             duration = float(stream.duration * stream.time_base)

@@ -404,3 +404,62 @@ def test_the_flip_campaign_script_runs_and_finds_everything(tmp_path):
     total = r.stdout.strip().splitlines()[-1]
     assert "missed=0 false_alarms=0 crashes=0" in total and "result=PASS" in total
     assert r.stdout.count("part=index") == 3 and r.stdout.count("part=pack-no-index") == 3
+
+
+def test_a_damaged_index_footer_is_an_index_problem_and_the_frames_are_still_checked(tmp_path, cli):
+    pack = small_pack(tmp_path / "p.hframe", [f"{i:03d}.bin".encode() for i in range(12)])
+    index = Path(f"{pack}.index.parquet")
+    data = bytearray(index.read_bytes())
+    data[-1] ^= 0xFF  # the closing PAR1: pyarrow cannot even find the footer
+    index.write_bytes(bytes(data))
+    r = cli(["verify", str(pack)])
+    assert r.exit_code == 1, (r.stdout, r.stderr)
+    assert "not a readable Parquet index" in r.stdout and "12 of 12 frames checked (full, no-index)" in r.stdout
+    r = cli(["verify", str(pack), "--sample", "50%"])
+    assert r.exit_code == 1 and "not a readable Parquet index" in r.stdout
+
+
+def test_max_errors_keeps_the_earliest_problem_across_chunk_boundaries(tmp_path, monkeypatch):
+    """Damage in frame k (md5) and k + 1 (magic), with --max-errors 1: frame k is the one told,
+    wherever the chunk boundaries fall."""
+    from conftest import make_photos
+
+    from hframe_cli import verify as V
+
+    photos = make_photos(tmp_path / "photos", 24)
+    pack = tmp_path / "p.hframe"
+    h.pack([photos], pack)
+    rows = pq.read_table(f"{pack}.index.parquet").to_pylist()
+    good = pack.read_bytes()
+    monkeypatch.setattr(V, "CHUNK_BYTES", 4096)
+    for k in range(len(rows) - 1):
+        bad = bytearray(good)
+        bad[rows[k]["offset"] + rows[k]["length"] // 2] ^= 0x01
+        bad[rows[k + 1]["offset"]] ^= 0x01
+        pack.write_bytes(bytes(bad))
+        report = V.verify_pack(pack, max_errors=1)
+        assert [p.frame_id for p in report.problems] == [k], (k, [p.message for p in report.problems])
+    pack.write_bytes(good)
+
+
+def test_no_index_names_a_frame_cut_short_where_a_trailer_would_sit(tmp_path):
+    from hframe_cli.format import TRAILER_SIZE
+    from hframe_cli.verify import verify_pack
+
+    pack = small_pack(tmp_path / "p.hframe", [f"{i:03d}.bin".encode() for i in range(30)])
+    cut = record_offset(pack, 20) + TRAILER_SIZE
+    pack.write_bytes(pack.read_bytes()[:cut])
+    report = verify_pack(pack, use_index=False)
+    assert 20 in {p.frame_id for p in report.problems}, [p.message for p in report.problems]
+
+
+def test_glob_sets_mean_the_same_in_every_command():
+    import fnmatch
+    import re
+
+    from hframe_cli.index import glob_to_regex
+
+    names = ["^x", "bx", "ax", "a\nb", "[x", "\\x", "a\\b", "cats/001.jpg"]
+    for glob in ("[^a]*", "[!a]*", "[\\]*", "*", "?x", "cats/*", "[a-c]*", "[]x]*"):
+        rx = re.compile(glob_to_regex(glob))
+        assert [bool(rx.match(n)) for n in names] == [fnmatch.fnmatchcase(n, glob) for n in names], glob

@@ -508,3 +508,29 @@ def test_a_truncated_avi_is_still_damaged(tmp_path):
     (src / "t.avi").write_bytes(data[: len(data) * 6 // 10])
     r = run_cli(["pack", str(src), "-o", str(tmp_path / "t.hframe"), "--video-frames", "all"])
     assert r.exit_code == 2 and "t.avi" in r.stderr and "damaged video" in r.stderr, r.stderr
+
+
+def test_a_video_whose_last_frame_is_held_is_complete(tmp_path):
+    """Every frame the container lists is there; the last one stays on screen for 9 s (a
+    slideshow, a screen recording): not a truncated file."""
+    path = tmp_path / "src" / "held.mp4"
+    path.parent.mkdir()
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("mpeg4", rate=10)
+        s.width, s.height, s.pix_fmt = 64, 48, "yuv420p"
+        packets = []
+        for i in range(11):
+            frame = av.VideoFrame.from_image(Image.new("RGB", (64, 48), (i * 20 % 256, 90, 30)))
+            frame.pts, frame.time_base = i, Fraction(1, 10)
+            packets += list(s.encode(frame))
+        packets += list(s.encode())
+        max(packets, key=lambda p: p.pts).duration = 90
+        for p in packets:
+            c.mux(p)
+    with av.open(str(path)) as c:
+        st = c.streams.video[0]
+        assert st.frames == 11 and float(st.duration * st.time_base) == pytest.approx(10.0)
+    r = run_cli(["pack", str(tmp_path / "src"), "-o", str(tmp_path / "h.hframe"), "--video-frames", "all", "--json"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["frame_count"] == 11 and doc["warnings"] == []
