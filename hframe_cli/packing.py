@@ -711,8 +711,7 @@ def _resume_locked(
                 f"'hframe pack ... -o {out} --force'"
             )
         if os.path.exists(out) and get_index_path(out).exists():
-            note(on_event, f"{out}: already complete; nothing to resume")
-            return ResumeResult("already_complete", None, notes)
+            return ResumeResult("already_complete", None, notes)  # the caller says so, once
         from .dataset import get_manifest_path
 
         if not os.path.exists(out) and get_manifest_path(out).exists():
