@@ -108,7 +108,7 @@ class _TooManyProblems(Exception):
 
 
 _BLOB_KIND = KIND_IDS["blob"]
-_MAX_KIND, _MAX_CODEC = max(KIND_IDS.values()), max(CODEC_NAMES)  # ids are 0..max (format.py)
+_MAX_KIND = max(KIND_IDS.values())  # kind ids are 0..max (format.py): a higher one takes the careful path
 
 
 class _Window:
@@ -438,9 +438,8 @@ class _Verifier:
         if offset + length > end:
             self.missing_from(i, offset, end, idx, self.report_to, f"payload runs past the end of data ({end})")
             return None
-        if codec > _MAX_CODEC or kind > _MAX_KIND or length >= 1 << 63 or raw_length >= 1 << 63:
-            # a crafted record whose CRC matches: nothing in it can be trusted
-            problem = record_field_problem(length, raw_length, codec, kind)
+        problem = record_field_problem(length, raw_length, codec, kind)
+        if problem is not None:  # a crafted record whose CRC matches: nothing in it can be trusted
             self.add("record", f"{self.frame_where(i, offset, length)}: {problem}", i, offset=offset, length=length)
             return offset + length, i + 1
         name = bytes(buf[at + RECORD_FIXED : at + RECORD_FIXED + name_len])
@@ -480,14 +479,7 @@ class _Verifier:
                 return ""  # reached a trailer (or its place, its magic damaged): the caller checks it
             return "no record header"
         fields = record_fields(buf, at)
-        size, frame_id, length, name_len, extra_len, crc = (
-            fields[1],
-            fields[2],
-            fields[3],
-            fields[9],
-            fields[10],
-            fields[12],
-        )
+        _, size, frame_id, length, _, _, _, _, _, name_len, extra_len, _, crc = fields
         if pos + size > end or size < RECORD_FIXED + name_len + extra_len:
             return "record header runs past the end of data"
         buf, at = win.get(pos, size + length if pos + size + length <= end else size)
