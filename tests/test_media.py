@@ -26,8 +26,11 @@ from hframe_cli.labels import split_of
 FRAMES, RATE, GOP = 30, 10, 10
 
 
-def make_video(path: Path, codec: str, n: int = FRAMES, rate: int = RATE, size=(64, 48), **container_opts: str) -> Path:
-    """Encode ``n`` frames at ``rate`` fps, a keyframe every GOP frames (scene-cut detection off)."""
+def make_video(
+    path: Path, codec: str, n: int = FRAMES, rate: int = RATE, size=(64, 48), pts_step: int = 1, **container_opts: str
+) -> Path:
+    """Encode ``n`` frames at ``rate`` fps, a keyframe every GOP frames (scene-cut detection off);
+    ``pts_step`` > 1 stores only every so many frame periods (a sparse, variable-rate file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w", options=container_opts) as c:
         s = c.add_stream(codec, rate=rate)
@@ -39,7 +42,7 @@ def make_video(path: Path, codec: str, n: int = FRAMES, rate: int = RATE, size=(
             img = Image.new("RGB", size, (i * 8 % 256, 40, 200 - i * 5 % 200))
             ImageDraw.Draw(img).line([(0, i % size[1]), (size[0], i % size[1])], fill=(0, 255, 0))
             frame = av.VideoFrame.from_image(img)
-            frame.pts = i
+            frame.pts = i * pts_step
             frame.time_base = Fraction(1, rate)
             for p in s.encode(frame):
                 c.mux(p)
@@ -469,20 +472,7 @@ def test_frame_keys_are_ints_or_names_not_bools(packed):
 def make_sparse_video(path: Path, codec: str, n: int = 69, gap: int = 6, rate: int = 30) -> Path:
     """A variable-rate file as screen recorders and AVI writers make them: ``n`` frames stored,
     timestamps ``gap`` frame periods apart (the repeated frames in between are not stored)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w") as c:
-        s = c.add_stream(codec, rate=rate)
-        s.width, s.height, s.pix_fmt = 64, 48, "yuv420p"
-        s.codec_context.options = {"x264-params": "bframes=0"}
-        for i in range(n):
-            frame = av.VideoFrame.from_image(Image.new("RGB", (64, 48), (i * 3 % 256, 90, 30)))
-            frame.pts = i * gap
-            frame.time_base = Fraction(1, rate)
-            for p in s.encode(frame):
-                c.mux(p)
-        for p in s.encode():
-            c.mux(p)
-    return path
+    return make_video(path, codec, n=n, rate=rate, pts_step=gap)
 
 
 @pytest.mark.parametrize(("name", "codec"), [("s.avi", "mpeg4"), ("s.mkv", "libx264"), ("s.webm", "libvpx-vp9")])
