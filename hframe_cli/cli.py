@@ -5,9 +5,10 @@
 import os
 import sys
 import warnings
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 
@@ -26,9 +27,11 @@ from .signals import pending_signal
 app = typer.Typer(
     name="hframe",
     help="Build and inspect frame packs: many small media files in one file, with a Parquet index.",
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help as tar and git print it: plain text, the same on a terminal and a pipe
+    epilog="See 'man hframe' for every command, option and exit code, and 'man 5 hframe' for the file format.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -37,6 +40,7 @@ WaitOpt = Annotated[
     float,
     typer.Option(
         "--wait",
+        metavar="SECONDS",
         help="If another run holds the output, wait up to SECONDS for it (like flock -w); default: exit 3 at once.",
         min=0,
     ),
@@ -49,9 +53,83 @@ SkipLockedOpt = Annotated[
     ),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary; errors only.")]
-LabelOpt = Annotated[Optional[str], typer.Option("--label", help="Only frames with this label.")]
-SplitOpt = Annotated[Optional[str], typer.Option("--split", help="Only frames in this split (train, val, ...).")]
-KindOpt = Annotated[Optional[str], typer.Option("--kind", help="Only frames of this kind: image, video_frame or blob.")]
+LabelOpt = Annotated[Optional[str], typer.Option("--label", metavar="LABEL", help="Only frames with this label.")]
+SplitOpt = Annotated[
+    Optional[str], typer.Option("--split", metavar="SPLIT", help="Only frames in this split (train, val, ...).")
+]
+KindOpt = Annotated[
+    Optional[str], typer.Option("--kind", metavar="KIND", help="Only frames of this kind: image, video_frame or blob.")
+]
+
+
+# 1-3 real examples per command, shown at the end of its --help (tests/test_docs.py checks that
+# every flag they use exists). No square brackets: rich would read them as markup.
+EXAMPLES = {
+    "pack": [
+        "hframe pack photos/ -o photos.hframe",
+        "find /data -name '*.jpg' | hframe pack - -o photos.hframe --base /data",
+        "hframe pack photos/ -o photos.hframe --update -q --skip-if-locked    # cron",
+    ],
+    "resume": [
+        "hframe resume photos.hframe                # after a crash, kill or Ctrl-C",
+        "hframe resume photos.hframe --rescan       # the inputs changed meanwhile: start over",
+    ],
+    "verify": [
+        "hframe verify photos.hframe",
+        "hframe verify 'shard-*.hframe' --sample 5% --seed 7",
+        "hframe verify photos.hframe --junit junit.xml --json > report.json    # CI",
+    ],
+    "bench-cold": [
+        "hframe bench-cold photos.hframe --frames 256 --batches 20",
+        "hframe bench-cold photos.hframe --compare photos/ --json",
+    ],
+    "bench-warm": [
+        "hframe bench-warm photos.hframe --frames 256 --batches 20 --seed 1",
+        "hframe bench-warm photos.hframe --sampler block-local --decode",
+    ],
+    "dump-header": [
+        "hframe dump-header photos.hframe",
+        "hframe dump-header photos.hframe --frame 42 --bytes 16",
+    ],
+    "index": [
+        "hframe index photos.hframe                                # a readable table on a terminal",
+        "hframe index photos.hframe -c frame_id,name,length --label cats -f csv",
+        "hframe index photos.hframe --rebuild",
+    ],
+    "get": [
+        "hframe get photos.hframe 42 > a.jpg",
+        "hframe get photos.hframe 1 2 3 -o out/",
+        "hframe index photos.hframe -c name --label cats | hframe get photos.hframe -T - --format tar | tar x",
+    ],
+}
+
+
+CommandFunction = TypeVar("CommandFunction", bound=Callable[..., Any])
+
+
+class _Command(typer.core.TyperCommand):
+    """Help as tar and git print it: ``Usage: hframe get [OPTIONS] PACK [FRAME...]`` (typer would
+    write ``{PACK}``), and the examples verbatim at the end, one a line, never rewrapped."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                metavar = param.metavar or (param.name or "").upper()
+                pieces.append(metavar if param.required else f"[{metavar}]")
+        return pieces
+
+    def format_epilog(self, ctx: Any, formatter: Any) -> None:
+        if self.epilog:
+            formatter.write_paragraph()
+            formatter.write("Examples:\n")
+            for line in self.epilog.splitlines():
+                formatter.write(f"  {line}\n")
+
+
+def _command(name: str, short: str) -> Callable[[CommandFunction], CommandFunction]:
+    """``@app.command`` with hframe's help layout, a short line for ``hframe -h`` and the examples."""
+    return app.command(name, cls=_Command, short_help=short, epilog="\n".join(EXAMPLES[name]))
 
 
 class RowFormat(str, Enum):
@@ -82,28 +160,36 @@ def _frame_key(frame: str, by_name: bool) -> int | str:
     return int(frame) if frame.isdigit() and not by_name else frame
 
 
-@app.command()
+@_command("pack", "Pack files into one pack and its Parquet index.")
 def pack(
-    sources: Annotated[list[str], typer.Argument(help="Files, folders (recursive), or - for a list on stdin.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The pack to write (.hframe).")],
+    sources: Annotated[
+        list[str], typer.Argument(metavar="SOURCE...", help="Files, folders (recursive), or - for a list on stdin.")
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE", help="The pack to write (.hframe).")],
     force: Annotated[bool, typer.Option("--force", help="Replace an existing pack.")] = False,
     align: Annotated[
-        int, typer.Option("--align", help="Start every payload on a multiple of N bytes (4096 for O_DIRECT).")
+        int,
+        typer.Option("--align", metavar="N", help="Start every payload on a multiple of N bytes (4096 for O_DIRECT)."),
     ] = 1,
     created: Annotated[
         Optional[str],
         typer.Option(
             "--created",
+            metavar="TIME",
             help="Fixed creation time (epoch seconds or ISO 8601); makes the output reproducible. Default: SOURCE_DATE_EPOCH, else now.",
         ),
     ] = None,
     include: Annotated[
-        Optional[list[str]], typer.Option("--include", help="Only names matching this glob (repeatable).")
+        Optional[list[str]],
+        typer.Option("--include", metavar="GLOB", help="Only names matching this glob (repeatable)."),
     ] = None,
     exclude: Annotated[
-        Optional[list[str]], typer.Option("--exclude", help="Leave out names matching this glob (repeatable).")
+        Optional[list[str]],
+        typer.Option("--exclude", metavar="GLOB", help="Leave out names matching this glob (repeatable)."),
     ] = None,
-    base: Annotated[Optional[str], typer.Option("--base", help="Name files relative to this folder.")] = None,
+    base: Annotated[
+        Optional[str], typer.Option("--base", metavar="DIR", help="Name files relative to this folder.")
+    ] = None,
     null: Annotated[bool, typer.Option("--null", "-0", help="The stdin list is NUL-separated (find -print0).")] = False,
     skip_bad: Annotated[
         bool,
@@ -114,22 +200,29 @@ def pack(
     ] = False,
     allow_empty: Annotated[bool, typer.Option("--allow-empty", help="Pack zero-byte files as empty frames.")] = False,
     max_frame_bytes: Annotated[
-        str, typer.Option("--max-frame-bytes", help="Refuse inputs larger than this (e.g. 256MiB).")
+        str, typer.Option("--max-frame-bytes", metavar="SIZE", help="Refuse inputs larger than this (e.g. 256MiB).")
     ] = "1GiB",
     self_check: Annotated[
-        int, typer.Option("--self-check", help="Frames read back from disk and checked before publishing.")
+        int, typer.Option("--self-check", metavar="N", help="Frames read back from disk and checked before publishing.")
     ] = 20,
     workers: Annotated[
-        Optional[int], typer.Option("--workers", help="Threads reading and hashing sources.", min=1)
+        Optional[int], typer.Option("--workers", metavar="N", help="Threads reading and hashing sources.", min=1)
     ] = None,
     checkpoint_every: Annotated[
-        int, typer.Option("--checkpoint-every", help="Checkpoint every N frames (0: never by count).", min=0)
+        int,
+        typer.Option("--checkpoint-every", metavar="N", help="Checkpoint every N frames (0: never by count).", min=0),
     ] = 100_000,
     checkpoint_bytes: Annotated[
-        str, typer.Option("--checkpoint-bytes", help="Checkpoint every SIZE bytes written (0: never by size).")
+        str,
+        typer.Option(
+            "--checkpoint-bytes", metavar="SIZE", help="Checkpoint every SIZE bytes written (0: never by size)."
+        ),
     ] = "4GiB",
     checkpoint_seconds: Annotated[
-        float, typer.Option("--checkpoint-seconds", help="Checkpoint every S seconds (0: never by time).", min=0)
+        float,
+        typer.Option(
+            "--checkpoint-seconds", metavar="SECONDS", help="Checkpoint every S seconds (0: never by time).", min=0
+        ),
     ] = 30.0,
     no_checkpoint: Annotated[
         bool, typer.Option("--no-checkpoint", help="Write no checkpoints (a crashed run cannot be resumed).")
@@ -144,6 +237,7 @@ def pack(
         str,
         typer.Option(
             "--max-pack-bytes",
+            metavar="SIZE",
             help="Split the output into shards NAME-00000.hframe... of at most SIZE, with a dataset manifest NAME.hframe.dataset.json.",
         ),
     ] = "16GiB",
@@ -151,6 +245,7 @@ def pack(
         Optional[str],
         typer.Option(
             "--shard-of",
+            metavar="I/N",
             help="Pack only part I of N of the sorted inputs, as NAME-0000I.hframe (job arrays; merge with 'hframe index NAME --merge').",
         ),
     ] = None,
@@ -168,6 +263,7 @@ def pack(
         str,
         typer.Option(
             "--compress",
+            metavar="none|zstd[:LEVEL]",
             help="Per-frame compression: none or zstd[:LEVEL]. Frames that do not shrink (JPEG, PNG) are stored raw.",
         ),
     ] = "none",
@@ -175,6 +271,7 @@ def pack(
         str,
         typer.Option(
             "--zstd-dict",
+            metavar="auto|none|FILE",
             help="auto (train one on a sample of the inputs), none, or a dictionary FILE; stored in the pack.",
         ),
     ] = "none",
@@ -182,23 +279,35 @@ def pack(
         Optional[str],
         typer.Option(
             "--video-frames",
+            metavar="all|keyframes|every:N|fps:R",
             help="Cut videos into frames: all, keyframes, every:N or fps:R (default: videos are packed as files).",
         ),
     ] = None,
     frame_format: Annotated[
-        str, typer.Option("--frame-format", help="How video frames are stored: jpeg[:QUALITY] (default 90) or png.")
+        str,
+        typer.Option(
+            "--frame-format",
+            metavar="jpeg[:Q]|png",
+            help="How video frames are stored: jpeg[:QUALITY] (default 90) or png.",
+        ),
     ] = "jpeg:90",
     max_frames_per_video: Annotated[
-        Optional[int], typer.Option("--max-frames-per-video", help="Keep at most N frames of each video.", min=1)
+        Optional[int],
+        typer.Option("--max-frames-per-video", metavar="N", help="Keep at most N frames of each video.", min=1),
     ] = None,
     label_from: Annotated[
         str,
-        typer.Option("--label-from", help="Frame labels: parent (folder name), none, or a CSV file of name,label."),
+        typer.Option(
+            "--label-from",
+            metavar="parent|none|CSV",
+            help="Frame labels: parent (folder name), none, or a CSV file of name,label.",
+        ),
     ] = "parent",
     split: Annotated[
         Optional[str],
         typer.Option(
             "--split",
+            metavar="NAME=FRACTION,...",
             help="Assign splits by a hash of each name, e.g. train=0.9,val=0.1 (a video's frames stay together).",
         ),
     ] = None,
@@ -308,9 +417,9 @@ def _resume(
     render.resume_summary(outcome, os.fspath(output), json_out, quiet)
 
 
-@app.command("resume")
+@_command("resume", "Continue an interrupted pack from its last checkpoint.")
 def resume_cmd(
-    output: Annotated[Path, typer.Argument(help="The pack an interrupted 'hframe pack' was writing.")],
+    output: Annotated[Path, typer.Argument(metavar="PACK", help="The pack an interrupted 'hframe pack' was writing.")],
     rescan: Annotated[
         bool,
         typer.Option(
@@ -318,7 +427,7 @@ def resume_cmd(
         ),
     ] = False,
     workers: Annotated[
-        Optional[int], typer.Option("--workers", help="Threads reading and hashing sources.", min=1)
+        Optional[int], typer.Option("--workers", metavar="N", help="Threads reading and hashing sources.", min=1)
     ] = None,
     wait: WaitOpt = 0.0,
     skip_if_locked: SkipLockedOpt = False,
@@ -338,27 +447,38 @@ def resume_cmd(
     )
 
 
-@app.command()
+@_command("verify", "Check packs: header, trailer, index and every frame's md5.")
 def verify(
-    packs: Annotated[list[str], typer.Argument(help="Packs to check (globs are expanded).")],
+    packs: Annotated[list[str], typer.Argument(metavar="PACK...", help="Packs to check (globs are expanded).")],
     sample: Annotated[
-        Optional[str], typer.Option("--sample", help="Check a sample: P% of frames or N frames, in runs of neighbours.")
+        Optional[str],
+        typer.Option(
+            "--sample", metavar="P%|N", help="Check a sample: P% of frames or N frames, in runs of neighbours."
+        ),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Sampler seed: the same seed checks the same frames.")] = 0,
-    frames: Annotated[Optional[str], typer.Option("--frames", help="Check only frames A:B (B exclusive).")] = None,
+    seed: Annotated[
+        int, typer.Option("--seed", metavar="N", help="Sampler seed: the same seed checks the same frames.")
+    ] = 0,
+    frames: Annotated[
+        Optional[str], typer.Option("--frames", metavar="A:B", help="Check only frames A:B (B exclusive).")
+    ] = None,
     decode: Annotated[bool, typer.Option("--decode", help="Also decode every image fully with Pillow.")] = False,
     no_index: Annotated[bool, typer.Option("--no-index", help="Check from the pack's record headers alone.")] = False,
-    max_errors: Annotated[Optional[int], typer.Option("--max-errors", help="Stop after N problems.", min=1)] = None,
+    max_errors: Annotated[
+        Optional[int], typer.Option("--max-errors", metavar="N", help="Stop after N problems.", min=1)
+    ] = None,
     workers: Annotated[
         Optional[int],
         typer.Option(
             "--workers",
+            metavar="N",
             help="Parts of a large pack checked at once, in parallel processes (default: one per core, at most 4).",
             min=1,
         ),
     ] = None,
     junit: Annotated[
-        Optional[Path], typer.Option("--junit", help="Also write a JUnit XML report (one testcase per pack).")
+        Optional[Path],
+        typer.Option("--junit", metavar="FILE", help="Also write a JUnit XML report (one testcase per pack)."),
     ] = None,
     json_out: JsonOpt = False,
     jsonl: Annotated[bool, typer.Option("--jsonl", help="Print one JSON line per problem.")] = False,
@@ -400,32 +520,49 @@ class CacheMethod(str, Enum):
 
 def _bench_command(mode: str) -> Any:
     def command(
-        pack: Annotated[Path, typer.Argument(help="The pack file.")],
-        frames: Annotated[int, typer.Option("--frames", help="Frames per batch.")] = 256,
-        batches: Annotated[int, typer.Option("--batches", help="Number of batches.")] = 10,
-        seed: Annotated[int, typer.Option("--seed", help="Sampler seed (the generator is seeded once).")] = 0,
-        sampler: Annotated[Sampler, typer.Option("--sampler", help="How frame ids are drawn.")] = Sampler.random,
+        pack: Annotated[Path, typer.Argument(metavar="PACK", help="The pack file.")],
+        frames: Annotated[int, typer.Option("--frames", metavar="N", help="Frames per batch.")] = 256,
+        batches: Annotated[int, typer.Option("--batches", metavar="N", help="Number of batches.")] = 10,
+        seed: Annotated[
+            int, typer.Option("--seed", metavar="N", help="Sampler seed (the generator is seeded once).")
+        ] = 0,
+        sampler: Annotated[
+            Sampler, typer.Option("--sampler", metavar="random|block-local|sequential", help="How frame ids are drawn.")
+        ] = Sampler.random,
         block_size: Annotated[
             Optional[int],
-            typer.Option("--block-size", help="Frames per block for --sampler block-local (default: --frames).", min=1),
+            typer.Option(
+                "--block-size",
+                metavar="N",
+                help="Frames per block for --sampler block-local (default: --frames).",
+                min=1,
+            ),
         ] = None,
         workers: Annotated[
-            Optional[int], typer.Option("--workers", help="Read threads (default min(16, max(1, frames // 4))).")
+            Optional[int],
+            typer.Option("--workers", metavar="N", help="Read threads (default min(16, max(1, frames // 4)))."),
         ] = None,
         coalesce_gap: Annotated[
             int,
             typer.Option(
-                "--coalesce-gap", help="Merge reads of frames at most this many bytes apart (0 disables).", min=0
+                "--coalesce-gap",
+                metavar="BYTES",
+                help="Merge reads of frames at most this many bytes apart (0 disables).",
+                min=0,
             ),
         ] = 8192,
         max_read: Annotated[
-            str, typer.Option("--max-read", help="Largest single read; bigger frames are split.")
+            str, typer.Option("--max-read", metavar="SIZE", help="Largest single read; bigger frames are split.")
         ] = "2MiB",
         method: Annotated[
-            CacheMethod, typer.Option("--method", help="Cache eviction before each cold batch.")
+            CacheMethod,
+            typer.Option(
+                "--method", metavar="auto|drop_caches|fadvise|none", help="Cache eviction before each cold batch."
+            ),
         ] = CacheMethod.auto,
         compare: Annotated[
-            Optional[Path], typer.Option("--compare", help="Also read the same frames as loose files from this folder.")
+            Optional[Path],
+            typer.Option("--compare", metavar="DIR", help="Also read the same frames as loose files from this folder."),
         ] = None,
         decode: Annotated[
             bool, typer.Option("--decode", help="Decode every frame with Pillow (timed separately).")
@@ -463,15 +600,19 @@ def _bench_command(mode: str) -> Any:
     return command
 
 
-app.command("bench-cold")(_bench_command("cold"))
-app.command("bench-warm")(_bench_command("warm"))
+_command("bench-cold", "Time random reads with the page cache evicted.")(_bench_command("cold"))
+_command("bench-warm", "Time random reads from a warm page cache.")(_bench_command("warm"))
 
 
-@app.command("dump-header")
+@_command("dump-header", "Show a pack's header, trailer and index metadata.")
 def dump_header(
-    pack: Annotated[Path, typer.Argument(help="The pack file.")],
-    frame: Annotated[Optional[str], typer.Option("--frame", help="Hex-dump this frame (id, or name) instead.")] = None,
-    nbytes: Annotated[int, typer.Option("--bytes", help="How many leading bytes of --frame to show.", min=0)] = 16,
+    pack: Annotated[Path, typer.Argument(metavar="PACK", help="The pack file.")],
+    frame: Annotated[
+        Optional[str], typer.Option("--frame", metavar="FRAME", help="Hex-dump this frame (id, or name) instead.")
+    ] = None,
+    nbytes: Annotated[
+        int, typer.Option("--bytes", metavar="N", help="How many leading bytes of --frame to show.", min=0)
+    ] = 16,
     by_name: Annotated[bool, typer.Option("--name", help="Treat --frame as a name even if it is all digits.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -489,15 +630,24 @@ def dump_header(
         raise typer.Exit(EXIT_DATA)
 
 
-@app.command()
+@_command("index", "Print a pack's index rows, or rebuild or merge indexes.")
 def index(
-    pack: Annotated[Path, typer.Argument(help="The pack file.")],
+    pack: Annotated[Path, typer.Argument(metavar="PACK", help="The pack file.")],
     fmt: Annotated[
         Optional[RowFormat],
-        typer.Option("--format", "-f", help="Row format (default: table on a terminal, tsv on a pipe)."),
+        typer.Option(
+            "--format",
+            "-f",
+            metavar="table|tsv|csv|jsonl|json",
+            help="Row format (default: table on a terminal, tsv on a pipe).",
+        ),
     ] = None,
-    columns: Annotated[Optional[str], typer.Option("--columns", "-c", help="Comma-separated columns to print.")] = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="Only frames whose name matches this glob.")] = None,
+    columns: Annotated[
+        Optional[str], typer.Option("--columns", "-c", metavar="COL,...", help="Comma-separated columns to print.")
+    ] = None,
+    name: Annotated[
+        Optional[str], typer.Option("--name", metavar="GLOB", help="Only frames whose name matches this glob.")
+    ] = None,
     label: LabelOpt = None,
     split: SplitOpt = None,
     kind: KindOpt = None,
@@ -508,7 +658,9 @@ def index(
     merge: Annotated[
         Optional[list[str]],
         typer.Option(
-            "--merge", help="Write the dataset manifest PACK.dataset.json from these shard packs (globs; repeatable)."
+            "--merge",
+            metavar="GLOB",
+            help="Write the dataset manifest PACK.dataset.json from these shard packs (globs; repeatable).",
         ),
     ] = None,
     quiet: QuietOpt = False,
@@ -543,13 +695,15 @@ class GetFormat(str, Enum):
     tar = "tar"
 
 
-@app.command()
+@_command("get", "Write frames to files, stdout or a tar stream.")
 def get(
-    pack: Annotated[Path, typer.Argument(help="The pack file.")],
+    pack: Annotated[Path, typer.Argument(metavar="PACK", help="The pack file.")],
     frames: Annotated[
         Optional[list[str]],
         typer.Argument(
-            help="Frame ids, or names as stored in the index (omit to select by filters or -T).", show_default=False
+            metavar="FRAME...",
+            help="Frame ids, or names as stored in the index (omit to select by filters or -T).",
+            show_default=False,
         ),
     ] = None,
     output: Annotated[
@@ -557,25 +711,35 @@ def get(
         typer.Option(
             "--output",
             "-o",
+            metavar="FILE|DIR|-",
             help="One frame: this file (- for stdout). Several, or filters: this folder (or, with --format tar, this tar file).",
         ),
     ] = None,
     files_from: Annotated[
         Optional[str],
         typer.Option(
-            "--files-from", "-T", help="Read frame ids or names from FILE, one a line (- for stdin), as tar -T."
+            "--files-from",
+            "-T",
+            metavar="FILE|-",
+            help="Read frame ids or names from FILE, one a line (- for stdin), as tar -T.",
         ),
     ] = None,
     null: Annotated[bool, typer.Option("--null", "-0", help="-T lists are NUL-separated (find -print0).")] = False,
     fmt: Annotated[
         GetFormat,
-        typer.Option("--format", help="raw: the frame's bytes (one frame); tar: every frame as one tar stream."),
+        typer.Option(
+            "--format",
+            metavar="raw|tar",
+            help="raw: the frame's bytes (one frame); tar: every frame as one tar stream.",
+        ),
     ] = GetFormat.raw,
     no_clobber: Annotated[
         bool, typer.Option("--no-clobber", help="Refuse to replace an existing file (default: replace it).")
     ] = False,
     by_name: Annotated[bool, typer.Option("--name", help="Treat FRAME as a name even if it is all digits.")] = False,
-    match: Annotated[Optional[str], typer.Option("--match", help="Only frames whose name matches this glob.")] = None,
+    match: Annotated[
+        Optional[str], typer.Option("--match", metavar="GLOB", help="Only frames whose name matches this glob.")
+    ] = None,
     label: LabelOpt = None,
     split: SplitOpt = None,
     kind: KindOpt = None,
@@ -584,12 +748,10 @@ def get(
     ] = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Write one frame's bytes to stdout or -o FILE; several frames, or those the filters
-    select, into the folder -o DIR or as one tar stream (--format tar). Never binary data to a
-    terminal.
+    """Write frames: one to stdout or -o FILE; several into the folder -o DIR or as a tar stream.
 
-    Examples: hframe get p.hframe 42 > a.jpg; hframe get p.hframe 1 2 3 -o out/;
-    hframe index p.hframe -c name --label cats | hframe get p.hframe -T - --format tar | tar x
+    Frames are chosen by id or name, by -T list and by filters. Binary data never goes to a
+    terminal.
     """
     from .extract import get_frames
     from .inputs import read_list
@@ -609,6 +771,20 @@ def get(
     )
     if written is not None and not quiet and (output is not None and os.fspath(output) != "-"):
         render.note(f"wrote {written} frames {'into' if fmt == GetFormat.tar else 'under'} {output}")
+
+
+def _usage_line(e: Exception, args: list[str]) -> str:
+    """A usage error as one line that names the command and where its help is, like
+    ``pack: missing argument 'SOURCE...' (see 'hframe pack -h')``; click's "did you mean" stays."""
+    message = " ".join(str(getattr(e, "format_message", lambda: e)()).split()).rstrip(".")
+    message = message[:1].lower() + message[1:]
+    ctx = getattr(e, "ctx", None)
+    command = ctx.command_path.partition(" ")[2] if ctx is not None else ""
+    if not command:  # click names the root for some errors found while parsing a command's options
+        names = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+        command = next((a for a in args if not a.startswith("-")), "")
+        command = command if command in names else ""
+    return f"{command}: {message} (see 'hframe {command} -h')" if command else f"{message} (see 'hframe -h')"
 
 
 _INTERRUPTED = "interrupted; nothing was published (a partial pack, if any, keeps its .partial name)"
@@ -643,11 +819,10 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Exit as e:
         code = e.exit_code
     except typer.TyperException as e:  # usage errors: bad flags, missing arguments
-        show = getattr(e, "show", None)
-        if callable(show):
-            show()
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `hframe`: the help is the message
+            e.show()  # type: ignore[attr-defined]
         else:
-            render.error(e.format_message())
+            render.error(_usage_line(e, args))
         code = EXIT_USAGE
     except (KeyboardInterrupt, typer.Abort):
         render.error(_INTERRUPTED)

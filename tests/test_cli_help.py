@@ -1,0 +1,154 @@
+"""Discoverability (issue 14): one-line usage errors, help with real examples, shell completion,
+and man pages installed with the package (checked in a fresh venv from a built wheel)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+import typer
+from conftest import run_bin
+
+from hframe_cli.cli import EXAMPLES, app
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def commands() -> dict:
+    return typer.main.get_command(app).commands  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["pakc", "x"], "no such command 'pakc'. Did you mean 'pack'? (see 'hframe -h')"),
+        (["pack"], "pack: missing argument 'SOURCE...' (see 'hframe pack -h')"),
+        (["get", "p.hframe", "--bogus"], "get: no such option: --bogus (see 'hframe get -h')"),
+        (
+            ["get", "p.hframe", "1", "--format", "zip"],
+            "get: invalid value for '--format': 'zip' is not one of 'raw', 'tar' (see 'hframe get -h')",
+        ),
+        (["verify", "x", "--sample"], "verify: option '--sample' requires an argument (see 'hframe verify -h')"),
+        (["--bogus"], "no such option: --bogus (see 'hframe -h')"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(cli, args, line):
+    r = cli(args)
+    assert (r.exit_code, r.stdout, r.stderr) == (2, "", f"hframe: error: {line}\n")
+
+
+def test_usage_errors_from_the_installed_command_too():
+    r = run_bin(["pakc"])
+    assert (r.returncode, r.stderr.decode()) == (
+        2,
+        "hframe: error: no such command 'pakc'. Did you mean 'pack'? (see 'hframe -h')\n",
+    )
+    r = run_bin([])  # bare `hframe`: the help, on stderr, exit 2
+    assert r.returncode == 2 and r.stderr.decode().startswith("Usage: hframe [OPTIONS] COMMAND")
+
+
+def test_every_command_has_one_to_three_examples_that_use_only_its_own_flags(cli):
+    assert set(EXAMPLES) == set(commands())
+    for name, command in commands().items():
+        examples = EXAMPLES[name]
+        assert 1 <= len(examples) <= 3, name
+        flags = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
+        for example in examples:
+            for stage in example.split("#")[0].split("|"):
+                words = shlex.split(stage)
+                if words[:1] != ["hframe"]:
+                    continue  # tar x, > redirects
+                assert words[1] in commands(), example
+                own = {opt for p in commands()[words[1]].params for opt in (*p.opts, *p.secondary_opts)}
+                used = [w for w in words[2:] if w.startswith("-") and w != "-"]
+                assert set(used) <= own, (example, set(used) - own)
+        r = cli([name, "--help"])
+        assert r.exit_code == 0, name
+        tail = r.stdout.split("\nExamples:\n", 1)[1]
+        assert tail.splitlines() == [f"  {e}" for e in examples], name
+        assert flags  # the command has options at all
+
+
+def test_help_has_no_odd_placeholders(cli):
+    for name in commands():
+        text = cli([name, "--help"]).stdout
+        usage = text.splitlines()[0]
+        assert re.fullmatch(rf"Usage: hframe {name} \[OPTIONS\]( \[?[A-Z.]+\]?)+", usage), usage
+        assert not re.search(r"\{\w+\}|<(str|int|path|float|text)>|\bTEXT\b|\bINTEGER\b|\bPATH\b", text), (name, text)
+
+
+def test_completion_scripts_and_answers(tmp_path):
+    r = run_bin(["--show-completion", "bash"])
+    assert r.returncode == 0 and b"_HFRAME_COMPLETE=complete_bash" in r.stdout
+    script = tmp_path / "hframe.sh"
+    script.write_bytes(r.stdout)
+    # the script, sourced by a real bash, completes commands, options and choices
+    cmd = f"""
+        source {shlex.quote(str(script))}
+        for words in 'hframe pa' 'hframe get p --fo' 'hframe index p --format ' 'hframe verify --sam'; do
+            COMP_WORDS=($words); [[ "$words" == *' ' ]] && COMP_WORDS+=('')
+            COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+            _hframe_completion hframe
+            echo "${{COMPREPLY[*]}}"
+        done
+    """
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=60)
+    assert out.stdout.splitlines() == ["pack", "--format", "table tsv csv jsonl json", "--sample"], out.stderr
+    # --install-completion writes the script and sources it from ~/.bashrc
+    home = tmp_path / "home"
+    home.mkdir()
+    r = run_bin(["--install-completion", "bash"], env={"HOME": str(home), "SHELL": "/bin/bash"})
+    assert r.returncode == 0, r.stderr
+    assert (home / ".bash_completions" / "hframe.sh").read_bytes().strip() == script.read_bytes().strip()
+    assert "source '" + str(home / ".bash_completions" / "hframe.sh") in (home / ".bashrc").read_text()
+
+
+@pytest.mark.slow
+def test_pip_install_puts_the_man_pages_where_man_finds_them(tmp_path):
+    """A fresh venv gets hframe from a wheel built from this tree (no network: the build uses this
+    venv's setuptools, the dependencies come from this venv through a .pth file)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for item in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / item, src / item)
+    for folder in ("hframe_cli", "man"):
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "w"), str(src)], check=True
+    )
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (wheel,) = (tmp_path / "w").glob("hframe-*.whl")
+    subprocess.run([*pip, "--python", str(venv / "bin" / "python"), "install", "--no-deps", str(wheel)], check=True)
+    assert (venv / "share/man/man1/hframe.1").read_bytes() == (ROOT / "man/hframe.1").read_bytes()
+    assert (venv / "share/man/man5/hframe.5").read_bytes() == (ROOT / "man/hframe.5").read_bytes()
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("MANPATH", "PYTHONPATH")}
+    env["PATH"] = f"{venv / 'bin'}:/usr/bin:/bin"
+    r = subprocess.run([venv / "bin" / "hframe", "-V"], capture_output=True, text=True, env=env)
+    assert r.stdout.startswith("hframe ") and r.returncode == 0, r.stderr
+    r = subprocess.run(
+        [venv / "bin" / "python", "-c", "import hframe_cli; print(hframe_cli.__file__)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert r.stdout.startswith(str(site)), r.stdout  # the installed copy, not this tree
+    r = subprocess.run([venv / "bin" / "hframe", "--show-completion", "bash"], capture_output=True, env=env)
+    assert b"complete -o default -F _hframe_completion hframe" in r.stdout
+    if shutil.which("man") is None:
+        pytest.skip("no man(1) here; the pages are installed under share/man")
+    for section, page in (("1", "man1/hframe.1"), ("5", "man5/hframe.5")):
+        r = subprocess.run(["man", "-w", section, "hframe"], capture_output=True, text=True, env=env)
+        assert r.stdout.strip() == str(venv / "share/man" / page), (r.stdout, r.stderr)
