@@ -188,7 +188,12 @@ def pack(
         typer.Option("--exclude", metavar="GLOB", help="Leave out names matching this glob (repeatable)."),
     ] = None,
     base: Annotated[
-        Optional[str], typer.Option("--base", metavar="DIR", help="Name files relative to this folder.")
+        Optional[str],
+        typer.Option(
+            "--base",
+            metavar="DIR",
+            help="Name files relative to DIR (default: relative to a folder argument; listed files by their path as given, as tar).",
+        ),
     ] = None,
     null: Annotated[bool, typer.Option("--null", "-0", help="The stdin list is NUL-separated (find -print0).")] = False,
     skip_bad: Annotated[
@@ -258,6 +263,14 @@ def pack(
     ] = False,
     checksum: Annotated[
         bool, typer.Option("--checksum", help="With --update, also compare md5s (reads every source).")
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            "-n",
+            help="With --update: list what would be appended or repacked, and why; write nothing (as rsync -n).",
+        ),
     ] = False,
     compress: Annotated[
         str,
@@ -372,6 +385,7 @@ def pack(
         shard_of=shard_of,
         update=update,
         checksum=checksum,
+        dry_run=dry_run,
         media=media,
         wait=wait,
         handle_signals=True,

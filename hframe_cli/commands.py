@@ -25,6 +25,7 @@ from .inputs import DEFAULT_MAX_FRAME_BYTES
 
 if TYPE_CHECKING:
     from .dataset import Manifest
+    from .inputs import SourceList
     from .media import MediaOptions
     from .packing import CheckpointPolicy, PackResult, ResumeResult
     from .update import UpdatePlan
@@ -62,6 +63,7 @@ class PackOptions:
     shard_of: str | None = None
     update: bool = False
     checksum: bool = False
+    dry_run: bool = False  # with update: the plan, nothing written or locked (mode "dry-run")
     media: MediaOptions | None = None
     wait: float = 0.0
     skip_if_locked: bool = False  # another run holds the output: do nothing (mode "skipped")
@@ -73,8 +75,8 @@ class PackOptions:
 
 @dataclass
 class PackOutcome:
-    """What ``pack`` did: ``mode`` is pack, sharded, part, update or skipped (``skip_if_locked``
-    met a lock; ``skipped`` says whose).
+    """What ``pack`` did: ``mode`` is pack, sharded, part, update, dry-run (``plan`` is what
+    ``update`` would do) or skipped (``skip_if_locked`` met a lock; ``skipped`` says whose).
 
     ``results`` holds one ``PackResult`` per pack written (none for an update that found
     nothing to do); for a single pack its fields are also readable here (``outcome.frame_count``).
@@ -122,6 +124,8 @@ def pack(
             raise TypeError(f"pack() got unknown option(s): {', '.join(unknown)}")
         opts = PackOptions(**{**{f.name: getattr(opts, f.name) for f in fields(PackOptions)}, **kw})
     out = os.fspath(output)
+    if opts.dry_run:
+        return _dry_run([os.fspath(p) for p in paths], out, opts)
     target = out
     if opts.shard_of is not None:  # a job-array part writes (and locks) its own shard
         from .dataset import shard_path
@@ -143,15 +147,24 @@ def pack(
         return PackOutcome("skipped", target, skipped=str(e))
 
 
-def _pack_locked(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
-    """``pack`` holding the lock: list the sources, then the one mode that applies."""
+def _dry_run(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
+    """``pack --update --dry-run``: list the sources and plan, without the lock or a write."""
     from .errors import InputError
+    from .update import dry_run
+
+    if not opts.update:
+        raise InputError("--dry-run only applies with --update (on a pack that does not exist, every file is new)")
+    media, srcs = _media_and_sources(paths, out, opts)
+    return PackOutcome("dry-run", out, plan=dry_run(srcs, out, checksum=opts.checksum, media=media))
+
+
+def _media_and_sources(paths: list[str], out: str, opts: PackOptions) -> tuple[MediaOptions, SourceList]:
     from .inputs import collect_sources
     from .media import MediaOptions
 
     media = opts.media or MediaOptions()
     media.check()
-    srcs = collect_sources(
+    return media, collect_sources(
         paths,
         stdin=opts.stdin,
         null_separated=opts.null_separated,
@@ -163,6 +176,13 @@ def _pack_locked(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
         max_frame_bytes=opts.max_frame_bytes,
         allow_empty=opts.allow_empty,
     )
+
+
+def _pack_locked(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
+    """``pack`` holding the lock: list the sources, then the one mode that applies."""
+    from .errors import InputError
+
+    media, srcs = _media_and_sources(paths, out, opts)
     common: dict[str, Any] = dict(
         alignment=opts.alignment,
         created_us=opts.created_us,

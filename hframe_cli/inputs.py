@@ -1,8 +1,9 @@
 """Turn command-line sources (files, folders, ``-`` lists) into a sorted, checked source list.
 
 Naming rules (``man/hframe.1``, PACK NAMES): files found under a folder argument are named
-relative to that folder; files given one by one (or on stdin) are named relative to their
-longest common parent folder; ``base`` overrides both. Names are POSIX paths kept as exact
+relative to that folder; files given one by one (or in a list) are named by their path as given,
+as tar names them (normalized, without a leading ``/`` or ``../``), so a file's name never
+depends on what else is listed; ``base`` overrides both. Names are POSIX paths kept as exact
 bytes, and the list is sorted by those bytes, so the same inputs always give the same order.
 """
 
@@ -311,18 +312,22 @@ def collect_sources(
 
 
 def _relative_names(files: Sequence[str], base: str | None) -> list[str]:
-    """Each file relative to ``base``, or to the files' longest common parent folder.
+    """Each file's name: relative to ``base``, or else its path as given, as tar names it.
 
-    Works on the strings (one ``normpath`` per file) when all paths are of one kind, relative or
-    absolute, and ``base`` is too; falls back to absolute paths otherwise.
+    Without ``base``: ``normpath`` (``./`` and ``x/..`` go), then leading ``/`` and ``../`` are
+    dropped (tar's "Removing leading '/' from member names"): ``/data/a.jpg`` is ``data/a.jpg``
+    and ``photos/cats/a.jpg`` stays as it is, whatever else is listed. With ``base``: relative to
+    it, on the strings when paths and ``base`` are of one kind (relative or absolute), on absolute
+    paths otherwise; a file outside ``base`` starts with ``..`` (the caller refuses it).
     """
     norm = [os.path.normpath(f) for f in files]
-    kinds = {os.path.isabs(p) for p in norm} | ({os.path.isabs(base)} if base is not None else set())
-    if len(kinds) > 1:
+    if base is None:
+        return [_tar_name(p) for p in norm]
+    if len({os.path.isabs(p) for p in norm} | {os.path.isabs(base)}) > 1:
         norm = [os.path.abspath(p) for p in norm]
-        base = os.path.abspath(base) if base is not None else None
-    root = os.path.normpath(base) if base is not None else os.path.commonpath([os.path.dirname(p) for p in norm])
-    if root in ("", os.curdir):
+        base = os.path.abspath(base)
+    root = os.path.normpath(base)
+    if root == os.curdir:
         return norm
     cut = len(root) + (0 if root.endswith(os.sep) else 1)
     return [
@@ -331,3 +336,10 @@ def _relative_names(files: Sequence[str], base: str | None) -> list[str]:
         else os.path.relpath(p, root)
         for p in norm
     ]
+
+
+def _tar_name(path: str) -> str:
+    name = path.lstrip(os.sep)
+    while name == os.pardir or name.startswith(os.pardir + os.sep):
+        name = name[len(os.pardir) + 1 :].lstrip(os.sep)
+    return name

@@ -182,6 +182,8 @@ def pack_outcome(outcome: Any, as_json: bool, quiet: bool) -> None:
     """What ``pack`` did, in the form its mode calls for (``commands.PackOutcome``)."""
     if outcome.mode == "skipped":
         locked_skip(outcome.output, outcome.skipped, as_json, quiet)
+    elif outcome.mode == "dry-run":
+        dry_run(outcome.plan, outcome.output, as_json, quiet)
     elif outcome.mode == "update":
         update_summary(outcome.plan, outcome.result, outcome.output, as_json, quiet)
     elif outcome.mode == "sharded":
@@ -203,6 +205,46 @@ def update_summary(plan: Any, result: Any, output: str, as_json: bool, quiet: bo
         return
     verb = {"new": "packed", "append": f"appended {len(plan.added)} new files:", "repack": "repacked"}[plan.status]
     pack_summary(result, False, quiet, verb=verb)
+
+
+def dry_run(plan: Any, output: str, as_json: bool, quiet: bool) -> None:
+    """``pack --update --dry-run``: one line per file that would be written or dropped, on
+    stdout (``new``, ``changed``, ``removed``, then the name, then why), and what the run would do
+    on stderr."""
+    files = f"{len(plan.added)} new file{'' if len(plan.added) == 1 else 's'}"
+    would = {
+        "new": f"would be a new pack of {files}",
+        "up_to_date": f"is up to date ({plan.frames} frames): nothing would be written",
+        "append": f"would get {files} appended to its {plan.frames} frames (ids kept)",
+        "repack": f"would be repacked ({plan.summary()}; {plan.frames} frames now)",
+    }[plan.status]
+    if as_json:
+        doc = {"ok": True, "pack": output, "dry_run": True, "update": plan.to_dict(), "leftover": plan.leftover}
+        doc["files"] = [_plan_item(what, name, why) for what, name, why in _plan_rows(plan)]
+        print_json(doc)
+        return
+    out = sys.stdout
+    for what, name, why in _plan_rows(plan):
+        out.write(f"{what:<8} {name}" + (f"  ({why})" if why else "") + "\n")
+    out.flush()
+    if not quiet:
+        note(f"dry run: {output} {would}" + (f"; {plan.leftover}" if plan.leftover else ""))
+
+
+def _plan_rows(plan: Any) -> Iterator[tuple[str, str, str | None]]:
+    def shown(name: bytes) -> str:
+        return name.decode("utf-8", "backslashreplace")
+
+    for s in plan.added:
+        yield "new", shown(s.name), None
+    for name in plan.changed:
+        yield "changed", shown(name), plan.reasons.get(name)
+    for name in plan.removed:
+        yield "removed", shown(name), None
+
+
+def _plan_item(what: str, name: str, why: str | None) -> dict[str, Any]:
+    return {"change": what, "name": name, **({"why": why} if why else {})}
 
 
 def sharded_summary(manifest: Any, results: Any, output: str, as_json: bool, quiet: bool) -> None:

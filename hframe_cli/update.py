@@ -40,12 +40,17 @@ from .packing import (
 from .verify import DEFAULT_SELF_CHECK
 from .writer import PackWriter
 
-__all__ = ["UpdatePlan", "plan_update", "update_pack"]
+__all__ = ["UpdatePlan", "decide", "dry_run", "plan_update", "update_pack"]
 
 
 @dataclass
 class UpdatePlan:
-    """What ``--update`` found: ``status`` is new, up_to_date, append or repack."""
+    """What ``--update`` found: ``status`` is new, up_to_date, append or repack.
+
+    ``reasons`` says why each changed file counts as changed (``size 4410 -> 4420 bytes``);
+    ``why`` why the run repacks when not for changed or removed files (videos, a dictionary);
+    ``leftover`` what an interrupted earlier run left, which the run settles first.
+    """
 
     status: str
     added: list[Source] = field(default_factory=list)
@@ -54,6 +59,18 @@ class UpdatePlan:
     frames: int = 0
     alignment: int = 1  # of the existing pack: appended records keep it
     data_end: int = 0  # where the existing pack's records end
+    reasons: dict[bytes, str] = field(default_factory=dict)
+    why: str | None = None
+    leftover: str | None = None
+
+    def summary(self) -> str:
+        """``3 new, 2 changed, 1 removed`` (the counts that are not zero), or ``the videos ...``."""
+        parts = [
+            f"{n} {what}"
+            for n, what in ((len(self.added), "new"), (len(self.changed), "changed"), (len(self.removed), "removed"))
+            if n
+        ]
+        return ", ".join(parts) + (f"; {self.why}" if self.why else "") if parts else (self.why or "nothing changed")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,6 +79,7 @@ class UpdatePlan:
             "changed": len(self.changed),
             "removed": len(self.removed),
             "existing_frames": self.frames,
+            **({"why": self.why} if self.why else {}),
         }
 
 
@@ -94,24 +112,80 @@ def plan_update(
     current = {_key(s.name, videos): s for s in sources.sources}
     added = [s for key, s in current.items() if key not in old]
     removed = sorted(n for n in old if n not in current)
-    changed = []
+    reasons: dict[bytes, str] = {}
     for name, s in current.items():
         if name not in old:
             continue
         size, us, md5 = old[name]
-        if s.size != size or s.mtime_ns // 1000 != us:
-            changed.append(name)
+        reason = None
+        if s.size != size:
+            reason = f"size {size} -> {s.size} bytes"
+        elif s.mtime_ns // 1000 != us:
+            reason = f"modified {_utc(us)} -> {_utc(s.mtime_ns // 1000)}"
         elif checksum and md5 is not None:
             digest = hashlib.md5()
             with open(s.path, "rb") as f:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     digest.update(chunk)
             if digest.hexdigest() != md5:
-                changed.append(name)
+                reason = f"md5 {md5} -> {digest.hexdigest()} (same size and time)"
+        if reason is not None:
+            reasons[name] = reason
     status = "append" if added else "up_to_date"
-    if changed or removed:
+    if reasons or removed:
         status = "repack"
-    return UpdatePlan(status, added, sorted(changed), removed, len(old), alignment, data_end)
+    return UpdatePlan(status, added, sorted(reasons), removed, len(old), alignment, data_end, reasons)
+
+
+def _utc(us: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(us // 1_000_000)) + f".{us % 1_000_000:06d}Z"
+
+
+def decide(plan: UpdatePlan, out: str, media: MediaOptions) -> UpdatePlan:
+    """The policy beyond the file comparison: when an append would be wrong, a repack (``why``)."""
+    if plan.status == "repack" and _renamed(plan):
+        plan.why = (
+            "every name changed: files listed one by one or on stdin are now named by their path as given, "
+            "as tar names them (they were named relative to their common parent); --base DIR names them "
+            "relative to DIR"
+        )
+    elif media.video_frames is not None and plan.status == "append":
+        plan.status, plan.why = "repack", "frames cut from videos are named after them: new videos need a repack"
+    elif media.wants_dictionary and plan.status == "append" and not _has_dictionary(out):
+        plan.status, plan.why = "repack", "the zstd dictionary is trained on all inputs: the pack has none yet"
+    return plan
+
+
+def _renamed(plan: UpdatePlan) -> bool:
+    """Every frame is "removed" and most come back as new names that end with the old ones: the
+    pack was named by hframe 0.1's common-parent rule for lists, and nothing else changed."""
+    if not plan.removed or len(plan.removed) != plan.frames or len(plan.added) < len(plan.removed):
+        return False
+    old = set(plan.removed)
+    found = sum(
+        any(s.name[i + 1 :] in old for i in range(len(s.name)) if s.name[i : i + 1] == b"/") for s in plan.added
+    )
+    return found * 2 >= len(old)
+
+
+def dry_run(
+    sources: SourceList, output: str | os.PathLike[str], *, checksum: bool = False, media: MediaOptions | None = None
+) -> UpdatePlan:
+    """``pack --update --dry-run``: the plan ``update_pack`` would follow, and why; nothing is
+    written, locked or settled (an interrupted run's leftovers are only described)."""
+    from .dataset import get_manifest_path
+
+    out = os.fspath(output)
+    if not os.path.exists(out) and get_manifest_path(out).exists():
+        raise InputError(f"{out}: --update of a sharded dataset is not supported yet; repack it with --force")
+    media = media or MediaOptions()
+    plan = decide(plan_update(sources, out, checksum=checksum, videos=media.video_frames is not None), out, media)
+    state = _interrupted_run(out)
+    if state == "publishing":
+        plan.leftover = "an interrupted run's sealed pack would be published first"
+    elif state == "packing":
+        plan.leftover = "an interrupted run's partial pack would be discarded first"
+    return plan
 
 
 def _key(name: bytes, videos: bool) -> bytes:
@@ -161,17 +235,13 @@ def update_pack(
             raise InputError(f"{out}: --update of a sharded dataset is not supported yet; repack it with --force")
         _settle_interrupted_run(out, on_event)
         media = media or MediaOptions()
-        plan = plan_update(sources, out, checksum=checksum, videos=media.video_frames is not None)
+        plan = decide(plan_update(sources, out, checksum=checksum, videos=media.video_frames is not None), out, media)
         fault_point("after-plan")
-        if media.video_frames is not None and plan.status != "up_to_date":
-            plan.status = "repack"  # frames are named after their videos: no append by source name
-        elif media.wants_dictionary and plan.status == "append" and not _has_dictionary(out):
-            plan.status = "repack"  # a dictionary is trained on all inputs and lives in record 0
         if plan.status == "up_to_date":
             return plan, None
         if plan.status in ("new", "repack"):
             if plan.status == "repack":
-                note(on_event, f"update: {len(plan.changed)} changed, {len(plan.removed)} removed: full repack")
+                note(on_event, f"update: {plan.summary()}: full repack")
             res = pack_sources(
                 sources,
                 out,
@@ -205,16 +275,26 @@ def _settle_interrupted_run(out: str, on_event: EventFn | None) -> None:
     that died while packing is abandoned: ``--update`` compares the sources with the published
     pack again, which that run never changed, and writes what is needed from there.
     """
-    ckpt, _ = load_checkpoint(out)
-    if ckpt is not None and ckpt.phase == "publishing":
+    state = _interrupted_run(out)
+    if state == "publishing":
         finish_publishing(out)
         note(on_event, f"update: finished publishing {out}, left by an interrupted run")
-    elif ckpt is not None or os.path.exists(out + ".partial"):
+    elif state == "packing":
         remove_checkpoint_files(out)
         for leftover in (out + ".partial", f"{get_index_path(out)}.partial"):
             with suppress(FileNotFoundError):
                 os.unlink(leftover)
         note(on_event, f"update: discarded the partial pack of an interrupted run; {out} is unchanged")
+
+
+def _interrupted_run(out: str) -> str | None:
+    """``publishing`` (sealed, not yet renamed), ``packing`` (a partial pack) or None."""
+    ckpt, _ = load_checkpoint(out)
+    if ckpt is not None and ckpt.phase == "publishing":
+        return "publishing"
+    if ckpt is not None or os.path.exists(out + ".partial"):
+        return "packing"
+    return None
 
 
 def _append(

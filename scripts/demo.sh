@@ -10,7 +10,7 @@ step() { printf '\n\033[1m$ %s\033[0m\n' "$*" >&2; "$@"; }
 
 step python scripts/make_sample.py sample/photos --count 60 --clips 3 --records 300
 step hframe pack sample/photos -o sample/photos.hframe
-find sample/photos -name '*.jpg' | step hframe pack - -o sample/jpegs.hframe --align 4096 --json
+find sample/photos -name '*.jpg' | step hframe pack - -o sample/jpegs.hframe --base sample/photos --align 4096 --json
 step hframe verify sample/photos.hframe
 step hframe verify sample/photos.hframe --sample 25% --seed 7 --decode
 cp sample/photos.hframe sample/damaged.hframe && cp sample/photos.hframe.index.parquet sample/damaged.hframe.index.parquet

@@ -126,7 +126,7 @@ def test_dump_header_index_mismatch_exits_1(cli, packed, photos, tmp_path):
 def test_installed_command_end_to_end_with_pipes(photos, tmp_path):
     out = tmp_path / "e.hframe"
     listing = "\n".join(str(p) for p in sorted(photos.rglob("*.jpg"))).encode()
-    r = run_bin(["pack", "-", "-o", str(out)], input=listing)
+    r = run_bin(["pack", "-", "-o", str(out), "--base", str(photos)], input=listing)
     assert r.returncode == 0 and b"self-check of 20 frames ok" in r.stderr and r.stdout == b""
     r = run_bin(["get", str(out), "cats/003.jpg"])
     assert r.returncode == 0 and r.stdout == (photos / "cats/003.jpg").read_bytes()

@@ -45,15 +45,44 @@ def test_quiet_prints_nothing_and_json_prints_a_document(cli, photos, tmp_path):
     assert r.stderr == ""
 
 
-def test_stdin_list_names_relative_to_common_parent(cli, photos, tmp_path):
+def test_list_names_are_the_paths_as_given_like_tar(cli, photos, tmp_path, monkeypatch):
     files = sorted(str(p) for p in photos.rglob("*.jpg"))
     out = tmp_path / "s.hframe"
     r = cli(["pack", "-", "-o", str(out)], input="\n".join(files) + "\n")
     assert r.exit_code == 0, r.stderr
-    assert names(out) == sorted(str(Path(f).relative_to(photos)) for f in files)
+    assert names(out) == [f.lstrip("/") for f in files]  # absolute: the leading / goes, as in tar
     out0 = tmp_path / "s0.hframe"
     r = cli(["pack", "-", "-0", "-o", str(out0), "--created", "0"], input="\0".join(files) + "\0")
     assert r.exit_code == 0 and names(out0) == names(out)
+    # relative paths are kept as given, normalized; a leading ../ goes
+    monkeypatch.chdir(photos)
+    rel = ["./cats/000.png", "dogs/../birds/002.jpg", "../photos/cats/003.jpg"]
+    r = cli(["pack", "-", "-o", str(tmp_path / "r.hframe")], input="\n".join(rel))
+    assert r.exit_code == 0, r.stderr
+    assert names(tmp_path / "r.hframe") == ["birds/002.jpg", "cats/000.png", "photos/cats/003.jpg"]
+    # --base names them relative to a folder
+    r = cli(["pack", "-", "-o", str(tmp_path / "b.hframe"), "--base", "."], input="\n".join(files))
+    assert r.exit_code == 0 and names(tmp_path / "b.hframe") == sorted(str(Path(f).relative_to(photos)) for f in files)
+
+
+def test_a_listed_files_name_does_not_depend_on_what_else_is_listed(cli, photos, tmp_path):
+    """The issue's case: one file from another folder added to a list renamed every frame
+    (longest common parent: 'a b.png' became 'cats/a b.png') and made --update a full repack."""
+    (photos / "cats" / "a b.png").write_bytes((photos / "cats" / "000.png").read_bytes())
+    cats = sorted(str(p) for p in (photos / "cats").iterdir())
+    out = tmp_path / "u.hframe"
+    r = cli(["pack", "-", "-o", str(out)], input="\n".join(cats))
+    assert r.exit_code == 0, r.stderr
+    before = names(out)
+    assert f"{photos}/cats/a b.png".lstrip("/") in before
+    other = tmp_path / "elsewhere" / "x.jpg"
+    other.parent.mkdir()
+    other.write_bytes(b"\xff\xd8\xff" + b"x" * 100)
+    r = cli(["pack", "-", "-o", str(out), "--update", "--json"], input="\n".join([*cats, str(other)]))
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["update"]["status"] == "append"  # not a repack
+    after = names(out)
+    assert after[: len(before)] == before and after[len(before) :] == [str(other).lstrip("/")]
 
 
 def test_include_exclude_and_base(cli, photos, tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -283,3 +284,73 @@ def test_pack_resume_flag_is_resume(src, clean, tmp_path, cli):
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["resumed_from_frame"] == 10
     assert same(out, clean)
+
+
+def _tree_state(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+def test_update_dry_run_says_what_and_why_and_writes_nothing(tmp_path, photos, cli):
+    out = tmp_path / "u.hframe"
+    assert cli(["pack", str(photos), "-o", str(out), "-q"]).exit_code == 0
+    r = cli(["pack", str(photos), "-o", str(out), "--update", "--dry-run"])
+    assert (r.exit_code, r.stdout) == (0, "")
+    assert r.stderr == f"hframe: dry run: {out} is up to date (30 frames): nothing would be written\n"
+    (photos / "cats" / "new.jpg").write_bytes(b"\xff\xd8\xff new")
+    r = cli(["pack", str(photos), "-o", str(out), "--update", "-n"])
+    assert (r.exit_code, r.stdout) == (0, "new      cats/new.jpg\n")
+    assert r.stderr == f"hframe: dry run: {out} would get 1 new file appended to its 30 frames (ids kept)\n"
+    (photos / "dogs" / "001.jpg").write_bytes(b"\xff\xd8\xff other")
+    os.utime(photos / "birds" / "002.jpg", ns=(0, 1_600_000_000_123_456_000))
+    (photos / "cats" / "003.jpg").unlink()
+    before = _tree_state(tmp_path)
+    r = cli(["pack", str(photos), "-o", str(out), "--update", "--dry-run"])
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "new      cats/new.jpg"
+    assert re.fullmatch(
+        r"changed  birds/002\.jpg  \(modified \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z -> 2020-09-13T12:26:40\.123456Z\)",
+        lines[1],
+    ), lines[1]
+    assert re.fullmatch(r"changed  dogs/001\.jpg  \(size \d+ -> 9 bytes\)", lines[2]), lines[2]
+    assert lines[3:] == ["removed  cats/003.jpg"]
+    assert r.stderr == (f"hframe: dry run: {out} would be repacked (1 new, 2 changed, 1 removed; 30 frames now)\n")
+    doc = json.loads(cli(["pack", str(photos), "-o", str(out), "--update", "--dry-run", "--json"]).stdout)
+    assert doc["dry_run"] is True and doc["update"]["status"] == "repack"
+    assert [f["change"] for f in doc["files"]] == ["new", "changed", "changed", "removed"]
+    assert doc["files"][2] == {"change": "changed", "name": "dogs/001.jpg", "why": lines[2].split("(", 1)[1][:-1]}
+    assert _tree_state(tmp_path) == before  # nothing written, no lock file, no checkpoint
+    # a pack that does not exist yet: every file is new; --dry-run without --update is refused
+    r = cli(["pack", str(photos), "-o", str(tmp_path / "none.hframe"), "--update", "-n", "-q"])
+    assert r.exit_code == 0 and len(r.stdout.splitlines()) == 30 and r.stderr == ""
+    r = cli(["pack", str(photos), "-o", str(tmp_path / "none.hframe"), "-n"])
+    assert r.exit_code == 2 and "--dry-run only applies with --update" in r.stderr
+    assert _tree_state(tmp_path) == before
+    # what the dry run said is what the update does
+    r = cli(["pack", str(photos), "-o", str(out), "--update", "--json"])
+    assert json.loads(r.stdout)["update"] == doc["update"]
+
+
+def test_update_dry_run_describes_an_interrupted_run_and_leaves_it(tmp_path, photos, cli):
+    out = tmp_path / "u.hframe"
+    assert cli(["pack", str(photos), "-o", str(out), "-q"]).exit_code == 0
+    (photos / "cats" / "new.jpg").write_bytes(b"\xff\xd8\xff new")
+    (photos / "dogs" / "001.jpg").unlink()
+    r = run_bin(["pack", str(photos), "-o", str(out), "--update"], env={"HFRAME_FAULT": "after-frame:5"})
+    assert r.returncode == -signal.SIGKILL
+    assert Path(f"{out}.partial").exists()
+    r = cli(["pack", str(photos), "-o", str(out), "--update", "-n"])
+    assert r.exit_code == 0 and r.stderr.endswith("; an interrupted run's partial pack would be discarded first\n")
+    assert Path(f"{out}.partial").exists()  # a dry run settles nothing
+
+
+def test_update_of_a_list_pack_named_by_the_old_rule_says_every_name_changed(tmp_path, photos, cli):
+    """A pack whose list-given files were named relative to their common parent (before names
+    followed tar): --update repacks under the new names, and says why and how to keep the old."""
+    files = sorted(str(p) for p in photos.rglob("*.jpg"))
+    out = tmp_path / "old.hframe"
+    assert cli(["pack", "-", "-o", str(out), "-q", "--base", str(photos)], input="\n".join(files)).exit_code == 0
+    r = cli(["pack", "-", "-o", str(out), "--update", "-n"], input="\n".join(files))
+    assert r.exit_code == 0 and "every name changed" in r.stderr and "--base DIR" in r.stderr
+    r = cli(["pack", "-", "-o", str(out), "--update", "--base", str(photos), "-n"], input="\n".join(files))
+    assert r.stderr == f"hframe: dry run: {out} is up to date ({len(files)} frames): nothing would be written\n"
