@@ -701,7 +701,7 @@ def index(
         table = select_rows(
             reader.table, cols, name, {"label": label, "split": split, "kind": kind}, must_match=os.fspath(pack)
         )
-    render.index_rows(table, fmt.value if fmt else None, header=not no_header)
+    render.index_rows(table, fmt.value if fmt else None, header=not no_header, columns_given=cols is not None)
 
 
 class GetFormat(str, Enum):

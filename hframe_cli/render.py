@@ -7,9 +7,7 @@ stream is an interactive terminal is decided in one place, ``interactive()``, wh
 
 from __future__ import annotations
 
-import csv
 import errno
-import io
 import json
 import os
 import sys
@@ -21,6 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
+from .rows import field_text
 from .units import format_bytes
 
 __all__ = ["dump_header", "error", "index_rows", "interactive", "pack_summary", "progress"]
@@ -327,7 +326,7 @@ def dump_header(doc: dict[str, Any], as_json: bool) -> None:
         _console().print(table)
     else:
         for k, v in rows:
-            sys.stdout.write(f"{k}\t{_tsv(v)}\n")
+            sys.stdout.write(f"{k}\t{field_text(v)}\n")
 
 
 def frame_head(doc: dict[str, Any], as_json: bool) -> None:
@@ -335,7 +334,7 @@ def frame_head(doc: dict[str, Any], as_json: bool) -> None:
         print_json(doc)
         return
     sys.stdout.write(
-        f"frame {doc['frame_id']} {_tsv(doc['name'])}: offset {doc['offset']}, length {doc['length']}, "
+        f"frame {doc['frame_id']} {field_text(doc['name'])}: offset {doc['offset']}, length {doc['length']}, "
         f"index type {doc['media_type']}, sniffed {doc['sniffed_type']}\n"
     )
     raw = bytes.fromhex(doc["hex"].replace(" ", ""))
@@ -345,75 +344,24 @@ def frame_head(doc: dict[str, Any], as_json: bool) -> None:
         sys.stdout.write(f"{doc['offset'] + start:012x}  {chunk.hex(' '):<47}  {text}\n")
 
 
-def _tsv(value: Any) -> str:
-    """A TSV field: tabs, newlines and backslashes escaped (``\\t``, ``\\n``, ``\\\\``)."""
-    if value is None:
-        return ""
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, datetime):
-        value = value.isoformat().replace("+00:00", "Z")
-    text = str(value)
-    if any(c in text for c in "\\\t\n\r"):
-        text = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-    return text
+def index_rows(table: pa.Table, fmt: str | None, *, header: bool = True, columns_given: bool = False) -> None:
+    """Print index rows in ``fmt`` (default: an aligned table on a terminal, TSV on a pipe).
 
+    The table without ``columns_given`` shows ``rows.TABLE_COLUMNS`` and says on stderr how to
+    see the rest; every other format prints every column (pipes keep the full TSV)."""
+    from .rows import default_hint, table_columns, write_rows
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, datetime):
-        return value.isoformat().replace("+00:00", "Z")
-    return value
-
-
-def index_rows(table: pa.Table, fmt: str | None, header: bool = True) -> None:
-    """Print index rows in ``fmt`` (default: table on a terminal, TSV on a pipe)."""
     if fmt is None:
         fmt = "table" if interactive(sys.stdout) else "tsv"
-    out = sys.stdout
-    names = table.column_names
-    batches = table.to_batches(max_chunksize=8192)
-    if fmt == "table" and interactive(out):
-        from rich.table import Table
-
-        t = Table(show_header=True, header_style="bold")
-        for n in names:
-            t.add_column(n, overflow="fold")
-        for batch in batches:
-            for row in batch.to_pylist():
-                t.add_row(*[_tsv(row[n]) for n in names])
-        _console().print(t)
-        return
-    if fmt in ("tsv", "table"):
-        if header:
-            out.write("\t".join(names) + "\n")
-        for batch in batches:
-            buf = io.StringIO()
-            for row in batch.to_pylist():
-                buf.write("\t".join(_tsv(row[n]) for n in names) + "\n")
-            out.write(buf.getvalue())
-    elif fmt == "csv":
-        w = csv.writer(out, lineterminator="\n")
-        if header:
-            w.writerow(names)
-        for batch in batches:
-            for row in batch.to_pylist():
-                w.writerow(["" if row[n] is None else _plain(row[n]) for n in names])
-    elif fmt in ("jsonl", "json"):
-        if fmt == "json":
-            out.write("[")
-        first = True
-        for batch in batches:
-            for row in batch.to_pylist():
-                line = json.dumps({k: _plain(v) for k, v in row.items()}, ensure_ascii=False)
-                if fmt == "json":
-                    out.write(("\n  " if first else ",\n  ") + line)
-                else:
-                    out.write(line + "\n")
-                first = False
-        if fmt == "json":
-            out.write("\n]\n" if not first else "]\n")
+    hint = None
+    if fmt == "table" and not columns_given:
+        shown = table_columns(table)
+        hint = default_hint(shown, table.column_names, table.num_rows)
+        table = table.select(shown)
+    write_rows(table, fmt, sys.stdout, header=header)
+    sys.stdout.flush()
+    if hint is not None:
+        note(hint)
 
 
 # -- verify ---------------------------------------------------------------------------------

@@ -74,6 +74,70 @@ def test_index_escapes_tabs_and_newlines_in_tsv(cli, tmp_path):
     assert r.stdout == "a\\tb\\nc.bin\n"
 
 
+def test_index_on_a_terminal_is_a_readable_table_that_says_how_to_see_the_rest(cli, packed):
+    t = pq.read_table(f"{packed}.index.parquet").to_pylist()
+    r = cli(["index", str(packed)], env={"HFRAME_TTY": "1"})
+    assert r.exit_code == 0
+    lines = r.stdout.splitlines()
+    # the columns that hold a value (no split, no pts_s in this pack), the name last
+    assert lines[0].split() == ["frame_id", "length", "media_type", "width", "height", "label", "name"]
+    assert len(lines) == 1 + len(t)
+    for line, row in zip(lines[1:], t):
+        want = [
+            row["frame_id"],
+            row["length"],
+            row["media_type"],
+            row["width"],
+            row["height"],
+            row["label"],
+            row["name"],
+        ]
+        assert line.split() == [str(v) for v in want]
+    # aligned: every row's name starts where the header's does; numbers are right-aligned
+    start = lines[0].index("name")
+    assert all(line[start:] == row["name"] for line, row in zip(lines[1:], t))
+    width = len("frame_id")
+    assert [line[:width] for line in lines[1:3]] == [f"{0:>{width}}", f"{1:>{width}}"]
+    assert r.stderr == (
+        f"hframe: {len(t)} frames; 7 of 22 columns shown; more with -c (e.g. -c name,offset,md5), all with -f tsv\n"
+    )
+    # chosen columns: those, in that order (the name still last), no hint; --no-header drops the header
+    r = cli(["index", str(packed), "-c", "name,md5", "--no-header"], env={"HFRAME_TTY": "1"})
+    assert r.stderr == "" and r.stdout.splitlines()[0] == f"{t[0]['md5']}  {t[0]['name']}"
+    # -f table is the table on a pipe too; a pipe's default stays the full TSV
+    assert (
+        cli(["index", str(packed), "-f", "table"]).stdout == cli(["index", str(packed)], env={"HFRAME_TTY": "1"}).stdout
+    )
+    assert cli(["index", str(packed)]).stdout.splitlines()[0].count("\t") == 21
+
+
+def test_index_table_escapes_control_characters_and_streams_in_chunks(tmp_path):
+    from hframe_cli import rows
+
+    src = tmp_path / "s"
+    src.mkdir()
+    (src / "evil\x1b[2Jname.bin").write_bytes(b"x")
+    for i in range(2500):
+        (src / f"f{i:04d}.bin").write_bytes(b"y")
+    out = tmp_path / "t.hframe"
+    h.pack([src], out)
+    with h.open_pack(out) as p:
+        table = p.table.select(["frame_id", "name"])
+
+    class Recorder(io.StringIO):
+        writes = 0
+
+        def write(self, text: str) -> int:
+            self.writes += 1
+            return super().write(text)
+
+    stream = Recorder()
+    rows.write_rows(table, "table", stream)
+    lines = stream.getvalue().splitlines()
+    assert "\x1b" not in stream.getvalue() and lines[1].endswith("evil\\x1b[2Jname.bin")
+    assert len(lines) == 2502 and stream.writes == 1 + 3  # the header, then one write per 1024 rows
+
+
 def test_index_unknown_column_lists_valid_ones(cli, packed):
     r = cli(["index", str(packed), "-c", "name,colour"])
     assert r.exit_code == 2 and "unknown column 'colour' (columns: frame_id, name," in r.stderr
