@@ -501,18 +501,17 @@ def verify(
     """Check packs: header, trailer, index, layout and every frame's md5 (exit 1 on any problem)."""
     from .verify import parse_frames, parse_sample, verify_packs
 
-    with render.byte_progress(packs, quiet or json_out or jsonl, label="verifying") as on_progress:
-        report = verify_packs(
-            packs,
-            use_index=not no_index,
-            sample=parse_sample(sample) if sample else None,
-            seed=seed,
-            frames=parse_frames(frames) if frames else None,
-            decode=decode,
-            max_errors=max_errors,
-            workers=workers,
-            on_progress=on_progress,
-        )
+    report = verify_packs(
+        packs,
+        use_index=not no_index,
+        sample=parse_sample(sample) if sample else None,
+        seed=seed,
+        frames=parse_frames(frames) if frames else None,
+        decode=decode,
+        max_errors=max_errors,
+        workers=workers,
+        progress=render.progress_factory(quiet or json_out or jsonl, label="verifying"),
+    )
     render.verify_outcome(
         report, junit=os.fspath(junit) if junit else None, as_json=json_out, as_jsonl=jsonl, quiet=quiet
     )

@@ -118,22 +118,12 @@ def progress(total_frames: int, total_bytes: int, quiet: bool, label: str = "pac
         bar.close()
 
 
-@contextmanager
-def byte_progress(paths: list[str], quiet: bool, label: str) -> Iterator[Callable[[int], None] | None]:
-    """A progress callback ``(bytes_done_since_last_call)`` over the files ``paths`` (a bar on a
-    terminal, else None)."""
-    total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
-    with progress(0, total, quiet, label=label) as update:
-        if update is None:
-            yield None
-            return
-        done = [0]
-
-        def advance(nbytes: int) -> None:
-            done[0] += nbytes
-            update(0, done[0])
-
-        yield advance
+def progress_factory(quiet: bool, label: str) -> Callable[[int, int], Any] | None:
+    """``progress`` with ``label``, for a core call that first works out its totals; None where
+    no bar would be shown, so that the call does not work them out for nothing."""
+    if quiet or not interactive(sys.stderr):
+        return None
+    return lambda frames, nbytes: progress(frames, nbytes, False, label=label)
 
 
 def event_logger(quiet: bool) -> Callable[[str], None] | None:
@@ -376,11 +366,17 @@ def _pack_line(p: Any) -> str:
         f"{format_bytes(p.bytes_checked)} in {p.elapsed_s:.2f} s ({format_bytes(rate)}/s)"
     )
     if p.error:
-        return f"{p.pack}: cannot verify: {p.error}"
+        return _cannot_verify(p)
     if not p.problems:
         return f"{p.pack}: ok: {facts}"
     more = "; stopped early (--max-errors)" if p.stopped_early else ""
     return f"{p.pack}: {len(p.problems)} problems in {len(p.bad_frames)} frames: {facts}{more}"
+
+
+def _cannot_verify(p: Any) -> str:
+    """``PACK: cannot verify: why``, the pack named once (errors often start with it already)."""
+    why = p.error.removeprefix(f"{p.pack}: ")
+    return f"{p.pack}: cannot verify: {why}"
 
 
 def verify_report(report: Any, *, as_json: bool, as_jsonl: bool, quiet: bool) -> None:
@@ -400,7 +396,7 @@ def verify_report(report: Any, *, as_json: bool, as_jsonl: bool, quiet: bool) ->
     out = sys.stdout
     for p in report.packs:
         if p.error:  # an error, not a finding: stderr, as every other command's
-            sys.stderr.write(f"{p.pack}: cannot verify: {p.error}\n")
+            sys.stderr.write(_cannot_verify(p) + "\n")
         for prob in p.problems[:MAX_PROBLEM_LINES]:
             out.write(prob.message + "\n")
         if len(p.problems) > MAX_PROBLEM_LINES:

@@ -25,10 +25,12 @@ import contextlib
 import hashlib
 import io
 import math
+import mmap
 import os
 import pickle
 import random
 import signal
+import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -97,7 +99,7 @@ _IMAGE_TYPES = frozenset({"jpeg", "png", "gif", "webp", "bmp", "tiff"})
 _MAGICS = {m: expected_magic(m) for m in MEDIA_TYPES}
 _PARALLEL_ABOVE = 64 << 20  # walk packs with more data than this in parallel
 
-ProgressFn = Callable[[int], None]
+ProgressFn = Callable[[int, int], None]  # (frames, bytes) checked since the last call
 
 
 class _TooManyProblems(Exception):
@@ -574,7 +576,7 @@ class _Verifier:
                 pos = off + rlen
                 i += 1
         if i > i0 and self.on_progress is not None:
-            self.on_progress(nbytes)
+            self.on_progress(i - i0, nbytes)
         return pos, i, nbytes
 
     def clean_run(
@@ -647,7 +649,7 @@ class _Verifier:
                 pos = off + ln
                 i += 1
         if i > i0 and self.on_progress is not None:
-            self.on_progress(nbytes)
+            self.on_progress(i - i0, nbytes)
         return pos, i, nbytes
 
     def submit(
@@ -666,7 +668,7 @@ class _Verifier:
         self.r.frames_checked += len(meta)
         self.r.bytes_checked += nbytes
         if self.on_progress is not None:
-            self.on_progress(nbytes)
+            self.on_progress(len(meta), nbytes)
         self.collect(results, meta, idx)
 
     def collect(
@@ -1103,6 +1105,53 @@ def _verify_open(
         _check_end(v, stop_pos, size, end, trailer, data_end_known)
 
 
+class _SharedProgress:
+    """Progress of forked walkers, seen by the parent: each child keeps its running (frames,
+    bytes) in its slot of a shared anonymous mapping; whenever the parent reports its own
+    progress it adds what the children did since it last looked. ``settle`` reports the rest of
+    a child's part once its result is in (or, for a child that failed, forgets it: the parent
+    walks that part itself), so the totals come out exact."""
+
+    def __init__(self, children: int, report: ProgressFn | None) -> None:
+        self.report = report
+        self.map = mmap.mmap(-1, 16 * max(1, children)) if report is not None else None
+        self.seen = [[0, 0] for _ in range(children)]
+        self.settled = [False] * children
+
+    def child_progress(self, slot: int) -> ProgressFn:
+        done = [0, 0]
+
+        def tell(frames: int, nbytes: int) -> None:
+            done[0] += frames
+            done[1] += nbytes
+            if self.map is not None:
+                struct.pack_into("<qq", self.map, 16 * slot, done[0], done[1])
+
+        return tell
+
+    def parent_progress(self, frames: int, nbytes: int) -> None:
+        if self.report is None or self.map is None:
+            return
+        for slot, seen in enumerate(self.seen):
+            if not self.settled[slot]:
+                f, b = struct.unpack_from("<qq", self.map, 16 * slot)
+                frames, nbytes = frames + f - seen[0], nbytes + b - seen[1]
+                seen[0], seen[1] = f, b
+        self.report(frames, nbytes)
+
+    def settle(self, slot: int, frames: int, nbytes: int) -> None:
+        """Child ``slot`` checked ``frames`` and ``nbytes`` in all (0, 0: its part is walked again)."""
+        self.settled[slot] = True
+        if self.report is not None:
+            seen = self.seen[slot]
+            self.report(frames - seen[0], nbytes - seen[1])
+            seen[0], seen[1] = frames, nbytes
+
+    def close(self) -> None:
+        if self.map is not None:
+            self.map.close()
+
+
 def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_known: bool) -> int:
     """Walk the pack as ``v.processes`` contiguous parts at once: forked children take parts
     1.., this process part 0; problems come back in frame order. Returns where the last part
@@ -1129,8 +1178,11 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
     cuts.append(n)
     parts = [(cuts[k], cuts[k + 1]) for k in range(parts_n) if cuts[k] < cuts[k + 1]]
     children: list[tuple[int, int]] = []
+    shared = _SharedProgress(len(parts) - 1, v.on_progress)
+    outer = v.on_progress
+    v.on_progress = shared.parent_progress if outer is not None else None
     try:
-        for a, b in parts[1:]:
+        for slot, (a, b) in enumerate(parts[1:]):
             r, w = os.pipe()
             pid = os.fork()
             if pid == 0:  # the child: walk its part, send back what it found, exit without cleanup
@@ -1142,7 +1194,7 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
                         v.storage,
                         v.max_errors,
                         v.decode,
-                        None,
+                        shared.child_progress(slot) if outer is not None else None,
                     )
                     child.decompressor = v.decompressor
                     pos, nxt = -1, -1
@@ -1190,6 +1242,7 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
             report_to=n,
         )
         nxt = v.next_id
+        children_done = 0
         for (pid, r), (a, b) in zip(children, parts[1:]):
             if nxt < a:  # the walk stopped inside the part before (data ends, no record found):
                 return pos  # one walk stops there too, having reported every frame after it
@@ -1205,12 +1258,16 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
             _, status = os.waitpid(pid, 0)
             children = [c for c in children if c[0] != pid]
             if status != 0 or not chunks:  # the child failed: walk its part here
+                shared.settle(children_done, 0, 0)
+                children_done += 1
                 pos = v.walk(rofs[a], a, b, end, data_end_known, rows(a, b), report_to=n)
                 nxt = v.next_id
                 continue
             problems, frames, nbytes, pos, nxt, stopped = pickle.loads(b"".join(chunks))
             v.r.frames_checked += frames
             v.r.bytes_checked += nbytes
+            shared.settle(children_done, frames, nbytes)
+            children_done += 1
             for p in problems:
                 v.keep(p)
             if stopped:
@@ -1218,6 +1275,8 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
                 raise _TooManyProblems
         return pos
     finally:
+        v.on_progress = outer
+        shared.close()
         for pid, r in children:  # stopped early: do not wait for the rest
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
@@ -1247,16 +1306,72 @@ def _check_end(v: _Verifier, pos: int, size: int, end: int, trailer: Trailer | N
             )
 
 
-def _expand(paths: Sequence[str]) -> Iterator[str]:
-    """Packs to check: globs expanded; a sharded dataset stands for its shards."""
+NO_MATCH = "no file matches this pattern"
+
+
+def _expand(paths: Sequence[str]) -> Iterator[tuple[str, str | None]]:
+    """Packs to check, each with None or why it cannot be: globs expanded (a pattern that
+    matches nothing is one entry, ``NO_MATCH``); a sharded dataset stands for its shards."""
     from .dataset import Manifest, get_manifest_path
 
     for p in expand_globs(paths):
         manifest = get_manifest_path(p)
         if not os.path.exists(p) and manifest.exists():
-            yield from Manifest.load(manifest).shard_paths(manifest)
+            yield from ((shard, None) for shard in Manifest.load(manifest).shard_paths(manifest))
+        elif not os.path.lexists(p) and any(c in p for c in "*?["):
+            yield p, NO_MATCH
         else:
-            yield p
+            yield p, None
+
+
+def planned_work(
+    path: str,
+    *,
+    use_index: bool = True,
+    sample: tuple[str, float] | None = None,
+    seed: int = 0,
+    frames: tuple[int, int | None] | None = None,
+    **_: Any,
+) -> tuple[int, int]:
+    """The frames and bytes ``verify_pack`` will check in ``path``, from the index footer (or the
+    pack trailer) alone; a sample's bytes are estimated from the mean frame. (0, 0) when the
+    pack or index cannot tell: ``verify_pack`` then says why."""
+    try:
+        if use_index:
+            meta = read_index_meta(get_index_path(path))
+            ranges, _label = _selection(meta.frame_count, meta.payload_bytes, sample, seed, frames)
+            n = sum(b - a for a, b in ranges)
+            return n, meta.payload_bytes * n // max(1, meta.frame_count)
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - TRAILER_SIZE))
+            t = Trailer.parse(f.read(TRAILER_SIZE), path)
+        return t.frame_count, max(0, t.data_end - HEADER_SIZE)
+    except (HframeError, OSError, ValueError):
+        return 0, 0
+
+
+class _Tally:
+    """The progress of several packs as one (frames, bytes) count for a bar: within a pack at most
+    what was planned for it, and once it is done exactly that, so the bar ends at its total
+    whatever a pack turned out to hold."""
+
+    def __init__(self, update: Callable[[int, int], None]) -> None:
+        self.update = update
+        self.base = [0, 0]
+        self.cur = [0, 0]
+        self.plan = (0, 0)
+
+    def start(self, plan: tuple[int, int]) -> None:
+        self.plan, self.cur = plan, [0, 0]
+
+    def add(self, frames: int, nbytes: int) -> None:
+        self.cur[0] += frames
+        self.cur[1] += nbytes
+        self.update(self.base[0] + min(self.cur[0], self.plan[0]), self.base[1] + min(self.cur[1], self.plan[1]))
+
+    def done(self) -> None:
+        self.base = [self.base[0] + self.plan[0], self.base[1] + self.plan[1]]
+        self.update(*self.base)
 
 
 def verify_packs(
@@ -1264,20 +1379,38 @@ def verify_packs(
     *,
     on_pack: Callable[[PackReport], None] | None = None,
     max_errors: int | None = None,
+    progress: Callable[[int, int], contextlib.AbstractContextManager[Callable[[int, int], None] | None]] | None = None,
     **options: Any,
 ) -> VerifyReport:
-    """Verify several packs (glob patterns expanded); ``max_errors`` counts across all of them."""
+    """Verify several packs (glob patterns expanded); ``max_errors`` counts across all of them.
+
+    ``progress``, if given, is called once with the frames and bytes to check in all
+    (``planned_work``) and returns a context manager yielding a callback for the running totals
+    ``(frames, bytes)`` (or None), as ``pack``'s ``progress`` does."""
     reports: list[PackReport] = []
     left = max_errors
-    for p in _expand([os.fspath(x) for x in paths]):
-        rep = verify_pack(p, max_errors=left, **options)
-        reports.append(rep)
-        if on_pack is not None:
-            on_pack(rep)
-        if left is not None:
-            left -= len(rep.problems)
-            if left <= 0:
-                break
+    targets = list(_expand([os.fspath(x) for x in paths]))
+    plans = [planned_work(p, **options) if why is None else (0, 0) for p, why in targets] if progress else []
+    total = (sum(f for f, _ in plans), sum(b for _, b in plans))
+    with progress(*total) if progress is not None else contextlib.nullcontext(None) as update:
+        tally = _Tally(update) if update is not None else None
+        for k, (p, why) in enumerate(targets):
+            if tally is not None:
+                tally.start(plans[k])
+                options["on_progress"] = tally.add
+            if why is not None:
+                rep = PackReport(p, None, "index", "full", error=why)
+            else:
+                rep = verify_pack(p, max_errors=left, **options)
+            if tally is not None:
+                tally.done()
+            reports.append(rep)
+            if on_pack is not None:
+                on_pack(rep)
+            if left is not None:
+                left -= len(rep.problems)
+                if left <= 0:
+                    break
     return VerifyReport(reports)
 
 

@@ -547,3 +547,73 @@ def test_every_output_names_the_damaged_frame(vpack, tmp_path, cli):
     assert repr(row["name"]) in junit.read_text()
     doc = json.loads(cli(["verify", str(vpack), "--json"]).stdout)
     assert doc["packs"][0]["problems"][0]["name"] == row["name"]
+
+
+class _Bar:
+    """What the CLI's progress bar is told: the totals once, then running (frames, bytes)."""
+
+    def __init__(self) -> None:
+        self.total: tuple[int, int] | None = None
+        self.updates: list[tuple[int, int]] = []
+
+    def __call__(self, frames: int, nbytes: int):
+        import contextlib
+
+        self.total = (frames, nbytes)
+        return contextlib.nullcontext(lambda f, b: self.updates.append((f, b)))
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_progress_has_the_right_total_for_globs_datasets_samples_and_parallel_parts(
+    tmp_path, photos, monkeypatch, workers
+):
+    """The bar showed '0/0 frames' on datasets and globs and the file size as total with --sample."""
+    import hframe_cli.verify as verify_mod
+
+    monkeypatch.setattr(verify_mod, "_PARALLEL_ABOVE", 0)  # big packs' parts report from forked walkers
+    a = make_pack(tmp_path, photos, "a.hframe", blobs=300)
+    b = make_pack(tmp_path, photos, "b.hframe", blobs=10)
+    h.pack([photos], tmp_path / "ds.hframe", max_pack_bytes=20_000)
+    assert not (tmp_path / "ds.hframe").exists()
+    payload = {p: sum(r["length"] for r in rows(p)) for p in (a, b)}
+    shards = sorted(tmp_path.glob("ds-*.hframe"))
+    shard_frames = sum(len(rows(s)) for s in shards)
+    shard_bytes = sum(sum(r["length"] for r in rows(s)) for s in shards)
+
+    bar = _Bar()
+    rep = verify_mod.verify_packs(
+        [str(tmp_path / "?.hframe"), str(tmp_path / "ds.hframe")], workers=workers, progress=bar
+    )
+    assert rep.exit_code == 0 and len(rep.packs) == 2 + len(shards)
+    want = (len(rows(a)) + len(rows(b)) + shard_frames, payload[a] + payload[b] + shard_bytes)
+    assert bar.total == want
+    assert bar.updates[-1] == want and bar.updates == sorted(bar.updates)  # ends at the total, never goes back
+    assert len(bar.updates) > 2 + len(shards)  # progress within packs, not only at their ends
+
+    # unclamped: what one pack's walkers (forked ones too) report adds up to what they checked
+    deltas: list[tuple[int, int]] = []
+    rep1 = verify_pack(a, workers=workers, on_progress=lambda f, n: deltas.append((f, n)))
+    assert (sum(f for f, _ in deltas), sum(n for _, n in deltas)) == (rep1.frames_checked, rep1.bytes_checked)
+    assert rep1.frames_checked == len(rows(a)) and all(f >= 0 and n >= 0 for f, n in deltas)
+
+    bar = _Bar()
+    rep = verify_mod.verify_packs([str(a)], sample=("count", 50), seed=3, progress=bar)
+    assert bar.total is not None and bar.total[0] == rep.packs[0].frames_checked >= 50  # runs of neighbours
+    assert bar.updates[-1] == bar.total
+    bar = _Bar()
+    verify_mod.verify_packs([str(a)], frames=(10, 30), progress=bar)
+    assert bar.total is not None and bar.total[0] == 20  # its bytes are estimated from the mean frame
+    assert bar.updates[-1] == bar.total
+    bar = _Bar()
+    verify_mod.verify_packs([str(a)], use_index=False, workers=workers, progress=bar)
+    assert bar.total is not None and bar.total[0] == len(rows(a)) and bar.updates[-1] == bar.total
+
+
+def test_a_glob_that_matches_nothing_says_so_once(cli, tmp_path):
+    r = cli(["verify", str(tmp_path / "zz-*.hframe")])
+    assert (r.exit_code, r.stdout) == (2, "")
+    assert r.stderr == f"{tmp_path}/zz-*.hframe: cannot verify: no file matches this pattern\n"
+    doc = json.loads(cli(["verify", str(tmp_path / "zz-*.hframe"), "--json"]).stdout)
+    assert doc["packs"][0]["index"] is None and doc["packs"][0]["error"] == "no file matches this pattern"
+    r = cli(["verify", str(tmp_path / "none.hframe")])
+    assert r.stderr == f"{tmp_path}/none.hframe: cannot verify: no such file\n"
