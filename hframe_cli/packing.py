@@ -36,7 +36,7 @@ from .index import get_index_path
 from .inputs import Rejected, Source, SourceList
 from .loading import STREAM_ABOVE, Loaded, loaded_in_order
 from .media import FramePrep, MediaOptions, PreparedFrame
-from .units import parse_created
+from .units import format_bytes, format_duration, parse_created
 from .verify import DEFAULT_SELF_CHECK, self_check
 from .writer import PackWriter, SealedPack, publish_partials
 
@@ -357,7 +357,8 @@ class _Run:
         self.out = os.fspath(writer.path)
         self.skipped = skipped
         self.warnings: list[Rejected] = []
-        self.done_bytes = 0
+        self.done_bytes = 0  # of the sources before the one being written (all runs of this pack)
+        self.started = (time.monotonic(), 0)  # when and at what done_bytes this run began
         self.last_frames, self.last_bytes, self.last_time = len(writer), writer.position, time.monotonic()
         self.prep = FramePrep(settings.media, writer.dictionary)
         self.videos = settings.media.video_frames is not None
@@ -375,6 +376,8 @@ class _Run:
             mean = self.sources.total_bytes // max(1, len(self.sources.sources))
             workers = 1 if mean < _THREADS_ABOVE_MEAN else min(2, os.cpu_count() or 1)
         todo = self.sources.sources[start_source:]
+        self.done_bytes = sum(s.size for s in self.sources.sources[:start_source])
+        self.started = (time.monotonic(), self.done_bytes)
         for k, item in enumerate(loaded_in_order(todo, workers, self.prep, self.videos), start=start_source):
             self.add(k, item, stop)
             if item.error is not None:
@@ -456,10 +459,23 @@ class _Run:
         ckpt.save(self.out)
         self.last_frames, self.last_bytes, self.last_time = ckpt.frames, ckpt.committed_bytes, time.monotonic()
         if why != "all frames written":  # that one is followed at once by the summary line
-            note(
-                self.settings.on_event,
-                f"checkpoint: {ckpt.frames} frames, {ckpt.committed_bytes} bytes committed ({why})",
-            )
+            note(self.settings.on_event, self.progress_line(next_source, why))
+
+    def progress_line(self, next_source: int, why: str) -> str:
+        """``checkpoint: 1,200 of 5,000 files (24%), 3.2 GB of 13.1 GB, 12.4 MB/s, about 14 min
+        left; 1,200 frames committed``: a cron log's answer to "how far, how fast, how long"."""
+        total_files, total_bytes = len(self.sources.sources), self.sources.total_bytes
+        done = self.done_bytes
+        line = (
+            f"checkpoint: {next_source:,} of {total_files:,} files ({100 * done / max(1, total_bytes):.0f}%), "
+            f"{format_bytes(done)} of {format_bytes(total_bytes)}"
+        )
+        elapsed = time.monotonic() - self.started[0]
+        rate = (done - self.started[1]) / elapsed if elapsed > 0 else 0.0
+        if rate > 0:
+            line += f", {format_bytes(rate)}/s, about {format_duration((total_bytes - done) / rate)} left"
+        line += f"; {self.ckpt.frames:,} frames committed"
+        return line if why == "periodic" else f"{line} ({why})"
 
     def interrupted(self, stop: StopSignals, signum: int, next_source: int, where: str) -> Interrupted:
         """Checkpoint, and the error that says how the run stopped and what to do next."""
@@ -778,8 +794,8 @@ def _resume_locked(
             )
         note(
             on_event,
-            f"resume: {out} from frame {ckpt.frames} (source {ckpt.next_source} of {ckpt.source_count}, "
-            f"{ckpt.committed_bytes} bytes kept)",
+            f"resume: {out} from frame {ckpt.frames:,} (file {ckpt.next_source:,} of {ckpt.source_count:,}; "
+            f"{format_bytes(ckpt.committed_bytes)} of the pack kept)",
         )
         with abandon_on_bad_data(out):
             settings = RunSettings(

@@ -47,6 +47,17 @@ def format_bytes(n: float) -> str:
     return f"{n:.1f} TB"
 
 
+def format_duration(seconds: float) -> str:
+    """``42`` → ``"42 s"``, ``750`` → ``"13 min"``, ``9000`` → ``"2.5 h"``: a log reader's ETA."""
+    if seconds < 1:
+        return "<1 s"
+    if seconds < 100:
+        return f"{seconds:.0f} s"
+    if seconds < 6000:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def parse_created(value: str | None, environ: dict[str, str] | None = None) -> int | None:
     """Creation time in microseconds from ``--created`` or ``SOURCE_DATE_EPOCH``.
 

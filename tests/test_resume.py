@@ -127,7 +127,7 @@ def test_sigterm_stops_cleanly_and_resumes(src, clean, tmp_path):
     )
     assert proc.stderr is not None
     first = proc.stderr.readline()  # the first checkpoint line: it is mid-pack now
-    assert b"checkpoint: 1 frames" in first
+    assert first.startswith(b"hframe: checkpoint: 1 of ") and first.endswith(b"; 1 frames committed\n"), first
     proc.send_signal(signal.SIGTERM)
     rest = proc.stderr.read()
     assert proc.wait(timeout=60) == 130
@@ -354,3 +354,44 @@ def test_update_of_a_list_pack_named_by_the_old_rule_says_every_name_changed(tmp
     assert r.exit_code == 0 and "every name changed" in r.stderr and "--base DIR" in r.stderr
     r = cli(["pack", "-", "-o", str(out), "--update", "--base", str(photos), "-n"], input="\n".join(files))
     assert r.stderr == f"hframe: dry run: {out} is up to date ({len(files)} frames): nothing would be written\n"
+
+
+CHECKPOINT_LINE = re.compile(
+    r"hframe: checkpoint: (?P<files>[\d,]+) of (?P<total>[\d,]+) files \((?P<pct>\d+)%\), "
+    r"(?P<done>[\d.]+ [kMG]?B) of (?P<all>[\d.]+ [kMG]?B)"
+    r"(, [\d.]+ [kMG]?B/s, about (<1 s|\d+(\.\d)? (s|min|h)) left)?; (?P<frames>[\d,]+) frames committed( \((?P<why>.+)\))?"
+)
+
+
+def test_cron_log_lines_say_how_far_how_fast_and_how_long(src, tmp_path):
+    """One line per checkpoint with done/total in files and bytes, rate and time left (they were
+    raw byte counts with no total); the resume line says where it continues, in the same units."""
+    from hframe_cli.units import format_bytes
+
+    out = tmp_path / "log.hframe"
+    total_bytes = sum(p.stat().st_size for p in src.rglob("*.bin"))
+    r = run_bin(["pack", str(src), "-o", str(out), "--checkpoint-every", "10", "--workers", "1"])
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.decode().splitlines()
+    assert lines[-1].startswith("hframe: packed ")
+    marks = [CHECKPOINT_LINE.fullmatch(line) for line in lines[:-1]]
+    assert marks and all(marks), lines
+    files = [int(m["files"].replace(",", "")) for m in marks if m]
+    assert files == list(range(10, FRAMES + 1, 10))
+    for m in marks:
+        assert m is not None and int(m["total"].replace(",", "")) == FRAMES and m["all"] == format_bytes(total_bytes)
+        assert int(m["frames"].replace(",", "")) == int(m["files"].replace(",", ""))  # one frame per file here
+    assert [int(m["pct"]) for m in marks if m] == sorted(int(m["pct"]) for m in marks if m)
+    # killed, then resumed: the resume line, then checkpoints that count on from where it stopped
+    r = run_bin(
+        ["pack", str(src), "-o", str(out), "--force", "--checkpoint-every", "10", "--workers", "1"],
+        env={"HFRAME_FAULT": "after-frame:25"},
+    )
+    assert r.returncode == -signal.SIGKILL
+    r = run_bin(["resume", str(out)])
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stderr.decode().splitlines() if x.startswith("hframe: resume: "))
+    assert re.fullmatch(
+        rf"hframe: resume: {re.escape(str(out))} from frame 20 \(file 20 of {FRAMES}; [\d.]+ [kMG]?B of the pack kept\)",
+        line,
+    ), line
