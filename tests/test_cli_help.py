@@ -152,3 +152,42 @@ def test_pip_install_puts_the_man_pages_where_man_finds_them(tmp_path):
     for section, page in (("1", "man1/hframe.1"), ("5", "man5/hframe.5")):
         r = subprocess.run(["man", "-w", section, "hframe"], capture_output=True, text=True, env=env)
         assert r.stdout.strip() == str(venv / "share/man" / page), (r.stdout, r.stderr)
+
+
+@pytest.fixture(scope="module")
+def small_pack(tmp_path_factory):
+    from conftest import make_photos
+
+    root = tmp_path_factory.mktemp("surface")
+    photos = make_photos(root / "photos", 6)
+    out = root / "p.hframe"
+    r = run_bin(["pack", str(photos), "-o", str(out), "-q", "--created", "1700000000"])
+    assert r.returncode == 0, r.stderr
+    return root
+
+
+SURFACE = [
+    # (args, stdin, exit code): issue 14's points, each run through the installed command and the runner
+    (["-V"], None, 0),
+    (["pakc"], None, 2),
+    (["get", "{p}", "0", "-o", "-"], None, 0),
+    (["get", "{p}", "--label", "typo", "-o", "{root}/d"], None, 2),
+    (["get", "{p}", "0", "1", "--format", "tar"], None, 0),
+    (["get", "{p}", "-T", "-", "--format", "tar"], b"cats/000.png\n1\n", 0),
+    (["index", "{p}", "--split", "train"], None, 2),
+    (["index", "{p}", "-f", "table"], None, 0),
+    (["verify", "{root}/zz-*.hframe"], None, 2),
+    (["pack", "{root}/photos", "-o", "{p}", "--update", "--dry-run"], None, 0),
+    (["pack", "{root}/photos", "-o", "{p}", "-n"], None, 2),
+    (["resume", "{p}"], None, 0),
+]
+
+
+@pytest.mark.parametrize(("args", "stdin", "code"), SURFACE, ids=[" ".join(a[:3]) for a, _, _ in SURFACE])
+def test_the_installed_command_and_the_runner_agree_exactly(cli, small_pack, args, stdin, code):
+    argv = [a.format(p=small_pack / "p.hframe", root=small_pack) for a in args]
+    r = run_bin(argv, input=stdin)
+    assert r.returncode == code, r.stderr
+    inproc = cli(argv, input=stdin)
+    assert (inproc.exit_code, inproc.stdout_bytes, inproc.stderr) == (code, r.stdout, r.stderr.decode())
+    assert b"Traceback" not in r.stderr and (code == 0 or r.stderr.count(b"\n") == 1)
