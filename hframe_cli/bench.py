@@ -21,8 +21,8 @@ from typing import Any
 
 from .errors import EXIT_DATA, EXIT_OK, InputError
 from .index import current_format_version
-from .reader import DEFAULT_COALESCE_GAP, DEFAULT_MAX_READ, PackReader, ReadStats, default_workers
-from .storage import evict_from_page_cache
+from .reader import PackReader, ReadStats, default_workers
+from .storage import evict_from_page_cache, is_remote
 
 __all__ = ["CACHE_METHODS", "SAMPLERS", "BenchResult", "ReadSide", "evict", "run_bench", "sample_batches"]
 
@@ -69,6 +69,11 @@ def sample_batches(
         out.append(order[:frames])
         del order[:frames]
     return out
+
+
+#: what a cold batch of a remote pack evicts: nothing; the client keeps no cache, every batch is
+#: read over the network (what the store itself caches is out of reach)
+REMOTE_COLD = "remote (no client cache)"
 
 
 def evict(method: str, paths: Sequence[str]) -> str:
@@ -167,6 +172,7 @@ class BenchResult:
     pack_side: ReadSide
     loose_side: ReadSide | None
     host: dict[str, Any]
+    remote: dict[str, int] | None = None  # a remote pack's request counters (remote.Counters)
 
     @property
     def cold(self) -> bool:
@@ -203,13 +209,16 @@ class BenchResult:
             "loose": self.loose_side.to_dict() if self.loose_side else None,
             "ratio_vs_loose": None if self.ratio is None else round(self.ratio, 3),
             "host": self.host,
+            "remote": self.remote,
         }
 
 
-def host_facts(path: str) -> dict[str, Any]:
-    """CPU count, the filesystem holding ``path``, pack size against RAM."""
+def host_facts(path: str, size: int | None = None) -> dict[str, Any]:
+    """CPU count, the filesystem holding ``path`` (or its URL scheme), pack size against RAM."""
     real = os.path.realpath(path)
     fs, mount = "unknown", "/"
+    if is_remote(path):
+        fs, mount = path.partition("://")[0], path.partition("://")[2].partition("/")[0]
     try:
         with open("/proc/mounts") as f:
             for line in f:
@@ -227,7 +236,7 @@ def host_facts(path: str) -> dict[str, Any]:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         pass
-    size = os.path.getsize(path)
+    size = os.path.getsize(path) if size is None else size
     return {
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
@@ -257,8 +266,8 @@ def run_bench(
     sampler: str = "random",
     block_size: int | None = None,
     workers: int | None = None,
-    coalesce_gap: int = DEFAULT_COALESCE_GAP,
-    max_read: int = DEFAULT_MAX_READ,
+    coalesce_gap: int | None = None,
+    max_read: int | None = None,
     method: str = "auto",
     compare: str | os.PathLike[str] | None = None,
     decode: bool = False,
@@ -300,7 +309,7 @@ def run_bench(
         try:
             for b, ids in enumerate(ids_per_batch):
                 if mode == "cold":
-                    used = evict(method, [path])
+                    used = REMOTE_COLD if is_remote(path) else evict(method, [path])
                     methods_seen.add(used)
                 _time_pack_batch(pack_side, reader, ids, w, warm_first=mode == "warm", decode=decode, md5s=md5_col)
                 if loose_side is not None:
@@ -322,12 +331,13 @@ def run_bench(
             sampler,
             block_size or frames,
             w,
-            coalesce_gap,
-            max_read,
+            reader.coalesce_gap,
+            reader.max_read,
             ("none" if "none" in methods_seen else used) if mode == "cold" else "none (warm)",
             pack_side,
             loose_side,
-            host_facts(path),
+            host_facts(path, reader.info.size),
+            getattr(reader.storage_counters(), "to_dict", lambda: None)(),
         )
 
 

@@ -533,7 +533,7 @@ class CacheMethod(str, Enum):
 
 def _bench_command(mode: str) -> Any:
     def command(
-        pack: Annotated[Path, typer.Argument(metavar="PACK", help="The pack file.")],
+        pack: Annotated[str, typer.Argument(metavar="PACK", help="The pack: a file, or an http(s):// URL.")],
         frames: Annotated[int, typer.Option("--frames", metavar="N", help="Frames per batch.")] = 256,
         batches: Annotated[int, typer.Option("--batches", metavar="N", help="Number of batches.")] = 10,
         seed: Annotated[
@@ -556,17 +556,22 @@ def _bench_command(mode: str) -> Any:
             typer.Option("--workers", metavar="N", help="Read threads (default min(16, max(1, frames // 4)))."),
         ] = None,
         coalesce_gap: Annotated[
-            int,
+            Optional[int],
             typer.Option(
                 "--coalesce-gap",
                 metavar="BYTES",
-                help="Merge reads of frames at most this many bytes apart (0 disables).",
+                help="Merge reads of frames at most this many bytes apart (0 disables; default 8192, remote 65536).",
                 min=0,
             ),
-        ] = 8192,
+        ] = None,
         max_read: Annotated[
-            str, typer.Option("--max-read", metavar="SIZE", help="Largest single read; bigger frames are split.")
-        ] = "2MiB",
+            Optional[str],
+            typer.Option(
+                "--max-read",
+                metavar="SIZE",
+                help="Largest single read; bigger frames are split (default 2MiB, remote 8MiB).",
+            ),
+        ] = None,
         method: Annotated[
             CacheMethod,
             typer.Option(
@@ -596,7 +601,7 @@ def _bench_command(mode: str) -> Any:
             block_size=block_size,
             workers=workers,
             coalesce_gap=coalesce_gap,
-            max_read=parse_size(max_read, "--max-read"),
+            max_read=parse_size(max_read, "--max-read") if max_read is not None else None,
             method=method.value,
             compare=compare,
             decode=decode,
@@ -619,7 +624,7 @@ _command("bench-warm", "Time random reads from a warm page cache.")(_bench_comma
 
 @_command("dump-header", "Show a pack's header, trailer and index metadata.")
 def dump_header(
-    pack: Annotated[Path, typer.Argument(metavar="PACK", help="The pack file.")],
+    pack: Annotated[str, typer.Argument(metavar="PACK", help="The pack: a file, or an http(s):// URL.")],
     frame: Annotated[
         Optional[str], typer.Option("--frame", metavar="FRAME", help="Hex-dump this frame (id, or name) instead.")
     ] = None,
@@ -645,7 +650,7 @@ def dump_header(
 
 @_command("index", "Print a pack's index rows, or rebuild or merge indexes.")
 def index(
-    pack: Annotated[Path, typer.Argument(metavar="PACK", help="The pack file.")],
+    pack: Annotated[str, typer.Argument(metavar="PACK", help="The pack: a file, or an http(s):// URL.")],
     fmt: Annotated[
         Optional[RowFormat],
         typer.Option(
@@ -710,7 +715,7 @@ class GetFormat(str, Enum):
 
 @_command("get", "Write frames to files, stdout or a tar stream.")
 def get(
-    pack: Annotated[Path, typer.Argument(metavar="PACK", help="The pack file.")],
+    pack: Annotated[str, typer.Argument(metavar="PACK", help="The pack: a file, or an http(s):// URL.")],
     frames: Annotated[
         Optional[list[str]],
         typer.Argument(

@@ -13,7 +13,7 @@ from .dataset import DatasetReader, Manifest, get_manifest_path
 from .errors import FormatError, HframeError, IncompletePack
 from .format import FLAG_COMPRESSED, FLAG_DICT, HEADER_SIZE, MAGIC, TRAILER_SIZE, Header, Trailer, sniff_media_type
 from .generation import pinned_index, until_settled
-from .index import format_time_us, get_index_path
+from .index import format_time_us, index_location
 from .reader import FrameKey, PackReader, read_dictionary
 from .storage import open_storage
 
@@ -87,7 +87,7 @@ def _describe_file(path: str | os.PathLike[str], index_path: str | os.PathLike[s
             out["trailer"] = None
             out["problem"] = str(e)
             trailer = None
-        ipath = os.fspath(index_path) if index_path is not None else os.fspath(get_index_path(storage.location))
+        ipath = os.fspath(index_path) if index_path is not None else index_location(storage.location)
         try:
             # the index of this pack (its .partial twin mid-publish: man/hframe.5)
             index, meta = pinned_index(storage, ipath, {str(header.uuid)})

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from .errors import FormatError, HframeError, InputError, PackReplaced, StorageError
 from .format import HEADER_SIZE, TRAILER_SIZE, Header, Trailer
 from .index import IndexMeta, format_time_us, read_index_meta
-from .storage import LocalFile, open_storage
+from .storage import LocalFile, Storage, open_storage
 
 T = TypeVar("T")
 
@@ -52,7 +52,7 @@ class PackInfo:
         return format_time_us(self.header.created_us)
 
 
-def read_pack_info(storage: LocalFile) -> PackInfo:
+def read_pack_info(storage: Storage) -> PackInfo:
     """Read and validate the header and trailer of the pack behind ``storage``."""
     where = storage.location
     size = storage.size()
@@ -69,7 +69,7 @@ OPEN_ATTEMPTS = 10
 
 def open_generation(
     path: str, index_path: str, snapshot: dict[str, Any] | None = None
-) -> tuple[LocalFile, PackInfo, LocalFile, IndexMeta]:
+) -> tuple[Storage, PackInfo, Storage, IndexMeta]:
     """Open one pack generation: the pack, and the index that belongs to it (``man/hframe.5``,
     PUBLISHING AND READERS).
 
@@ -88,7 +88,7 @@ def open_generation(
     if snapshot is not None:
         return _reopen_generation(path, index_path, snapshot)
 
-    def attempt() -> tuple[LocalFile, PackInfo, LocalFile, IndexMeta]:
+    def attempt() -> tuple[Storage, PackInfo, Storage, IndexMeta]:
         storage = open_storage(path)
         try:
             info = read_pack_info(storage)
@@ -130,7 +130,7 @@ def until_settled(attempt: Callable[[], T], where: str) -> T:
 def generation_checks(
     path: str, index_path: str, want: str, size: int
 ) -> tuple[Callable[[int], None], Callable[[int], None], Callable[[str], PackReplaced]]:
-    """Checks that a file opened again by path (``LocalFile.same_generation``) is the pack, or
+    """Checks that a file opened again by path (``Storage.same_generation``) is the pack, or
     the index, of generation ``want``; they raise ``PackReplaced`` naming both UUIDs if not."""
 
     def replaced(now: str) -> PackReplaced:
@@ -161,7 +161,7 @@ def generation_checks(
 
 def _reopen_generation(
     path: str, index_path: str, snapshot: dict[str, Any]
-) -> tuple[LocalFile, PackInfo, LocalFile, IndexMeta]:
+) -> tuple[Storage, PackInfo, Storage, IndexMeta]:
     """The generation an unpickled reader's parent held: through the parent's open files while
     it lives (``/proc/PID/fd``), else by path if the path still holds the same generation."""
     want, size = snapshot["uuid"], snapshot["size"]
@@ -177,7 +177,8 @@ def _reopen_generation(
         except InputError:  # e.g. it was opened as INDEX.partial, since renamed: the path now
             index = open_storage(index_path)
             try:
-                same_index(index.fileno())
+                if isinstance(index, LocalFile):  # a remote index is checked by its metadata below
+                    same_index(index.fileno())
             except BaseException:
                 index.close()
                 raise
@@ -197,12 +198,12 @@ class Overtaken(Exception):
     """The pack at the path was replaced after it was opened and before its index was."""
 
 
-def pinned_index(storage: LocalFile, ipath: str, uuids: set[str]) -> tuple[LocalFile, IndexMeta]:
+def pinned_index(storage: Storage, ipath: str, uuids: set[str]) -> tuple[Storage, IndexMeta]:
     """The index of the pack ``storage`` holds, as an open handle: ``ipath``, or mid-publish
     ``ipath.partial`` (``man/hframe.5``, PUBLISHING AND READERS). An index of another pack is
     returned as it is (the caller reports it) unless the pack was replaced meanwhile."""
     try:
-        index: LocalFile | None = open_storage(ipath)
+        index: Storage | None = open_storage(ipath)
     except InputError:
         index = None
     meta: IndexMeta | None = None

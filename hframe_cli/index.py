@@ -35,6 +35,7 @@ __all__ = [
     "IndexMeta",
     "get_index_path",
     "int64_column",
+    "index_location",
     "read_index",
     "read_index_meta",
     "write_index",
@@ -82,6 +83,11 @@ _META_PREFIX = "hframe."
 def get_index_path(pack_path: str | os.PathLike[str]) -> Path:
     """The index file that belongs to a pack: ``<pack>.index.parquet``."""
     return Path(os.fspath(pack_path) + INDEX_SUFFIX)
+
+
+def index_location(pack: str | os.PathLike[str]) -> str:
+    """``get_index_path`` as a string, right for URLs too (a ``Path`` would fold ``//``)."""
+    return os.fspath(pack) + INDEX_SUFFIX
 
 
 def format_time_us(created_us: int) -> str:

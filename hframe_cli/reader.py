@@ -41,8 +41,8 @@ from .format import (
     decode_extra,
 )
 from .generation import PackInfo, generation_checks, open_generation
-from .index import get_index_path, int64_column, read_index
-from .storage import LocalFile
+from .index import index_location, int64_column, read_index
+from .storage import Storage
 
 __all__ = [
     "DEFAULT_COALESCE_GAP",
@@ -55,6 +55,8 @@ __all__ = [
 
 DEFAULT_COALESCE_GAP = 8 * 1024
 DEFAULT_MAX_READ = 2 * 1024 * 1024
+REMOTE_COALESCE_GAP = 64 * 1024
+REMOTE_MAX_READ = 8 * 1024 * 1024
 
 FrameKey = int | str | bytes
 #: A merged read: (offset, length, positions in the request of the frames inside it).
@@ -66,7 +68,7 @@ def default_workers(batch: int) -> int:
     return min(16, max(1, batch // 4))
 
 
-def read_dictionary(storage: LocalFile) -> bytes:
+def read_dictionary(storage: Storage) -> bytes:
     """The zstd dictionary stored in the extra field of record 0 (``man/hframe.5``)."""
     where = f"{storage.location}: record 0"
     fixed = storage.read_at(HEADER_SIZE, RECORD_FIXED)
@@ -97,20 +99,24 @@ class PackReader:
         index_path: str | os.PathLike[str] | None = None,
         *,
         workers: int | None = None,
-        coalesce_gap: int = DEFAULT_COALESCE_GAP,
-        max_read: int = DEFAULT_MAX_READ,
+        coalesce_gap: int | None = None,
+        max_read: int | None = None,
         _snapshot: dict[str, Any] | None = None,
     ) -> None:
         self.path = os.fspath(path)
-        self.index_path = os.fspath(index_path) if index_path is not None else os.fspath(get_index_path(path))
+        self.index_path = os.fspath(index_path) if index_path is not None else index_location(path)
         if workers is not None and workers < 1:
             raise InputError(f"workers must be at least 1 (got {workers})")
-        if coalesce_gap < 0 or max_read < 1:
+        if (coalesce_gap is not None and coalesce_gap < 0) or (max_read is not None and max_read < 1):
             raise InputError("coalesce_gap must be >= 0 and max_read >= 1")
         self.workers = workers
-        self.coalesce_gap = coalesce_gap
-        self.max_read = max_read
         self._storage, self.info, self._index, self.meta = open_generation(self.path, self.index_path, _snapshot)
+        #: a remote pack: every read is a request, so neighbours farther apart are worth merging,
+        #: runs may be longer, and a batch is always read as cold (all its requests at once)
+        self.remote = bool(getattr(self._storage, "remote", False))
+        gap, cap = (REMOTE_COALESCE_GAP, REMOTE_MAX_READ) if self.remote else (DEFAULT_COALESCE_GAP, DEFAULT_MAX_READ)
+        self.coalesce_gap = gap if coalesce_gap is None else coalesce_gap
+        self.max_read = cap if max_read is None else max_read
         # a handle used again after close() (or in a process that cannot reach these files) opens
         # the path: only the same generation may stand in
         checks = generation_checks(self.path, self.index_path, self.info.uuid, self.info.size)
@@ -146,6 +152,10 @@ class PackReader:
         self._names: tuple[pa.Array, pa.Array] | None = None
         self._pool_pid = -1
         self._pool_lock = threading.Lock()
+
+    def storage_counters(self) -> Any:
+        """The pack's request counters (``remote.Counters``) when it is remote, else None."""
+        return getattr(self._storage, "counters", None)
 
     @property
     def uuid(self) -> str:
@@ -406,8 +416,10 @@ class PackReader:
         pread = self._storage.preader()
         try:
             t0 = time.perf_counter()
+            if self.remote and len(offs) > 1:  # all requests at once, then take them in order
+                self._storage.prefetch(offs, lens)
             first = pread(lens[0], offs[0])
-            if len(offs) > 2 and _looks_cold(time.perf_counter() - t0, lens[0]):
+            if not self.remote and len(offs) > 2 and _looks_cold(time.perf_counter() - t0, lens[0]):
                 self._storage.prefetch(offs[1:], lens[1:])
             blobs = [first, *map(pread, lens[1:], offs[1:])]
         except OSError:  # read_at, on the checked path, says which file and why
@@ -454,11 +466,13 @@ class PackReader:
                     blob = self._read_plan(read_at, off, size)
                 self._cut(run, blob, out, offs, lens)
 
+        if self.remote and len(runs) > 1:  # all requests at once: the shares below wait for theirs
+            self._storage.prefetch([r[0] for r in runs if r[1] <= cap], [r[1] for r in runs if r[1] <= cap])
         t0 = time.perf_counter()
         read_share(runs[:1])
-        cold = _looks_cold(time.perf_counter() - t0, runs[0][1])
+        cold = self.remote or _looks_cold(time.perf_counter() - t0, runs[0][1])
         rest = runs[1:]
-        if len(rest) > 1 and cold:
+        if len(rest) > 1 and cold and not self.remote:
             self._storage.prefetch([r[0] for r in rest], [r[1] for r in rest])
         if workers <= 1 or (not cold and sum(r[1] for r in runs) <= _INLINE_WARM_BYTES):
             # warm and small: handing reads to threads would cost more than the copies themselves

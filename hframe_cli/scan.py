@@ -25,7 +25,7 @@ from .format import (
 )
 from .generation import PackInfo, read_pack_info
 from .index import INDEX_SCHEMA, IndexBuilder, IndexMeta, write_index
-from .storage import LocalFile, open_storage
+from .storage import Storage, open_storage
 
 __all__ = ["ScannedRecord", "iter_records", "rebuild_index", "walk_records"]
 
@@ -42,7 +42,7 @@ class ScannedRecord:
     media_type: str
 
 
-def iter_records(storage: LocalFile, info: PackInfo) -> Iterator[ScannedRecord]:
+def iter_records(storage: Storage, info: PackInfo) -> Iterator[ScannedRecord]:
     """Yield every record between the header and the trailer, checking each header."""
     count = 0
     for rec in walk_records(storage, info.trailer.data_end):
@@ -52,7 +52,7 @@ def iter_records(storage: LocalFile, info: PackInfo) -> Iterator[ScannedRecord]:
         raise FormatError(f"{storage.location}: found {count} records, trailer says {info.trailer.frame_count}")
 
 
-def walk_records(storage: LocalFile, end: int) -> Iterator[ScannedRecord]:
+def walk_records(storage: Storage, end: int) -> Iterator[ScannedRecord]:
     """Yield the records from the header up to byte ``end``, which must fall between records.
 
     Every record header's checksum and frame id are checked; also used to pick up a partial pack
@@ -121,7 +121,7 @@ def rebuild_index(
 
 
 def _rebuild(
-    storage: LocalFile, index_path: str | os.PathLike[str], on_progress: Callable[[int], None] | None, version: str
+    storage: Storage, index_path: str | os.PathLike[str], on_progress: Callable[[int], None] | None, version: str
 ) -> IndexMeta:
     """``rebuild_index`` holding the lock: walk the records, write the index, rename it in."""
     info = read_pack_info(storage)

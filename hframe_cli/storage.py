@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from .errors import HframeError, InputError, OutOfMemory, PackReplaced, StorageError
 
-__all__ = ["LocalFile", "Storage", "evict_from_page_cache", "open_storage", "register_scheme"]
+__all__ = ["LocalFile", "Storage", "evict_from_page_cache", "is_remote", "open_storage", "register_scheme"]
 
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "http", "https", "abfs", "az")
 
@@ -31,6 +31,13 @@ class Storage(Protocol):
     ``register_scheme``."""
 
     location: str
+    #: a handle reopened by path (after fork, pickling or close) accepts only the same version
+    same_generation: Callable[[int], None] | None
+    #: other locations of the same file (an index opened as INDEX.partial mid-publish)
+    alternates: tuple[str, ...]
+
+    @property
+    def origin(self) -> tuple[int, int, int, int] | None: ...
 
     def size(self) -> int: ...
 
@@ -42,7 +49,21 @@ class Storage(Protocol):
 
     def advise_sequential(self, start: int) -> None: ...
 
+    def stream(self) -> Any: ...
+
+    def is_at_path(self) -> bool: ...
+
     def close(self) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def is_remote(location: str | os.PathLike[str]) -> bool:
+    """True for ``scheme://...`` locations other than ``file://``."""
+    scheme, sep, _ = os.fspath(location).partition("://")
+    return bool(sep) and scheme.lower() != "file"
 
 
 def _storage_error(location: str, err: OSError) -> StorageError:
@@ -308,12 +329,18 @@ class _PreadStream(io.RawIOBase):
 
 #: URI scheme → opener. ``open_storage`` is the one place a location is parsed; a remote backend
 #: registers its scheme here (``register_scheme``) and every command and reader can use it.
-_SCHEMES: dict[str, Callable[..., LocalFile]] = {}
+_SCHEMES: dict[str, Callable[..., Storage]] = {}
 
 
-def register_scheme(scheme: str, opener: Callable[..., LocalFile]) -> None:
+def register_scheme(scheme: str, opener: Callable[..., Storage]) -> None:
     """Make ``open_storage`` open ``scheme://...`` locations with ``opener(location, **options)``."""
     _SCHEMES[scheme.lower()] = opener
+
+
+def _http(location: str, **options: Any) -> Storage:
+    from .remote import RemoteFile  # only remote commands load the HTTP client
+
+    return RemoteFile(location, **options)
 
 
 def _not_supported_yet(location: str, **options: Any) -> LocalFile:
@@ -327,10 +354,10 @@ def _file_uri(location: str, **options: Any) -> LocalFile:
 
 register_scheme("file", _file_uri)
 for _scheme in REMOTE_SCHEMES:
-    register_scheme(_scheme, _not_supported_yet)
+    register_scheme(_scheme, _http if _scheme in ("http", "https") else _not_supported_yet)
 
 
-def open_storage(location: str | os.PathLike[str], **options: Any) -> LocalFile:
+def open_storage(location: str | os.PathLike[str], **options: Any) -> Storage:
     """Open a pack location for reading: a local path, or ``scheme://...`` through the opener
     registered for that scheme. ``options`` go to the opener (``LocalFile``: ``origin``,
     ``same_generation``)."""

@@ -73,10 +73,10 @@ from .format import (
 )
 from .generation import pinned_index, until_settled
 from .imagehead import pillow_message
-from .index import IndexMeta, file_digest_problem, format_time_us, get_index_path, int64_column, read_index_meta
+from .index import IndexMeta, file_digest_problem, format_time_us, index_location, int64_column, read_index_meta
 from .inputs import expand_globs
 from .reader import read_dictionary
-from .storage import LocalFile, evict_from_page_cache, open_storage
+from .storage import Storage, evict_from_page_cache, open_storage
 from .verify_index import IndexCols, wrong_frame_ids
 from .verify_report import PackReport, Problem, VerifyReport, parse_frames, parse_sample
 
@@ -116,7 +116,7 @@ _MAX_KIND = max(KIND_IDS.values())  # kind ids are 0..max (format.py): a higher 
 class _Window:
     """Sequential reads in large chunks; ``get(pos, n)`` returns (buffer, start) holding the range."""
 
-    def __init__(self, storage: LocalFile, end: int, chunk: int | None = None) -> None:
+    def __init__(self, storage: Storage, end: int, chunk: int | None = None) -> None:
         self.storage = storage
         self.end = end
         self.chunk = chunk or CHUNK_BYTES
@@ -263,7 +263,7 @@ class _Verifier:
     def __init__(
         self,
         report: PackReport,
-        storage: LocalFile,
+        storage: Storage,
         max_errors: int | None,
         decode: bool,
         on_progress: ProgressFn | None,
@@ -924,7 +924,7 @@ def verify_pack(
     """
     t0 = time.perf_counter()
     loc = os.fspath(path)
-    ipath = os.fspath(index_path) if index_path is not None else os.fspath(get_index_path(loc))
+    ipath = os.fspath(index_path) if index_path is not None else index_location(loc)
     if not use_index and (sample is not None or frames is not None):
         raise InputError("--sample and --frames need the index (drop --no-index)")
 
@@ -938,6 +938,8 @@ def verify_pack(
         v = _Verifier(report, storage, max_errors, decode, on_progress)
         # a big pack is walked as one part per core (default), in forked processes
         v.processes = max(1, workers if workers is not None else min(4, os.cpu_count() or 1))
+        if getattr(storage, "remote", False):
+            v.processes = 1  # a remote pack is read ahead by several requests in flight instead
         try:
             _verify_open(v, report, storage, ipath, use_index, sample, seed, frames)
         except _TooManyProblems:
@@ -964,7 +966,7 @@ def verify_pack(
 def _verify_open(
     v: _Verifier,
     report: PackReport,
-    storage: LocalFile,
+    storage: Storage,
     ipath: str,
     use_index: bool,
     sample: tuple[str, float] | None,
@@ -1338,7 +1340,7 @@ def planned_work(
     pack or index cannot tell: ``verify_pack`` then says why."""
     try:
         if use_index:
-            meta = read_index_meta(get_index_path(path))
+            meta = read_index_meta(index_location(path))
             ranges, _label = _selection(meta.frame_count, meta.payload_bytes, sample, seed, frames)
             n = sum(b - a for a, b in ranges)
             return n, meta.payload_bytes * n // max(1, meta.frame_count)

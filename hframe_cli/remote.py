@@ -1,0 +1,488 @@
+"""Remote packs: every read one bounded ``Range`` GET, under one request policy.
+
+``RemoteFile`` is the ``Storage`` (see ``storage.py``) of a pack or index behind a URL. It is
+built on a *backend* that does one ranged GET and nothing else (``HttpBackend`` here: stdlib
+``http.client``, keep-alive connections per thread); everything a user relies on is decided
+here, once, the same for every backend (``man/hframe.1``, REMOTE PACKS):
+
+* **retries** of what can pass (5xx, 429, connection resets, timeouts, a body cut short):
+  bounded attempts, exponential backoff with full jitter, and a retry budget shared by the
+  file's requests, so a throttling store (503 SlowDown) gets fewer requests, not a storm;
+  never of what cannot (403, 404, a replaced object);
+* **timeouts**: connect, per socket operation, and a deadline for one read as a whole;
+* **pinning**: the object's ETag is taken on the first request and every later one carries
+  ``If-Match``, so a pack replaced by a publish is ``PackReplaced``, never another version's
+  bytes; a body shorter than asked is an error, never data;
+* **concurrency**: requests run on this file's worker threads, at most ``in_flight`` at once;
+  the calling thread waits in short slices, so Ctrl-C ends a remote command within a second;
+* **counters**: requests, bytes, retries, throttles (``bench``, ``verify --json``).
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import random
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InputError, PackReplaced, StorageError
+
+__all__ = ["Counters", "HttpBackend", "RemoteFile", "RequestPolicy", "remote_url"]
+
+#: the first request of a file reads this much from its start: the header (and, often, a
+#: dictionary record and the first frames) come with the size and ETag in one round trip
+PROBE_BYTES = 64 * 1024
+#: a sequential reader (verify) is served from aligned blocks of this size, several in flight
+SEQUENTIAL_BLOCK = 8 * 1024 * 1024
+#: an index (or other object read as a stream) up to this size is fetched in one GET
+WHOLE_OBJECT_MAX = 256 * 1024 * 1024
+_WAIT_SLICE_S = 0.2  # the calling thread waits in slices this long (signals are handled between)
+
+
+def remote_url(base: str, relative: str) -> str:
+    """``relative`` (a shard's path in a manifest) resolved against the manifest's URL."""
+    if "://" in relative:
+        return relative
+    return urllib.parse.urljoin(base, relative)
+
+
+@dataclass
+class RequestPolicy:
+    """How requests are made and retried; one per remote file (``from_env`` reads the
+    ``HFRAME_IO_*`` variables and ``--io-timeout``)."""
+
+    attempts: int = 5  # tries of one request, the first included
+    backoff_s: float = 0.1  # full jitter: sleep uniform(0, min(cap, backoff * 2**n))
+    backoff_cap_s: float = 2.0
+    connect_timeout_s: float = 5.0
+    request_timeout_s: float = 20.0  # the longest wait for any byte of a response
+    deadline_s: float = 120.0  # one read (with its retries) as a whole
+    in_flight: int = 16  # requests at once, per file
+    budget: int = 50  # retry tokens: a retry costs 5 (a throttle 10), a success gives 1 back
+
+    @classmethod
+    def from_env(cls, io_timeout: float | None = None, environ: dict[str, str] | None = None) -> RequestPolicy:
+        env = os.environ if environ is None else environ
+        policy = cls()
+        for name, attr, kind in (
+            ("HFRAME_IO_TIMEOUT", "deadline_s", float),
+            ("HFRAME_IO_ATTEMPTS", "attempts", int),
+            ("HFRAME_IO_CONNECT_TIMEOUT", "connect_timeout_s", float),
+            ("HFRAME_IO_REQUEST_TIMEOUT", "request_timeout_s", float),
+            ("HFRAME_IO_IN_FLIGHT", "in_flight", int),
+        ):
+            value = env.get(name)
+            if value:
+                try:
+                    setattr(policy, attr, kind(value))
+                except ValueError:
+                    raise InputError(f"{name}={value!r}: not a number") from None
+        if io_timeout is not None:
+            policy.deadline_s = io_timeout
+        if policy.attempts < 1 or policy.in_flight < 1 or min(policy.deadline_s, policy.request_timeout_s) <= 0:
+            raise InputError("remote I/O settings must be positive (HFRAME_IO_* / --io-timeout)")
+        policy.request_timeout_s = min(policy.request_timeout_s, policy.deadline_s)
+        policy.connect_timeout_s = min(policy.connect_timeout_s, policy.deadline_s)
+        return policy
+
+
+@dataclass
+class Counters:
+    """What a remote file cost: requests made (retries included), body bytes received, retries,
+    and how many answers were throttles (429 or 503)."""
+
+    requests: int = 0
+    bytes: int = 0
+    retries: int = 0
+    throttles: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, *, requests: int = 0, nbytes: int = 0, retries: int = 0, throttles: int = 0) -> None:
+        with self._lock:
+            self.requests += requests
+            self.bytes += nbytes
+            self.retries += retries
+            self.throttles += throttles
+
+    def to_dict(self) -> dict[str, int]:
+        return {"requests": self.requests, "bytes": self.bytes, "retries": self.retries, "throttles": self.throttles}
+
+
+class _Budget:
+    """A retry budget: retries spend tokens, successes earn some back; none left, no retries."""
+
+    def __init__(self, tokens: int) -> None:
+        self.capacity = self.tokens = tokens
+        self.lock = threading.Lock()
+
+    def spend(self, cost: int) -> bool:
+        with self.lock:
+            if self.tokens < cost:
+                return False
+            self.tokens -= cost
+            return True
+
+    def earn(self) -> None:
+        with self.lock:
+            self.tokens = min(self.capacity, self.tokens + 1)
+
+
+class Transient(Exception):
+    """A failure another attempt may not meet (the backend raises it; ``RemoteFile`` retries)."""
+
+    def __init__(self, reason: str, throttled: bool = False) -> None:
+        super().__init__(reason)
+        self.throttled = throttled
+
+
+class Permanent(Exception):
+    """A failure no retry changes: ``kind`` is ``missing`` (404), ``replaced`` (412: the ETag no
+    longer matches), ``unsupported`` (the server ignores ranges) or ``denied`` (401/403, other 4xx)."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class Response:
+    """One ranged GET's answer: the body, the object's full size and its ETag."""
+
+    body: bytes
+    size: int
+    etag: str | None
+
+
+class HttpBackend:
+    """Ranged GETs over HTTP(S) with ``http.client``: one keep-alive connection per thread (and
+    per process: a forked child opens its own), ``TCP_NODELAY`` on."""
+
+    def __init__(self, url: str, policy: RequestPolicy) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InputError(f"{url}: not an http(s) URL")
+        self.url = url
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = parts.port or (443 if self.https else 80)
+        self.target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        self.policy = policy
+        self._local = threading.local()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "pid", None) == os.getpid():
+            return conn  # type: ignore[no-any-return]
+        cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
+        conn = cls(self.host, self.port, timeout=self.policy.connect_timeout_s)
+        self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
+
+    def _drop(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "pid", None) == os.getpid():
+            conn.close()
+        self._local.conn = None
+
+    def get(self, start: int, length: int | None, etag: str | None) -> Response:
+        """``length`` bytes from ``start`` (None: the whole object, no Range header)."""
+        conn = self._connection()
+        headers = {"Accept-Encoding": "identity", "User-Agent": "hframe"}
+        if length is not None:
+            headers["Range"] = f"bytes={start}-{start + length - 1}"
+        if etag is not None:
+            headers["If-Match"] = etag
+        try:
+            if conn.sock is None:
+                conn.connect()
+            sock = conn.sock
+            assert sock is not None
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(self.policy.request_timeout_s)
+            conn.request("GET", self.target, headers=headers)
+            resp = conn.getresponse()
+            status = resp.status
+            if status in (200, 206):
+                body = resp.read()
+            else:
+                resp.read(64 * 1024)  # drain a short error body so the connection can be reused
+                body = b""
+        except TimeoutError as e:
+            self._drop()
+            raise Transient(f"timed out ({e or 'no answer'})") from None
+        except (OSError, http.client.HTTPException) as e:
+            self._drop()
+            raise Transient(f"connection failed: {e.__class__.__name__}: {e}") from None
+        if resp.getheader("Connection", "").lower() == "close":
+            self._drop()
+        if status in (429, 503):
+            raise Transient(f"HTTP {status} (throttled)", throttled=True)
+        if status >= 500 or status == 408:
+            raise Transient(f"HTTP {status}")
+        if status == 404:
+            raise Permanent("missing", "HTTP 404")
+        if status == 412:
+            raise Permanent("replaced", "the object changed (HTTP 412: its ETag no longer matches)")
+        if status == 416:
+            raise Permanent("range", "range not satisfiable (HTTP 416)")
+        if status not in (200, 206):
+            raise Permanent("denied", f"HTTP {status} {resp.reason}")
+        tag = resp.getheader("ETag")
+        if length is None:
+            size = len(body)
+            declared = resp.getheader("Content-Length")
+            if declared is not None and declared.isdigit() and int(declared) != size:
+                raise Transient(f"body cut short: {size} of {declared} bytes")
+            return Response(body, size, tag)
+        if status == 200:
+            self._drop()
+            raise Permanent("unsupported", "the server ignores Range requests (HTTP 200 for a byte range)")
+        total = _content_range_total(resp.getheader("Content-Range"))
+        if total is None:
+            raise Permanent(
+                "unsupported", f"no usable Content-Range in a 206 answer ({resp.getheader('Content-Range')!r})"
+            )
+        want = min(length, max(0, total - start))
+        if len(body) != want:
+            raise Transient(f"body cut short: {len(body)} of {want} bytes")
+        return Response(body, total, tag)
+
+    def close(self) -> None:
+        self._drop()
+
+
+def _content_range_total(value: str | None) -> int | None:
+    """``bytes 0-99/1234`` → 1234."""
+    if not value or "/" not in value:
+        return None
+    total = value.rsplit("/", 1)[1].strip()
+    return int(total) if total.isdigit() else None
+
+
+Backend = HttpBackend
+
+
+class RemoteFile:
+    """The ``Storage`` of a remote object: sized, pinned to one version, read in ranges.
+
+    Opening makes one request (``PROBE_BYTES`` from the start), which gives the size and ETag.
+    ``read_at`` serves from what ``prefetch`` started or from the probe when it can, else makes
+    one GET. ``stream()`` fetches a small object (an index) whole, in one GET.
+    """
+
+    remote = True
+
+    def __init__(
+        self,
+        location: str,
+        *,
+        policy: RequestPolicy | None = None,
+        etag: str | None = None,
+        backend: Callable[[str, RequestPolicy], Any] | None = None,
+        **_: Any,
+    ) -> None:
+        self.location = location
+        self.policy = policy or RequestPolicy.from_env()
+        self.backend = (backend or HttpBackend)(location, self.policy)
+        self.counters = Counters()
+        self._budget = _Budget(self.policy.budget)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = -1
+        self._pending: dict[tuple[int, int], Future[bytes]] = {}
+        self._pending_lock = threading.Lock()
+        self._sequential = False  # advise_sequential: read in blocks, ahead of the reader
+        self._blocks: dict[int, Future[bytes]] = {}
+        self._whole: bytes | None = None
+        self.etag = etag
+        pinned = etag is not None
+        first = self._request(0, PROBE_BYTES)
+        if pinned and first.etag != etag:
+            raise PackReplaced(f"{location}: the object was replaced (ETag {first.etag}, expected {etag})")
+        self.etag = first.etag
+        self._size = first.size
+        self._probe = first.body
+
+    # -- the request policy ------------------------------------------------------------------
+
+    def _request(self, start: int, length: int | None, deadline: float | None = None) -> Response:
+        """One GET with the policy's retries (``deadline``: the end of the read it serves)."""
+        policy = self.policy
+        t0 = time.monotonic()
+        deadline = deadline if deadline is not None else t0 + policy.deadline_s
+        attempt = 0
+        while True:
+            attempt += 1
+            self.counters.add(requests=1)
+            try:
+                resp = self.backend.get(start, length, self.etag)
+            except Transient as e:
+                self.counters.add(throttles=int(e.throttled))
+                pause = random.uniform(0, min(policy.backoff_cap_s, policy.backoff_s * 2 ** (attempt - 1)))
+                if attempt >= policy.attempts:
+                    why = ""
+                elif time.monotonic() + pause >= deadline:
+                    why = f" (the {policy.deadline_s:g} s deadline of this read was reached)"
+                elif not self._budget.spend(10 if e.throttled else 5):
+                    why = " (retry budget spent: the store keeps failing)"
+                else:
+                    self.counters.add(retries=1)
+                    time.sleep(pause)
+                    continue
+                raise StorageError(
+                    f"{self.location}: {e} after {attempt} attempt{'s' if attempt > 1 else ''} "
+                    f"in {time.monotonic() - t0:.1f} s{why}"
+                ) from None
+            except Permanent as e:
+                if e.kind == "missing":
+                    raise InputError(f"{self.location}: no such file ({e})") from None
+                if e.kind == "replaced":
+                    raise PackReplaced(
+                        f"{self.location}: the pack was replaced since this reader opened it ({e}); open it again"
+                    ) from None
+                if e.kind == "unsupported":
+                    raise InputError(f"{self.location}: {e}") from None
+                raise StorageError(f"{self.location}: {e}") from None
+            self._budget.earn()
+            self.counters.add(nbytes=len(resp.body))
+            return resp
+
+    def _executor(self) -> ThreadPoolExecutor:
+        pid = os.getpid()
+        if self._pool is None or self._pool_pid != pid:
+            self._pool = ThreadPoolExecutor(self.policy.in_flight, thread_name_prefix="hframe-remote")
+            self._pool_pid = pid
+            self._pending, self._blocks = {}, {}
+        return self._pool
+
+    def _submit(self, offset: int, length: int, deadline: float) -> Future[bytes]:
+        return self._executor().submit(lambda: self._request(offset, length, deadline).body)
+
+    def _wait(self, future: Future[bytes]) -> bytes:
+        """The future's bytes, waited for in short slices (a signal handler runs between)."""
+        while True:
+            try:
+                return future.result(timeout=_WAIT_SLICE_S)
+            except FutureTimeout:
+                continue
+
+    # -- Storage -------------------------------------------------------------------------------
+
+    def size(self) -> int:
+        return self._size
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        """Exactly ``length`` bytes at ``offset`` (short only at the end of the object)."""
+        length = max(0, min(length, self._size - offset))
+        if length == 0 or offset < 0:
+            return b""
+        if offset + length <= len(self._probe):
+            return self._probe[offset : offset + length]
+        if self._sequential:
+            return self._read_blocks(offset, length)
+        with self._pending_lock:
+            future = self._pending.pop((offset, length), None)
+        if future is None:
+            future = self._submit(offset, length, time.monotonic() + self.policy.deadline_s)
+        return self._wait(future)
+
+    def _read_blocks(self, offset: int, length: int) -> bytes:
+        """A sequential reader's range, from aligned ``SEQUENTIAL_BLOCK`` blocks: the blocks it
+        needs and the next ``ahead`` ones are requested at once; blocks behind it are let go."""
+        block = SEQUENTIAL_BLOCK
+        first, last = offset // block, (offset + length - 1) // block
+        ahead = max(1, self.policy.in_flight // 2)
+        deadline = time.monotonic() + self.policy.deadline_s
+        blocks = self._blocks
+        for b in list(blocks):
+            if b < first:
+                del blocks[b]
+        for b in range(first, min(last + ahead, (self._size - 1) // block) + 1):
+            if b not in blocks:
+                start = b * block
+                blocks[b] = self._submit(start, min(block, self._size - start), deadline)
+        parts = [self._wait(blocks[b]) for b in range(first, last + 1)]
+        data = b"".join(parts) if len(parts) > 1 else parts[0]
+        cut = offset - first * block
+        return data[cut : cut + length]
+
+    def preader(self) -> Callable[[int, int], bytes]:
+        """``pread(length, offset)`` as ``read_at``: errors are already hframe errors."""
+        return lambda length, offset: self.read_at(offset, length)
+
+    def prefetch(self, offsets: Sequence[int], lengths: Sequence[int]) -> None:
+        """Start these reads now, ``in_flight`` at a time; ``read_at`` of the same ranges waits
+        for them instead of asking again."""
+        deadline = time.monotonic() + self.policy.deadline_s
+        with self._pending_lock:
+            for off, ln in zip(offsets, lengths):
+                ln = max(0, min(ln, self._size - off))
+                if ln and (off, ln) not in self._pending and off + ln > len(self._probe):
+                    self._pending[(off, ln)] = self._submit(off, ln, deadline)
+
+    def advise_sequential(self, start: int) -> None:
+        """The caller will read on from ``start``: serve it from blocks read ahead (``_read_blocks``)."""
+        self._sequential = True
+
+    def read_all(self) -> bytes:
+        """The whole object (one GET up to ``WHOLE_OBJECT_MAX``, else in ranges), kept."""
+        if self._whole is None:
+            if self._size <= len(self._probe):
+                self._whole = self._probe[: self._size]
+            elif self._size <= WHOLE_OBJECT_MAX:
+                resp = self._wait(self._executor().submit(lambda: self._request(0, None).body))
+                if len(resp) != self._size:
+                    raise StorageError(f"{self.location}: got {len(resp)} bytes, the object has {self._size}")
+                self._whole = resp
+            else:
+                self._whole = self.read_at(0, self._size)
+        return self._whole
+
+    def stream(self) -> Any:
+        """A file object over the whole object (fetched once): what pyarrow's Parquet reader wants."""
+        import pyarrow as pa
+
+        return pa.BufferReader(self.read_all())
+
+    def is_at_path(self) -> bool:
+        """Whether the URL still serves the version this handle pinned (one small request)."""
+        self.counters.add(requests=1)
+        try:
+            resp = self.backend.get(0, 1, None)
+        except (Transient, Permanent):
+            return False
+        return resp.etag == self.etag and resp.size == self._size
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None and self._pool_pid == os.getpid():
+            pool.shutdown(wait=False, cancel_futures=True)
+        self._pending, self._blocks = {}, {}
+        self.backend.close()
+
+    def __enter__(self) -> RemoteFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # what LocalFile offers for handles that move between processes: a remote handle is pinned
+    # by its ETag instead, which a spawned worker checks when it opens the URL again
+    origin: tuple[int, int, int, int] | None = None
+    identity = None
+    same_generation: Callable[[int], None] | None = None
+    alternates: tuple[str, ...] = ()
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"location": self.location, "etag": self.etag}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        etag = state.get("etag")
+        self.__init__(str(state["location"]), etag=str(etag) if etag else None)  # type: ignore[misc]

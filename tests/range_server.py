@@ -1,0 +1,148 @@
+"""A small HTTP/1.1 file server on loopback that serves byte ranges, ETags and If-Match as object
+stores and nginx do, and injects faults on request: the test double of a remote store for what
+real servers cannot be told to do on cue (answer 500 or 503 SlowDown, hang, stall mid-body, cut a
+body short, reset the connection, ignore Range). No mock of the client: hframe talks HTTP to it.
+
+    with RangeServer(root) as srv:
+        srv.url("p.hframe")                   # http://127.0.0.1:PORT/p.hframe
+        srv.faults.extend(["500", "500"])     # the next two requests fail, then all is well
+        srv.latency_s = 0.02                  # every request waits this long first (benchmarks)
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+def etag_of(path: Path) -> str:
+    st = path.stat()
+    return f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, *args: object) -> None:  # quiet
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        srv = self.server.owner
+        with srv.lock:
+            srv.requests[self.path] += 1
+            srv.log.append((self.path, self.headers.get("Range")))
+            fault = srv.faults.pop(0) if srv.faults else None
+        if srv.latency_s:
+            time.sleep(srv.latency_s)
+        if fault in ("500", "503", "429"):
+            self._status(int(fault), b"SlowDown" if fault == "503" else b"error")
+            return
+        if fault == "reset":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+            self.close_connection = True
+            self.connection.close()
+            return
+        if fault == "hang":
+            time.sleep(srv.hang_s)
+            self.close_connection = True
+            return
+        path = srv.root / self.path.lstrip("/").split("?", 1)[0]
+        if not path.is_file():
+            self._status(404, b"not found")
+            return
+        tag = etag_of(path)
+        want = self.headers.get("If-Match")
+        if want is not None and want != tag:
+            self._status(412, b"precondition failed")
+            return
+        data = path.read_bytes()
+        start, end = 0, len(data) - 1
+        rng = self.headers.get("Range")
+        partial = rng is not None and fault != "ignore-range"
+        if partial:
+            first, _, last = rng.removeprefix("bytes=").partition("-")
+            start, end = int(first), min(int(last), len(data) - 1)
+            if start >= len(data):
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(data)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+        body = data[start : end + 1]
+        self.send_response(206 if partial else 200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("ETag", tag)
+        self.send_header("Accept-Ranges", "bytes")
+        if partial:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+        self.end_headers()
+        if fault == "truncate":  # the promised length, then the connection closes half-way
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        if fault == "stall":  # half the body, then nothing for a long time
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            time.sleep(srv.hang_s)
+            self.close_connection = True
+            return
+        self.wfile.write(body)
+
+    def _status(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: RangeServer
+
+
+class RangeServer:
+    """The server on 127.0.0.1 (a free port), serving ``root``, in a background thread."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.faults: list[str] = []
+        self.latency_s = 0.0
+        self.hang_s = 30.0
+        self.requests: Counter[str] = Counter()
+        self.log: list[tuple[str, str | None]] = []
+        self.lock = threading.Lock()
+        self.httpd = _Server(("127.0.0.1", 0), _Handler)
+        self.httpd.owner = self
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def total_requests(self) -> int:
+        with self.lock:
+            return sum(self.requests.values())
+
+    def reset_counts(self) -> None:
+        with self.lock:
+            self.requests.clear()
+            self.log.clear()
+
+    def __enter__(self) -> RangeServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,187 @@
+"""Remote packs over HTTP: every read a ranged GET against a real server on loopback
+(``range_server.RangeServer``: the stdlib HTTP server with byte ranges, ETags, If-Match and
+faults on cue). Each fault must end in bounded retries and then the documented answer: the
+bytes, or one line with exit 3 (environment) or 2 (usage), never exit 1 (bad data), never a hang.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import hframe_bin, make_photos, run_bin
+from range_server import RangeServer
+
+import hframe_cli as h
+from hframe_cli.errors import InputError, PackReplaced, StorageError
+
+FAST_FAIL = {"HFRAME_IO_ATTEMPTS": "3", "HFRAME_IO_REQUEST_TIMEOUT": "0.5", "HFRAME_IO_TIMEOUT": "5"}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A pack of photos and 400 blobs (well past the 64 KiB first request), served over HTTP."""
+    root = tmp_path_factory.mktemp("served")
+    src = make_photos(root / "src", 30)
+    rng = random.Random(3)
+    for i in range(400):
+        (src / "blobs" / f"{i:03d}.bin").parent.mkdir(exist_ok=True)
+        (src / "blobs" / f"{i:03d}.bin").write_bytes(rng.randbytes(rng.randrange(500, 6000)))
+    h.pack([src], root / "p.hframe", created_us=1_700_000_000_000_000)
+    with RangeServer(root) as srv:
+        yield srv, root / "p.hframe"
+
+
+@pytest.fixture
+def srv(served, monkeypatch):
+    server, _ = served
+    server.faults.clear()
+    server.latency_s = 0.0
+    server.hang_s = 30.0
+    server.reset_counts()
+    for k, v in FAST_FAIL.items():
+        monkeypatch.setenv(k, v)
+    return server
+
+
+def md5s(pack: Path) -> list[str]:
+    return pq.read_table(f"{pack}.index.parquet", columns=["md5"]).column("md5").to_pylist()
+
+
+def test_open_and_read_every_frame_with_few_requests(srv, served):
+    _, local = served
+    want = md5s(local)
+    with h.open_pack(srv.url("p.hframe")) as p:
+        opened = srv.total_requests()
+        assert opened <= 3  # the first 64 KiB (header, size, ETag), the trailer, the whole index
+        assert len(p) == len(want)
+        frames = p.read_many(list(range(len(p))))
+        assert [hashlib.md5(f).hexdigest() for f in frames] == want
+        srv.reset_counts()
+        ids = random.Random(1).sample(range(len(p)), 64)
+        got = p.read_many(ids)
+        assert [hashlib.md5(f).hexdigest() for f in got] == [want[i] for i in ids]
+        assert srv.total_requests() <= 64  # one GET per planned read, never more
+        assert all(r and r.startswith("bytes=") for _, r in srv.log)  # every read a bounded range
+
+
+def test_the_commands_work_on_a_url_as_on_the_file(srv, served, tmp_path):
+    _, local = served
+    url = srv.url("p.hframe")
+    for args in (["get", "{}", "7"], ["index", "{}", "-c", "name,md5"], ["dump-header", "{}", "--frame", "3"]):
+        remote = run_bin([a.format(url) for a in args])
+        here = run_bin([a.format(local) for a in args])
+        assert remote.returncode == 0, remote.stderr
+        assert remote.stdout.replace(url.encode(), b"P") == here.stdout.replace(str(local).encode(), b"P")
+    r = run_bin(["verify", url, "--json"])
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["frames_checked"] == len(md5s(local)) and doc["ok"]
+    r = run_bin(["bench-warm", url, "--frames", "16", "--batches", "3", "--md5", "--json"])
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["ok"] and doc["remote"]["requests"] > 0 and doc["coalesce_gap"] == 65536
+
+
+def test_two_server_errors_then_success_is_a_read(srv, served):
+    _, local = served
+    with h.open_pack(srv.url("p.hframe")) as p:
+        srv.faults.extend(["500", "503"])
+        assert hashlib.md5(p[200]).hexdigest() == md5s(local)[200]
+        c = p.storage_counters()
+        assert (c.retries, c.throttles) == (2, 1)
+
+
+@pytest.mark.parametrize("fault", ["500", "503", "hang", "stall", "truncate", "reset"])
+def test_a_fault_that_lasts_is_exit_3_naming_the_url_and_attempts_without_hanging(srv, served, fault):
+    url = srv.url("p.hframe")
+    with h.open_pack(url) as p:
+        srv.faults.extend([fault] * 10)
+        srv.hang_s = 3
+        t0 = time.monotonic()
+        with pytest.raises(StorageError) as e:
+            p[250]
+        assert time.monotonic() - t0 < 8
+        assert str(e.value).startswith(f"{url}: ") and "after 3 attempts" in str(e.value)
+    srv.faults[:] = [fault] * 10
+    r = run_bin(["get", url, "250", "-o", "/dev/null"], env=FAST_FAIL)
+    assert r.returncode == 3 and r.stderr.count(b"\n") == 1 and b"Traceback" not in r.stderr, r.stderr
+
+
+def test_a_short_body_is_retried_and_never_returned_as_data(srv, served):
+    _, local = served
+    with h.open_pack(srv.url("p.hframe")) as p:
+        srv.faults.append("truncate")
+        assert hashlib.md5(p[300]).hexdigest() == md5s(local)[300]
+        assert p.storage_counters().retries == 1
+
+
+def test_missing_denied_and_rangeless_answers(srv, served, tmp_path):
+    r = run_bin(["verify", srv.url("nope.hframe")])
+    assert r.returncode == 2 and b"no such file (HTTP 404)" in r.stderr
+    r = run_bin(["get", srv.url("nope.hframe"), "1"])
+    assert r.returncode == 2 and r.stderr.count(b"\n") == 1
+    srv.faults.append("ignore-range")
+    with pytest.raises(InputError, match="ignores Range requests"):
+        h.open_pack(srv.url("p.hframe"))
+    srv.faults.append("500")
+    r = run_bin(["verify", srv.url("p.hframe")], env={**FAST_FAIL, "HFRAME_IO_ATTEMPTS": "1"})
+    assert r.returncode == 3 and b"HTTP 500 after 1 attempt" in r.stderr  # not "bad data"
+
+
+def test_a_pack_replaced_while_open_is_refused_not_read(srv, served, tmp_path):
+    root = tmp_path / "site"
+    root.mkdir()
+    src = make_photos(tmp_path / "src", 6)
+    for i in range(60):
+        (src / f"big{i}.bin").write_bytes(os.urandom(3000))
+    h.pack([src], root / "q.hframe")
+    with RangeServer(root) as other:
+        with h.open_pack(other.url("q.hframe")) as p:
+            uuid = p.uuid
+            p[50]
+            (src / "new.bin").write_bytes(b"x" * 100)
+            h.pack([src], root / "q.hframe", update=True)  # republished: another object at the URL
+            with pytest.raises(PackReplaced, match="replaced since this reader opened it"):
+                p[51]
+        with h.open_pack(other.url("q.hframe")) as p:  # opened again: the new pack, whole
+            assert p.uuid != uuid and p[len(p) - 1] == b"x" * 100
+
+
+def test_remote_verify_finds_damage_and_a_network_failure_is_not_damage(srv, served, tmp_path):
+    _, local = served
+    root = tmp_path / "site"
+    root.mkdir()
+    data = bytearray(local.read_bytes())
+    row = pq.read_table(f"{local}.index.parquet").to_pylist()[100]
+    data[row["offset"] + 5] ^= 0xFF
+    (root / "d.hframe").write_bytes(bytes(data))
+    (root / "d.hframe.index.parquet").write_bytes(Path(f"{local}.index.parquet").read_bytes())
+    with RangeServer(root) as other:
+        r = run_bin(["verify", other.url("d.hframe"), "--json"])
+        doc = json.loads(r.stdout)
+        assert r.returncode == 1 and doc["packs"][0]["bad_frames"] == [100]
+        other.faults.extend(["500"] * 10)
+        r = run_bin(["verify", other.url("d.hframe")], env=FAST_FAIL)
+        assert r.returncode == 3, r.stderr
+
+
+def test_ctrl_c_ends_a_stuck_remote_command_within_a_second(srv, served):
+    srv.faults.extend(["hang"] * 5)
+    env = {**os.environ, "HFRAME_IO_REQUEST_TIMEOUT": "60", "HFRAME_IO_TIMEOUT": "120", "HFRAME_TTY": "0"}
+    proc = subprocess.Popen([hframe_bin(), "verify", srv.url("p.hframe")], stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + 20
+    while srv.total_requests() == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=10) == 130
+    assert time.monotonic() - t0 < 1.5
+    assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()
