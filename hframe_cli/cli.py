@@ -67,7 +67,7 @@ KindOpt = Annotated[
 EXAMPLES = {
     "pack": [
         "hframe pack photos/ -o photos.hframe",
-        "find /data -name '*.jpg' | hframe pack - -o photos.hframe --base /data",
+        "find photos -name '*.jpg' | hframe pack - -o jpegs.hframe --base photos",
         "hframe pack photos/ -o photos.hframe --update -q --skip-if-locked    # cron",
     ],
     "resume": [
@@ -76,7 +76,7 @@ EXAMPLES = {
     ],
     "verify": [
         "hframe verify photos.hframe",
-        "hframe verify 'shard-*.hframe' --sample 5% --seed 7",
+        "hframe verify '*.hframe' --sample 5% --seed 7",
         "hframe verify photos.hframe --junit junit.xml --json > report.json    # CI",
     ],
     "bench-cold": [
@@ -99,7 +99,7 @@ EXAMPLES = {
     "get": [
         "hframe get photos.hframe 42 > a.jpg",
         "hframe get photos.hframe 1 2 3 -o out/",
-        "hframe index photos.hframe -c name --label cats | hframe get photos.hframe -T - --format tar | tar x",
+        "hframe index photos.hframe -c name --label cats --no-header | hframe get photos.hframe -T - --format tar | tar x",
     ],
 }
 
@@ -800,8 +800,14 @@ def _usage_line(e: Exception, args: list[str]) -> str:
     command = ctx.command_path.partition(" ")[2] if ctx is not None else ""
     if not command:  # click names the root for some errors found while parsing a command's options
         names = typer.main.get_command(app).commands  # type: ignore[attr-defined]
-        command = next((a for a in args if not a.startswith("-")), "")
-        command = command if command in names else ""
+        at, found = next(((i, a) for i, a in enumerate(args) if not a.startswith("-")), (len(args), ""))
+        option = getattr(e, "option_name", None)
+        known = {o for p in names[found].params for o in p.opts} if found in names else set()
+        if option in known and option in args[:at]:  # `hframe --json verify x`
+            return (
+                f"{option} is an option of '{found}', not of hframe: put it after the command (see 'hframe {found} -h')"
+            )
+        command = found if found in names else ""
     return f"{command}: {message} (see 'hframe {command} -h')" if command else f"{message} (see 'hframe -h')"
 
 
@@ -811,9 +817,10 @@ _INTERRUPTED = "interrupted; nothing was published (a partial pack, if any, keep
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and turn every error into one stderr line and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args or os.environ.get("HFRAME_DEBUG") == "1"
-    if "--debug" in args[1:]:  # accepted after the command too, where errors tell users to add it
-        args = ["--debug", *(a for a in args if a != "--debug")]
+    debug = "--debug" in (args[: args.index("--")] if "--" in args else args) or os.environ.get("HFRAME_DEBUG") == "1"
+    head = args[: args.index("--")] if "--" in args else args
+    if "--debug" in head[1:]:  # accepted after the command too (not after "--", where it is an operand)
+        args = ["--debug", *(a for a in head if a != "--debug"), *args[len(head) :]]
     # a descriptor closed at start (`>&-`) leaves Python a None stream: write nowhere, not crash
     if sys.stdout is None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process

@@ -124,8 +124,10 @@ def pack(
             raise TypeError(f"pack() got unknown option(s): {', '.join(unknown)}")
         opts = PackOptions(**{**{f.name: getattr(opts, f.name) for f in fields(PackOptions)}, **kw})
     out = os.fspath(output)
-    if opts.dry_run:
-        return _dry_run([os.fspath(p) for p in paths], out, opts)
+    if opts.dry_run and not opts.update:
+        from .errors import InputError
+
+        raise InputError("--dry-run only applies with --update (on a pack that does not exist, every file is new)")
     target = out
     if opts.shard_of is not None:  # a job-array part writes (and locks) its own shard
         from .dataset import shard_path
@@ -145,17 +147,6 @@ def pack(
         if not opts.skip_if_locked:
             raise
         return PackOutcome("skipped", target, skipped=str(e))
-
-
-def _dry_run(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
-    """``pack --update --dry-run``: list the sources and plan, without the lock or a write."""
-    from .errors import InputError
-    from .update import dry_run
-
-    if not opts.update:
-        raise InputError("--dry-run only applies with --update (on a pack that does not exist, every file is new)")
-    media, srcs = _media_and_sources(paths, out, opts)
-    return PackOutcome("dry-run", out, plan=dry_run(srcs, out, checksum=opts.checksum, media=media))
 
 
 def _media_and_sources(paths: list[str], out: str, opts: PackOptions) -> tuple[MediaOptions, SourceList]:
@@ -183,6 +174,10 @@ def _pack_locked(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
     from .errors import InputError
 
     media, srcs = _media_and_sources(paths, out, opts)
+    if opts.dry_run:  # holding the lock, as the update would: its plan is the update's plan
+        from .update import dry_run
+
+        return PackOutcome("dry-run", out, plan=dry_run(srcs, out, checksum=opts.checksum, media=media))
     common: dict[str, Any] = dict(
         alignment=opts.alignment,
         created_us=opts.created_us,

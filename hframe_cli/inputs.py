@@ -279,6 +279,8 @@ def collect_sources(
         for path, rel in zip(files, _relative_names(files, base)):
             if rel.startswith(".." + os.sep) or rel == "..":
                 raise InputError(f"{path}: not under --base {base}")
+            if rel in (".", ""):
+                raise InputError(f"{path}: is --base itself, so it would have no name; give its folder as --base")
             col.add_file(path, rel.replace(os.sep, "/"))
     if base is not None:
         for folder in folders:

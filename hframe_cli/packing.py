@@ -385,10 +385,9 @@ class _Run:
                     hint = "" if "--skip-bad" in item.error else " (use --skip-bad to leave it out)"
                     raise InputError(f"{item.source.path}: {item.error}{hint}")
                 self.skipped.append(Rejected(item.source.path, item.error))  # listed in the summary
-            else:
-                self.done_bytes += item.source.size
-                if settings.on_progress is not None:
-                    settings.on_progress(len(self.writer), self.done_bytes)
+            self.done_bytes += item.source.size  # a skipped source is done too: the rest is what is left
+            if settings.on_progress is not None:
+                settings.on_progress(len(self.writer), self.done_bytes)
             fault_point("after-frame")
             if stop.signum is not None:
                 raise self.interrupted(stop, stop.signum, k + 1, "")
@@ -466,8 +465,9 @@ class _Run:
         left; 1,200 frames committed``: a cron log's answer to "how far, how fast, how long"."""
         total_files, total_bytes = len(self.sources.sources), self.sources.total_bytes
         done = self.done_bytes
+        share = done / total_bytes if total_bytes else next_source / max(1, total_files)
         line = (
-            f"checkpoint: {next_source:,} of {total_files:,} files ({100 * done / max(1, total_bytes):.0f}%), "
+            f"checkpoint: {next_source:,} of {total_files:,} files ({100 * share:.0f}%), "
             f"{format_bytes(done)} of {format_bytes(total_bytes)}"
         )
         elapsed = time.monotonic() - self.started[0]

@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-from .rows import field_text
+from .rows import cell_text, field_text
 from .units import format_bytes
 
 __all__ = ["dump_header", "error", "index_rows", "interactive", "pack_summary", "progress"]
@@ -221,8 +221,8 @@ def dry_run(plan: Any, output: str, as_json: bool, quiet: bool) -> None:
 
 
 def _plan_rows(plan: Any) -> Iterator[tuple[str, str, str | None]]:
-    def shown(name: bytes) -> str:
-        return name.decode("utf-8", "backslashreplace")
+    def shown(name: bytes) -> str:  # as index shows it: control characters cannot fake a line
+        return cell_text(name.decode("utf-8", "backslashreplace"))
 
     for s in plan.added:
         yield "new", shown(s.name), None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import unicodedata
 from collections.abc import Iterator
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
@@ -19,7 +20,16 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:  # imported where used: render imports field_text on every command
     import pyarrow as pa
 
-__all__ = ["TABLE_COLUMNS", "default_hint", "field_text", "plain_value", "table_columns", "write_rows"]
+__all__ = [
+    "TABLE_COLUMNS",
+    "cell_text",
+    "default_hint",
+    "display_width",
+    "field_text",
+    "plain_value",
+    "table_columns",
+    "write_rows",
+]
 
 #: what a person looking at a pack wants first; ``name`` goes last whatever the order
 TABLE_COLUMNS = ("frame_id", "length", "media_type", "width", "height", "label", "split", "pts_s", "name")
@@ -51,7 +61,7 @@ def plain_value(value: Any) -> Any:
     return value
 
 
-def _cell(value: Any) -> str:
+def cell_text(value: Any) -> str:
     """A table cell: as TSV, with every other control character (ESC...) shown as ``\\xNN`` so a
     name cannot drive the terminal."""
     text = field_text(value)
@@ -65,6 +75,10 @@ def _rows(table: pa.Table) -> Iterator[list[dict[str, Any]]]:
 
 def table_columns(table: pa.Table) -> list[str]:
     """The default table columns that ``table`` has and that hold a value in some row."""
+    if table.num_rows == 0:
+        return [
+            c for c in TABLE_COLUMNS if c in table.column_names and c in ("frame_id", "length", "media_type", "name")
+        ]
     return [c for c in TABLE_COLUMNS if c in table.column_names and table.column(c).null_count < table.num_rows]
 
 
@@ -106,10 +120,8 @@ def _write_table(table: pa.Table, out: IO[str], header: bool) -> None:
     names = table.column_names
     if "name" in names:  # the name last: it is the one cell that is never cut or padded
         names = [n for n in names if n != "name"] + ["name"]
-    right = [
-        pa.types.is_integer(table.schema.field(n).type) or pa.types.is_floating(table.schema.field(n).type)
-        for n in names
-    ]
+    kinds = [table.schema.field(n).type for n in names]
+    number = [pa.types.is_integer(k) or pa.types.is_floating(k) for k in kinds]
     widths = [_width(table, n) for n in names]
     if header:
         widths = [max(w, len(n)) for w, n in zip(widths, names)]
@@ -120,20 +132,43 @@ def _write_table(table: pa.Table, out: IO[str], header: bool) -> None:
         for i, (text, width) in enumerate(zip(cells, widths)):
             if i == last:
                 parts.append(text)
-            else:
-                if len(text) > width:
-                    text = text[: width - 1] + "…"
-                parts.append(text.rjust(width) if right[i] else text.ljust(width))
+                continue
+            shown = display_width(text)
+            if shown > width and not number[i]:  # a number is never cut: it overflows instead
+                text = _cut(text, width)
+                shown = display_width(text)
+            pad = " " * max(0, width - shown)
+            parts.append(pad + text if number[i] else text + pad)
         return "  ".join(parts).rstrip() + "\n"
 
     if header:
         out.write(line(list(names)))
     for rows in _rows(table):
-        out.write("".join(line([_cell(row[n]) for n in names]) for row in rows))
+        out.write("".join(line([cell_text(row[n]) for n in names]) for row in rows))
+
+
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes: East Asian wide and full-width characters take two."""
+    if text.isascii():
+        return len(text)
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` cut to ``width`` columns, the last one an ellipsis."""
+    out, used = [], 0
+    for c in text:
+        w = 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        if used + w > width - 1:
+            break
+        out.append(c)
+        used += w
+    return "".join(out) + "…"
 
 
 def _width(table: pa.Table, name: str) -> int:
-    """The widest cell of a column (at most ``MAX_CELL``), from Arrow compute, not from every row's text."""
+    """The widest cell of a column as shown (a text column's at most ``MAX_CELL``): integers from
+    their extremes, floats from every value's text, other columns from their distinct values."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -144,11 +179,9 @@ def _width(table: pa.Table, name: str) -> int:
     if pa.types.is_integer(kind):
         lo, hi = pc.min_max(col).values()
         return max(len(str(lo.as_py())), len(str(hi.as_py())))
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        return min(MAX_CELL, pc.max(pc.utf8_length(col)).as_py() or 0)
-    # floats, booleans, times, bytes: the formatted text of a sample bounds them well enough
-    sample = col.slice(0, 4096).to_pylist()
-    return min(MAX_CELL, max((len(_cell(v)) for v in sample), default=0))
+    values = col.to_pylist() if pa.types.is_floating(kind) else pc.unique(col).to_pylist()
+    widest = max((display_width(cell_text(v)) for v in values), default=0)
+    return widest if pa.types.is_floating(kind) else min(MAX_CELL, widest)
 
 
 def default_hint(shown: list[str], all_columns: list[str], rows: int) -> str:

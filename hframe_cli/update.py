@@ -84,18 +84,28 @@ class UpdatePlan:
 
 
 def plan_update(
-    sources: SourceList, output: str | os.PathLike[str], *, checksum: bool = False, videos: bool = False
+    sources: SourceList,
+    output: str | os.PathLike[str],
+    *,
+    checksum: bool = False,
+    videos: bool = False,
+    sealed: bool = False,
 ) -> UpdatePlan:
-    """Compare ``sources`` with the published pack's index (size + mtime, md5 with ``checksum``).
+    """Compare ``sources`` with the published pack's index (size + mtime, md5 with ``checksum``);
+    with ``sealed``, with the sealed ``.partial`` pack an interrupted run was publishing.
 
     With ``videos``, frames cut from a video stand for that video (its name, size and mtime;
     ``checksum`` cannot apply to it, as the pack holds frames, not the file)."""
     from .reader import PackReader
 
     out = os.fspath(output)
-    if not os.path.exists(out):
+    pack, index = out, os.fspath(get_index_path(out))
+    if sealed:  # the pair that run sealed, whichever of its two renames it got to
+        pack = out + ".partial" if os.path.exists(out + ".partial") else out
+        index = index + ".partial" if os.path.exists(index + ".partial") else index
+    if not os.path.exists(pack):
         return UpdatePlan("new", list(sources.sources))
-    with PackReader(out) as reader:  # refuses an incomplete pack or a mismatched index
+    with PackReader(pack, index) as reader:  # refuses an incomplete pack or a mismatched index
         alignment, data_end = reader.info.header.alignment, reader.info.trailer.data_end
         cols = ["name", "name_raw", "source_size", "md5", "source_mtime", "kind", "source"]
         table = reader.read_index_columns(cols)
@@ -134,7 +144,7 @@ def plan_update(
     status = "append" if added else "up_to_date"
     if reasons or removed:
         status = "repack"
-    return UpdatePlan(status, added, sorted(reasons), removed, len(old), alignment, data_end, reasons)
+    return UpdatePlan(status, added, sorted(reasons), removed, table.num_rows, alignment, data_end, reasons)
 
 
 def _utc(us: int) -> str:
@@ -150,7 +160,7 @@ def decide(plan: UpdatePlan, out: str, media: MediaOptions) -> UpdatePlan:
             "relative to DIR"
         )
     elif media.video_frames is not None and plan.status == "append":
-        plan.status, plan.why = "repack", "frames cut from videos are named after them: new videos need a repack"
+        plan.status, plan.why = "repack", "with --video-frames an update repacks instead of appending"
     elif media.wants_dictionary and plan.status == "append" and not _has_dictionary(out):
         plan.status, plan.why = "repack", "the zstd dictionary is trained on all inputs: the pack has none yet"
     return plan
@@ -171,18 +181,21 @@ def _renamed(plan: UpdatePlan) -> bool:
 def dry_run(
     sources: SourceList, output: str | os.PathLike[str], *, checksum: bool = False, media: MediaOptions | None = None
 ) -> UpdatePlan:
-    """``pack --update --dry-run``: the plan ``update_pack`` would follow, and why; nothing is
-    written, locked or settled (an interrupted run's leftovers are only described)."""
+    """``pack --update --dry-run``: the plan ``update_pack`` would follow, and why (called holding
+    the lock, as the update is). Nothing is written or settled: an interrupted run's leftovers
+    are only described, and a sealed pack that run was publishing is what the plan compares with,
+    as the update would publish it first."""
     from .dataset import get_manifest_path
 
     out = os.fspath(output)
     if not os.path.exists(out) and get_manifest_path(out).exists():
         raise InputError(f"{out}: --update of a sharded dataset is not supported yet; repack it with --force")
     media = media or MediaOptions()
-    plan = decide(plan_update(sources, out, checksum=checksum, videos=media.video_frames is not None), out, media)
     state = _interrupted_run(out)
+    videos = media.video_frames is not None
+    plan = decide(plan_update(sources, out, checksum=checksum, videos=videos, sealed=state == "publishing"), out, media)
     if state == "publishing":
-        plan.leftover = "an interrupted run's sealed pack would be published first"
+        plan.leftover = "an interrupted run's sealed pack would be published first (compared with above)"
     elif state == "packing":
         plan.leftover = "an interrupted run's partial pack would be discarded first"
     return plan

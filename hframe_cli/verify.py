@@ -76,7 +76,7 @@ from .imagehead import pillow_message
 from .index import IndexMeta, file_digest_problem, format_time_us, index_location, int64_column, read_index_meta
 from .inputs import expand_globs
 from .reader import read_dictionary
-from .storage import Storage, evict_from_page_cache, open_storage
+from .storage import Storage, evict_from_page_cache, is_remote, open_storage
 from .verify_index import IndexCols, wrong_frame_ids
 from .verify_report import PackReport, Problem, VerifyReport, parse_frames, parse_sample
 
@@ -1344,9 +1344,15 @@ def planned_work(
             ranges, _label = _selection(meta.frame_count, meta.payload_bytes, sample, seed, frames)
             n = sum(b - a for a, b in ranges)
             return n, meta.payload_bytes * n // max(1, meta.frame_count)
+        if is_remote(path):
+            return 0, 0
         with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - TRAILER_SIZE))
-            t = Trailer.parse(f.read(TRAILER_SIZE), path)
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - TRAILER_SIZE))
+            try:
+                t = Trailer.parse(f.read(TRAILER_SIZE), path)
+            except HframeError:  # no trailer (a truncated pack): its bytes at least bound the walk
+                return 0, max(0, size - HEADER_SIZE)
         return t.frame_count, max(0, t.data_end - HEADER_SIZE)
     except (HframeError, OSError, ValueError):
         return 0, 0
@@ -1354,8 +1360,8 @@ def planned_work(
 
 class _Tally:
     """The progress of several packs as one (frames, bytes) count for a bar: within a pack at most
-    what was planned for it, and once it is done exactly that, so the bar ends at its total
-    whatever a pack turned out to hold."""
+    what was planned for it (where a plan is known: 0 means unknown, not capped), and once it is
+    done exactly that, so the bar ends at its total whatever a pack turned out to hold."""
 
     def __init__(self, update: Callable[[int, int], None]) -> None:
         self.update = update
@@ -1369,10 +1375,11 @@ class _Tally:
     def add(self, frames: int, nbytes: int) -> None:
         self.cur[0] += frames
         self.cur[1] += nbytes
-        self.update(self.base[0] + min(self.cur[0], self.plan[0]), self.base[1] + min(self.cur[1], self.plan[1]))
+        frames, nbytes = (c if p == 0 else min(c, p) for c, p in zip(self.cur, self.plan))
+        self.update(self.base[0] + frames, self.base[1] + nbytes)
 
     def done(self) -> None:
-        self.base = [self.base[0] + self.plan[0], self.base[1] + self.plan[1]]
+        self.base = [b + (c if p == 0 else p) for b, c, p in zip(self.base, self.cur, self.plan)]
         self.update(*self.base)
 
 

@@ -85,8 +85,10 @@ def test_help_has_no_odd_placeholders(cli):
 
 
 def test_completion_scripts_and_answers(tmp_path):
-    r = run_bin(["--show-completion", "bash"])
-    assert r.returncode == 0 and b"_HFRAME_COMPLETE=complete_bash" in r.stdout
+    # the shell is the one hframe runs in (shellingham looks at the parent process), as documented
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    r = subprocess.run(["bash", "-c", "hframe --show-completion"], capture_output=True, env=env, timeout=60)
+    assert r.returncode == 0 and b"_HFRAME_COMPLETE=complete_bash" in r.stdout, r.stderr
     script = tmp_path / "hframe.sh"
     script.write_bytes(r.stdout)
     # the script, sourced by a real bash, completes commands, options and choices
@@ -99,13 +101,14 @@ def test_completion_scripts_and_answers(tmp_path):
             echo "${{COMPREPLY[*]}}"
         done
     """
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=60)
     assert out.stdout.splitlines() == ["pack", "--format", "table tsv csv jsonl json", "--sample"], out.stderr
     # --install-completion writes the script and sources it from ~/.bashrc
     home = tmp_path / "home"
     home.mkdir()
-    r = run_bin(["--install-completion", "bash"], env={"HOME": str(home), "SHELL": "/bin/bash"})
+    r = subprocess.run(
+        ["bash", "-c", "hframe --install-completion"], capture_output=True, env={**env, "HOME": str(home)}, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     assert (home / ".bash_completions" / "hframe.sh").read_bytes().strip() == script.read_bytes().strip()
     assert "source '" + str(home / ".bash_completions" / "hframe.sh") in (home / ".bashrc").read_text()
@@ -145,7 +148,7 @@ def test_pip_install_puts_the_man_pages_where_man_finds_them(tmp_path):
         cwd=tmp_path,
     )
     assert r.stdout.startswith(str(site)), r.stdout  # the installed copy, not this tree
-    r = subprocess.run([venv / "bin" / "hframe", "--show-completion", "bash"], capture_output=True, env=env)
+    r = subprocess.run(["bash", "-c", f"{venv / 'bin' / 'hframe'} --show-completion"], capture_output=True, env=env)
     assert b"complete -o default -F _hframe_completion hframe" in r.stdout
     if shutil.which("man") is None:
         pytest.skip("no man(1) here; the pages are installed under share/man")
@@ -191,3 +194,32 @@ def test_the_installed_command_and_the_runner_agree_exactly(cli, small_pack, arg
     inproc = cli(argv, input=stdin)
     assert (inproc.exit_code, inproc.stdout_bytes, inproc.stderr) == (code, r.stdout, r.stderr.decode())
     assert b"Traceback" not in r.stderr and (code == 0 or r.stderr.count(b"\n") == 1)
+
+
+def test_every_example_runs(tmp_path):
+    """Each command's help examples, run as written in a folder holding photos/ (260 images: a
+    bench batch is 256)."""
+    from conftest import make_photos
+
+    make_photos(tmp_path / "photos", 260)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "HFRAME_TTY": "0"}
+    order = ["pack", "resume", "verify", "index", "get", "dump-header", "bench-warm", "bench-cold"]
+    assert sorted(order) == sorted(EXAMPLES)
+    for name in order:
+        for example in EXAMPLES[name]:
+            if "--rebuild" in example:
+                (tmp_path / "photos.hframe.index.parquet").unlink()
+            r = subprocess.run(
+                ["bash", "-c", f"set -o pipefail; {example}"], cwd=tmp_path, env=env, capture_output=True, timeout=120
+            )
+            assert r.returncode == 0, (example, r.stderr.decode())
+
+
+def test_usage_errors_for_options_put_before_the_command_and_debug_after_a_double_dash(cli, tmp_path):
+    r = cli(["--json", "verify", "x"])
+    assert (
+        r.stderr
+        == "hframe: error: --json is an option of 'verify', not of hframe: put it after the command (see 'hframe verify -h')\n"
+    )
+    r = cli(["get", str(tmp_path / "p.hframe"), "-o", str(tmp_path / "d"), "--", "--debug"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1  # "--debug" is a frame name there, not the flag

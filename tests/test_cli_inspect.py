@@ -351,3 +351,42 @@ def test_debug_is_accepted_after_the_command_too(tmp_path):
         assert r.returncode != 0 and b"Traceback" in r.stderr and b"No such option" not in r.stderr, r.stderr
     r = run_bin(["get", str(tmp_path / "nope.hframe"), "1"])
     assert r.returncode == 2 and b"Traceback" not in r.stderr
+
+
+def test_index_table_never_cuts_a_number_and_aligns_escaped_and_wide_text():
+    import pyarrow as pa
+
+    from hframe_cli import rows
+
+    n = 6000
+    table = pa.table(
+        {
+            "frame_id": pa.array(range(n), pa.int64()),
+            "pts_s": pa.array([i * 2.0 for i in range(n)], pa.float64()),  # past 10,000 after row 4,096
+            "label": pa.array(["x\\y" if i % 2 else "猫猫猫" for i in range(n)]),
+            "name": pa.array([f"n{i}" for i in range(n)]),
+        }
+    )
+    out = io.StringIO()
+    rows.write_rows(table, "table", out)
+    lines = out.getvalue().splitlines()
+    assert lines[-1].split() == ["5999", "11998.0", "x\\\\y", "n5999"]  # not "11998…", not "x\\…"
+    starts = {rows.display_width(line[: line.index(" n")]) for line in lines[1:]}
+    assert len(starts) == 1  # the name column starts at the same terminal column on every row
+
+
+def test_index_of_an_empty_pack_shows_the_header_and_says_zero_frames(cli, tmp_path):
+    from hframe_cli.writer import PackWriter
+
+    out = tmp_path / "e.hframe"
+    with PackWriter(out) as w:
+        w.seal()
+        w.publish()
+    r = cli(["index", str(out)], env={"HFRAME_TTY": "1"})
+    assert r.exit_code == 0 and r.stdout == "frame_id  length  media_type  name\n"
+    assert r.stderr.startswith("hframe: 0 frames; 4 of 22 columns shown")
+
+
+def test_the_glob_filter_of_index_is_named_as_index_spells_it(cli, packed):
+    r = cli(["index", str(packed), "--name", "nomatch*"])
+    assert (r.exit_code, r.stderr) == (2, f"hframe: error: {packed}: no frame matches --name 'nomatch*'\n")

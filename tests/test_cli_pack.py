@@ -65,6 +65,15 @@ def test_list_names_are_the_paths_as_given_like_tar(cli, photos, tmp_path, monke
     assert r.exit_code == 0 and names(tmp_path / "b.hframe") == sorted(str(Path(f).relative_to(photos)) for f in files)
 
 
+def test_a_listed_file_that_is_base_itself_is_refused(cli, photos, tmp_path):
+    f = photos / "cats" / "000.png"
+    r = cli(["pack", "-", "-o", str(tmp_path / "l.hframe"), "--base", str(f)], input=str(f))
+    assert (
+        r.exit_code == 2
+        and r.stderr == f"hframe: error: {f}: is --base itself, so it would have no name; give its folder as --base\n"
+    )
+
+
 def test_a_listed_files_name_does_not_depend_on_what_else_is_listed(cli, photos, tmp_path):
     """The issue's case: one file from another folder added to a list renamed every frame
     (longest common parent: 'a b.png' became 'cats/a b.png') and made --update a full repack."""

@@ -431,6 +431,9 @@ def test_update_of_a_video_pack_with_nothing_changed_writes_nothing(clips, tmp_p
     r = run_cli(["pack", str(clips), "-o", str(out), "--video-frames", "every:10", "--update", "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["changed"] is False
     assert out.stat().st_mtime_ns == before
+    frames = len(index_rows(out))
+    r = run_cli(["pack", str(clips), "-o", str(out), "--video-frames", "every:10", "--update", "-n"])
+    assert r.stderr == f"hframe: dry run: {out} is up to date ({frames} frames): nothing would be written\n"
     make_video(clips / "b" / "four.mp4", "mpeg4", n=10)  # a new video: the pack is rebuilt with it
     try:
         r = run_cli(["pack", str(clips), "-o", str(out), "--video-frames", "every:10", "--update", "--json"])

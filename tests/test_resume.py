@@ -395,3 +395,67 @@ def test_cron_log_lines_say_how_far_how_fast_and_how_long(src, tmp_path):
         rf"hframe: resume: {re.escape(str(out))} from frame 20 \(file 20 of {FRAMES}; [\d.]+ [kMG]?B of the pack kept\)",
         line,
     ), line
+
+
+def test_update_dry_run_takes_the_lock_as_the_update_does(tmp_path, photos, cli):
+    from conftest import lock_held_elsewhere
+
+    out = tmp_path / "u.hframe"
+    assert cli(["pack", str(photos), "-o", str(out), "-q"]).exit_code == 0
+    with lock_held_elsewhere(out):
+        r = cli(["pack", str(photos), "-o", str(out), "--update", "-n"])
+        assert r.exit_code == 3 and "locked by another hframe run" in r.stderr  # what --update says
+        r = cli(["pack", str(photos), "-o", str(out), "--update", "-n", "--skip-if-locked"])
+        assert r.exit_code == 0
+
+
+def test_update_dry_run_compares_with_the_sealed_pack_an_interrupted_publish_left(tmp_path, photos, cli):
+    out = tmp_path / "u.hframe"
+    assert cli(["pack", str(photos), "-o", str(out), "-q"]).exit_code == 0
+    (photos / "cats" / "000.png").unlink()
+    r = run_bin(
+        ["pack", str(photos), "-o", str(out), "--update", "-q"], env={"HFRAME_FAULT": "publish-between-renames"}
+    )
+    assert r.returncode == -signal.SIGKILL
+    r = cli(["pack", str(photos), "-o", str(out), "--update", "-n"])
+    assert r.exit_code == 0 and r.stdout == "", r.stdout  # the sealed pack already lacks that file
+    assert "is up to date" in r.stderr and "sealed pack would be published first" in r.stderr
+    r = cli(["pack", str(photos), "-o", str(out), "--update", "--json"])
+    assert json.loads(r.stdout)["update"]["status"] == "up_to_date"
+
+
+def test_update_dry_run_escapes_names_so_none_can_fake_a_line(tmp_path, photos, cli):
+    out = tmp_path / "u.hframe"
+    assert cli(["pack", str(photos), "-o", str(out), "-q"]).exit_code == 0
+    (photos / "cats" / "evil\nremoved  000.png").write_bytes(b"x")
+    r = cli(["pack", str(photos), "-o", str(out), "--update", "-n"])
+    assert r.stdout == "new      cats/evil\\nremoved  000.png\n"
+
+
+def test_checkpoint_lines_count_skipped_files_as_done(tmp_path):
+    src = tmp_path / "sb"
+    src.mkdir()
+    for i in range(10):  # bad images first (by name): skipped with --strict-images --skip-bad
+        (src / f"-0b{i:02d}.jpg").write_bytes(b"\xff\xd8\xff" + os.urandom(20_000))
+    for i in range(7):
+        (src / f"g{i}.bin").write_bytes(os.urandom(100))
+    r = run_bin(
+        [
+            "pack",
+            str(src),
+            "-o",
+            str(tmp_path / "sb.hframe"),
+            "--strict-images",
+            "--skip-bad",
+            "--checkpoint-every",
+            "4",
+            "--workers",
+            "1",
+        ]
+    )
+    assert r.returncode == 0, r.stderr
+    marks = [m for m in map(CHECKPOINT_LINE.fullmatch, r.stderr.decode().splitlines()) if m]
+    assert marks, r.stderr
+    for m in marks:  # 4 frames in: 10 skipped files and 4 small ones are behind it
+        files = int(m["files"].replace(",", ""))
+        assert files >= 14 and int(m["pct"]) >= 95, m.group(0)

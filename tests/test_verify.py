@@ -617,3 +617,16 @@ def test_a_glob_that_matches_nothing_says_so_once(cli, tmp_path):
     assert doc["packs"][0]["index"] is None and doc["packs"][0]["error"] == "no file matches this pattern"
     r = cli(["verify", str(tmp_path / "none.hframe")])
     assert r.stderr == f"{tmp_path}/none.hframe: cannot verify: no such file\n"
+
+
+def test_progress_of_a_truncated_pack_without_index_still_moves(tmp_path, photos):
+    import hframe_cli.verify as verify_mod
+
+    pack = make_pack(tmp_path, photos, blobs=200)
+    cut = tmp_path / "cut.hframe"
+    cut.write_bytes(pack.read_bytes()[: pack.stat().st_size * 2 // 3])  # no trailer
+    bar = _Bar()
+    rep = verify_mod.verify_packs([str(cut)], use_index=False, progress=bar)
+    assert rep.exit_code == 1 and rep.packs[0].frames_checked > 0
+    assert bar.total == (0, cut.stat().st_size - HEADER_SIZE)  # frames unknown, bytes bounded by the file
+    assert bar.updates[-1][0] == rep.packs[0].frames_checked and bar.updates[-1][1] > 0
