@@ -152,8 +152,19 @@ def _root(
     version: Annotated[
         bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
+    io_timeout: Annotated[
+        Optional[float],
+        typer.Option(
+            "--io-timeout",
+            metavar="SECONDS",
+            help="Remote packs: give up a read (with its retries) after this long (default 120; HFRAME_IO_TIMEOUT).",
+            min=0.001,
+        ),
+    ] = None,
 ) -> None:
     """Build and inspect frame packs: many small media files in one file, with a Parquet index."""
+    if io_timeout is not None:  # read by remote.RequestPolicy.from_env wherever a remote file opens
+        os.environ["HFRAME_IO_TIMEOUT"] = repr(io_timeout)
 
 
 def _frame_key(frame: str, by_name: bool) -> int | str:
@@ -791,6 +802,26 @@ def get(
         render.note(f"wrote {written} frames {'into' if fmt == GetFormat.tar else 'under'} {output}")
 
 
+def _hoist_global_options(args: list[str]) -> list[str]:
+    """``--debug`` and ``--io-timeout S`` are accepted after the command too (errors tell users to
+    add them there): moved in front of it, unless they come after ``--`` (operands there)."""
+    head = args[: args.index("--")] if "--" in args else args
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(head):
+        a = head[i]
+        if a == "--debug" or a.startswith("--io-timeout="):
+            front.append(a)
+        elif a == "--io-timeout" and i + 1 < len(head):
+            front += [a, head[i + 1]]
+            i += 1
+        else:
+            rest.append(a)
+        i += 1
+    return [*front, *rest, *args[len(head) :]] if front else args
+
+
 def _usage_line(e: Exception, args: list[str]) -> str:
     """A usage error as one line that names the command and where its help is, like
     ``pack: missing argument 'SOURCE...' (see 'hframe pack -h')``; click's "did you mean" stays."""
@@ -818,9 +849,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and turn every error into one stderr line and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in (args[: args.index("--")] if "--" in args else args) or os.environ.get("HFRAME_DEBUG") == "1"
-    head = args[: args.index("--")] if "--" in args else args
-    if "--debug" in head[1:]:  # accepted after the command too (not after "--", where it is an operand)
-        args = ["--debug", *(a for a in head if a != "--debug"), *args[len(head) :]]
+    args = _hoist_global_options(args)
     # a descriptor closed at start (`>&-`) leaves Python a None stream: write nowhere, not crash
     if sys.stdout is None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process

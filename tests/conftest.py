@@ -7,8 +7,10 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -131,3 +133,55 @@ def lock_held_elsewhere(output: Path) -> Iterator[int]:
         yield proc.pid
     finally:
         proc.communicate(timeout=30)
+
+
+@contextmanager
+def nginx_serving(root: Path, workdir: Path) -> Iterator[str]:
+    """nginx on a free loopback port serving ``root`` (static files: byte ranges, ETags,
+    If-Match); yields its base URL. Skips where nginx is not installed (``.ci/run`` installs it)."""
+    exe = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+    if exe is None:
+        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    workdir.mkdir(parents=True, exist_ok=True)
+    conf = workdir / "nginx.conf"
+    user = "user root;" if os.geteuid() == 0 else ""  # workers must read pytest's private folders
+    conf.write_text(
+        f"""{user}
+worker_processes 1;
+pid {workdir}/nginx.pid;
+error_log {workdir}/error.log;
+events {{ worker_connections 256; }}
+http {{
+    access_log off;
+    client_body_temp_path {workdir}/body;
+    proxy_temp_path {workdir}/proxy;
+    fastcgi_temp_path {workdir}/fastcgi;
+    uwsgi_temp_path {workdir}/uwsgi;
+    scgi_temp_path {workdir}/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+        location / {{ }}
+    }}
+}}
+"""
+    )
+    proc = subprocess.Popen([exe, "-c", str(conf), "-p", str(workdir), "-g", "daemon off;"], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    err = proc.stderr.read().decode() if proc.stderr else ""
+                    pytest.fail(f"nginx did not start: {err}")
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

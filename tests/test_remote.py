@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import hframe_bin, make_photos, run_bin
+from conftest import hframe_bin, make_photos, nginx_serving, run_bin
 from range_server import RangeServer
 
 import hframe_cli as h
@@ -185,3 +185,66 @@ def test_ctrl_c_ends_a_stuck_remote_command_within_a_second(srv, served):
     assert proc.wait(timeout=10) == 130
     assert time.monotonic() - t0 < 1.5
     assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()
+
+
+@pytest.fixture(scope="module")
+def nginx(served, tmp_path_factory):
+    _, local = served
+    with nginx_serving(local.parent, tmp_path_factory.mktemp("nginx")) as base:
+        yield base, local
+
+
+def test_a_pack_on_nginx_reads_verifies_and_benches_like_the_file(nginx):
+    base, local = nginx
+    url = f"{base}/p.hframe"
+    want = md5s(local)
+    with h.open_pack(url) as p:
+        got = p.read_many(list(range(len(p))))
+        assert [hashlib.md5(f).hexdigest() for f in got] == want
+        ids = random.Random(4).sample(range(len(p)), 100)
+        assert [hashlib.md5(f).hexdigest() for f in p.read_many(ids)] == [want[i] for i in ids]
+    for args in (["get", "{}", "11"], ["index", "{}", "-f", "jsonl"], ["dump-header", "{}", "--json"]):
+        remote = run_bin([a.format(url) for a in args])
+        here = run_bin([a.format(local) for a in args])
+        assert remote.returncode == 0, remote.stderr
+        assert remote.stdout.replace(url.encode(), b"P") == here.stdout.replace(str(local).encode(), b"P")
+    r = run_bin(["verify", url, "--json"])
+    assert r.returncode == 0 and json.loads(r.stdout)["frames_checked"] == len(want)
+    r = run_bin(["bench-cold", url, "--frames", "32", "--batches", "2", "--md5", "--json"])
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["ok"] and doc["cache_method"] == "remote (no client cache)"
+
+
+def test_nginx_refuses_a_read_of_a_replaced_pack(nginx, tmp_path):
+    base, local = nginx
+    site = local.parent
+    copy = site / "r.hframe"
+    copy.write_bytes(local.read_bytes())
+    Path(f"{copy}.index.parquet").write_bytes(Path(f"{local}.index.parquet").read_bytes())
+    try:
+        with h.open_pack(f"{base}/r.hframe") as p:
+            p[300]
+            time.sleep(0.01)
+            data = bytearray(copy.read_bytes())
+            copy.write_bytes(bytes(data))  # the same bytes, a new version (mtime: a new ETag)
+            os.utime(copy, ns=(1, 1))
+            with pytest.raises(PackReplaced):
+                p[301]
+    finally:
+        copy.unlink()
+        Path(f"{copy}.index.parquet").unlink()
+
+
+def test_io_timeout_bounds_a_read_before_or_after_the_command(srv):
+    srv.faults.extend(["hang"] * 10)
+    srv.hang_s = 10
+    env = {"HFRAME_IO_REQUEST_TIMEOUT": "60", "HFRAME_IO_ATTEMPTS": "5"}
+    for args in (
+        ["--io-timeout", "1", "verify", srv.url("p.hframe")],
+        ["verify", srv.url("p.hframe"), "--io-timeout", "1"],
+    ):
+        srv.faults[:] = ["hang"] * 10
+        t0 = time.monotonic()
+        r = run_bin(args, env=env)
+        assert r.returncode == 3 and time.monotonic() - t0 < 5, r.stderr
+        assert b"timed out" in r.stderr and b"deadline of this read was reached" in r.stderr

@@ -119,3 +119,33 @@ def test_sharded_dataset_and_pickling(photos, tmp_path, cli):
     assert len(blob) < 2048, len(blob)  # paths, ids and targets: no index tables, no open files
     clone = pickle.loads(blob)
     assert [clone[k] for k in range(30)] == [ds[k] for k in range(30)]
+
+
+def as_list(batch: list) -> list:
+    return batch
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_dataloader_over_http_reads_every_frame_once_with_the_right_md5(photos, tmp_path, context):
+    """A pack behind a URL: 2 workers (forked, or spawned from a pickled dataset) each open their
+    own connections; every frame comes back once, byte for byte."""
+    from range_server import RangeServer
+
+    h.pack([photos], tmp_path / "p.hframe")
+    want = {
+        r["frame_id"]: r["md5"]
+        for r in h.open_pack(tmp_path / "p.hframe").table.select(["frame_id", "md5"]).to_pylist()
+    }
+    with RangeServer(tmp_path) as srv:
+        ds = FrameDataset(srv.url("p.hframe"), target=None)
+        loader = DataLoader(
+            ds,
+            batch_size=4,
+            shuffle=True,
+            num_workers=2,
+            multiprocessing_context=context,
+            generator=torch.Generator().manual_seed(3),
+            collate_fn=as_list,
+        )
+        got = [hashlib.md5(sample).hexdigest() for batch in loader for sample in batch]
+    assert sorted(got) == sorted(want.values()) and len(got) == len(want)
