@@ -57,6 +57,7 @@ DEFAULT_COALESCE_GAP = 8 * 1024
 DEFAULT_MAX_READ = 2 * 1024 * 1024
 REMOTE_COALESCE_GAP = 64 * 1024
 REMOTE_MAX_READ = 8 * 1024 * 1024
+REMOTE_GAP_BUDGET = 0.1  # bytes read between the frames asked for, as a share of their bytes
 
 FrameKey = int | str | bytes
 #: A merged read: (offset, length, positions in the request of the frames inside it).
@@ -117,6 +118,9 @@ class PackReader:
         gap, cap = (REMOTE_COALESCE_GAP, REMOTE_MAX_READ) if self.remote else (DEFAULT_COALESCE_GAP, DEFAULT_MAX_READ)
         self.coalesce_gap = gap if coalesce_gap is None else coalesce_gap
         self.max_read = cap if max_read is None else max_read
+        #: remote, gap not chosen by the caller: merge the smallest gaps of each batch first, up to
+        #: ``coalesce_gap``, while the bytes read for nothing stay within this share of the batch
+        self.gap_budget = REMOTE_GAP_BUDGET if self.remote and coalesce_gap is None else None
         # a handle used again after close() (or in a process that cannot reach these files) opens
         # the path: only the same generation may stand in
         checks = generation_checks(self.path, self.index_path, self.info.uuid, self.info.size)
@@ -430,6 +434,8 @@ class PackReader:
         """The ranges in offset order, neighbours at most ``coalesce_gap`` apart merged into runs
         of at most ``max_read`` bytes (a single longer frame is a run of its own)."""
         gap, cap = self.coalesce_gap, self.max_read
+        if self.gap_budget is not None and len(offs) > 1:
+            gap = _budgeted_gap(offs, lens, gap, self.gap_budget)
         runs: list[Run] = []
         members: list[int] = []
         run_off = run_end = 0
@@ -572,6 +578,20 @@ _COLD_FIXED_S = 100e-6
 #: A warm batch up to this size is read on the calling thread (no pool hand-off).
 _INLINE_WARM_BYTES = 2 << 20
 _COLD_BYTES_PER_S = 2e9
+
+
+def _budgeted_gap(offs: Sequence[int], lens: Sequence[int], most: int, budget: float) -> int:
+    """The largest gap (at most ``most``) such that merging every gap up to it reads at most
+    ``budget`` x the batch's bytes in between: each request saved costs the fewest extra bytes."""
+    spans = sorted(zip(offs, lens))
+    gaps = sorted(g for g in (b[0] - (a[0] + a[1]) for a, b in zip(spans, spans[1:])) if 0 < g <= most)
+    allowed, spent, chosen = budget * sum(lens), 0, 0
+    for g in gaps:
+        if spent + g > allowed:
+            break
+        spent += g
+        chosen = g
+    return chosen
 
 
 def _looks_cold(seconds: float, nbytes: int) -> bool:

@@ -41,7 +41,7 @@ __all__ = ["Counters", "HttpBackend", "RemoteFile", "RequestPolicy", "remote_url
 #: dictionary record and the first frames) come with the size and ETag in one round trip
 PROBE_BYTES = 64 * 1024
 #: a sequential reader (verify) is served from aligned blocks of this size, several in flight
-SEQUENTIAL_BLOCK = 8 * 1024 * 1024
+SEQUENTIAL_BLOCK = 4 * 1024 * 1024
 #: an index (or other object read as a stream) up to this size is fetched in one GET
 WHOLE_OBJECT_MAX = 256 * 1024 * 1024
 _WAIT_SLICE_S = 0.2  # the calling thread waits in slices this long (signals are handled between)

@@ -65,26 +65,27 @@ class _Handler(BaseHTTPRequestHandler):
         if want is not None and want != tag:
             self._status(412, b"precondition failed")
             return
-        data = path.read_bytes()
-        start, end = 0, len(data) - 1
+        size = path.stat().st_size
+        start, end = 0, size - 1
         rng = self.headers.get("Range")
         partial = rng is not None and fault != "ignore-range"
         if partial:
             first, _, last = rng.removeprefix("bytes=").partition("-")
-            start, end = int(first), min(int(last), len(data) - 1)
-            if start >= len(data):
+            start, end = int(first), min(int(last), size - 1)
+            if start >= size:
                 self.send_response(416)
-                self.send_header("Content-Range", f"bytes */{len(data)}")
+                self.send_header("Content-Range", f"bytes */{size}")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-        body = data[start : end + 1]
+        with open(path, "rb") as f:  # only the range: a big pack is not read whole per request
+            body = os.pread(f.fileno(), end + 1 - start, start)
         self.send_response(206 if partial else 200)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("ETag", tag)
         self.send_header("Accept-Ranges", "bytes")
         if partial:
-            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
         self.end_headers()
         if fault == "truncate":  # the promised length, then the connection closes half-way
             self.wfile.write(body[: len(body) // 2])
