@@ -949,6 +949,9 @@ def verify_pack(
         except FormatError as e:  # raised here only by an index that cannot be used at all
             report.error = str(e)
         finally:
+            counters = getattr(storage, "counters", None)
+            if counters is not None:
+                report.remote = counters.to_dict()
             storage.close()
         # pack-level problems first, then by frame (md5 results arrive in batches, after layout ones)
         report.problems.sort(key=lambda p: -1 if p.frame_id is None else p.frame_id)

@@ -49,6 +49,7 @@ class PackReport:
     error: str | None = None  # set when the pack could not be verified at all
     error_is_storage: bool = False  # ... because storage failed (I/O, permission, replaced): exit 3
     stopped_early: bool = False
+    remote: dict[str, int] | None = None  # a remote pack's request counters (remote.Counters)
 
     @property
     def status(self) -> str:
@@ -84,6 +85,7 @@ class PackReport:
             "error": self.error,
             "stopped_early": self.stopped_early,
             "problems": [p.to_dict() for p in self.problems],
+            **({"remote": self.remote} if self.remote is not None else {}),
         }
 
 

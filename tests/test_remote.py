@@ -90,6 +90,8 @@ def test_the_commands_work_on_a_url_as_on_the_file(srv, served, tmp_path):
     r = run_bin(["verify", url, "--json"])
     doc = json.loads(r.stdout)
     assert r.returncode == 0 and doc["frames_checked"] == len(md5s(local)) and doc["ok"]
+    counters = doc["packs"][0]["remote"]
+    assert counters["requests"] >= 2 and counters["bytes"] >= local.stat().st_size and counters["retries"] == 0
     r = run_bin(["bench-warm", url, "--frames", "16", "--batches", "3", "--md5", "--json"])
     doc = json.loads(r.stdout)
     assert r.returncode == 0 and doc["ok"] and doc["remote"]["requests"] > 0 and doc["coalesce_gap"] == 65536
