@@ -267,9 +267,6 @@ def _content_range_total(value: str | None) -> int | None:
     return int(total) if total.isdigit() else None
 
 
-Backend = HttpBackend
-
-
 class RemoteFile:
     """The ``Storage`` of a remote object: sized, pinned to one version, read in ranges.
 
@@ -306,7 +303,9 @@ class RemoteFile:
         first = self._request(0, PROBE_BYTES)
         if pinned and first.etag != etag:
             raise PackReplaced(f"{location}: the object was replaced (ETag {first.etag}, expected {etag})")
-        self.etag = first.etag
+        # a weak ETag (W/"...") never passes If-Match (a strong comparison): such a server, or one
+        # that sends none, is read unpinned (hframe.5, PUBLISHING AND READERS)
+        self.etag = first.etag if first.etag and not first.etag.startswith("W/") else None
         self._size = first.size
         self._probe = first.body
 

@@ -60,9 +60,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not path.is_file():
             self._status(404, b"not found")
             return
-        tag = etag_of(path)
+        tag = ("W/" if srv.weak_etag else "") + etag_of(path)
         want = self.headers.get("If-Match")
-        if want is not None and want != tag:
+        if want is not None and (want != tag or tag.startswith("W/")):  # If-Match compares strongly
             self._status(412, b"precondition failed")
             return
         size = path.stat().st_size
@@ -120,6 +120,7 @@ class RangeServer:
         self.faults: list[str] = []
         self.latency_s = 0.0
         self.hang_s = 30.0
+        self.weak_etag = False  # send W/"..." ETags (as a server that compresses on the fly)
         self.requests: Counter[str] = Counter()
         self.log: list[tuple[str, str | None]] = []
         self.lock = threading.Lock()

@@ -47,6 +47,7 @@ def srv(served, monkeypatch):
     server.faults.clear()
     server.latency_s = 0.0
     server.hang_s = 30.0
+    server.weak_etag = False
     server.reset_counts()
     for k, v in FAST_FAIL.items():
         monkeypatch.setenv(k, v)
@@ -256,3 +257,10 @@ def test_io_timeout_bounds_a_read_before_or_after_the_command(srv):
         r = run_bin(args, env=env)
         assert r.returncode == 3 and time.monotonic() - t0 < 5, r.stderr
         assert b"timed out" in r.stderr and b"deadline of this read was reached" in r.stderr
+
+
+def test_a_weak_etag_is_read_unpinned_not_refused(srv, served):
+    _, local = served
+    srv.weak_etag = True
+    with h.open_pack(srv.url("p.hframe")) as p:
+        assert hashlib.md5(p[350]).hexdigest() == md5s(local)[350]  # no If-Match sent: no 412
