@@ -24,6 +24,7 @@ from .errors import FormatError, HframeError, InputError, NotFound, PackReplaced
 from .inputs import expand_globs
 from .lock import OutputLock
 from .reader import FrameKey, PackReader
+from .storage import is_remote, open_storage
 
 __all__ = [
     "MANIFEST_SUFFIX",
@@ -43,6 +44,23 @@ MANIFEST_SUFFIX = ".dataset.json"
 
 def get_manifest_path(output: str | os.PathLike[str]) -> Path:
     return Path(os.fspath(output) + MANIFEST_SUFFIX)
+
+
+def manifest_location(output: str | os.PathLike[str]) -> str:
+    """``get_manifest_path`` as a string, right for URLs too (a ``Path`` would fold ``//``)."""
+    return os.fspath(output) + MANIFEST_SUFFIX
+
+
+def is_dataset(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names a sharded dataset: locally, no file there but a manifest beside it;
+    behind a URL, a manifest beside it (one small request; a 404 says no)."""
+    if not is_remote(path):
+        return not os.path.exists(path) and get_manifest_path(path).exists()
+    try:
+        with open_storage(manifest_location(path)):
+            return True
+    except InputError:
+        return False
 
 
 def shard_path(output: str | os.PathLike[str], i: int) -> Path:
@@ -78,7 +96,11 @@ class Manifest:
         return json.dumps({**body, "sha256": digest}, indent=1, sort_keys=True) + "\n"
 
     def shard_paths(self, manifest_path: str | os.PathLike[str]) -> list[str]:
-        """The shards' paths (they are stored relative to the manifest's folder)."""
+        """The shards' paths (stored relative to the manifest's folder, or its URL)."""
+        if is_remote(manifest_path):
+            from .remote import remote_url
+
+            return [remote_url(os.fspath(manifest_path), e.path) for e in self.shards]
         folder = Path(manifest_path).parent
         return [os.fspath(folder / e.path) for e in self.shards]
 
@@ -86,7 +108,11 @@ class Manifest:
     def load(cls, path: str | os.PathLike[str]) -> Manifest:
         where = os.fspath(path)
         try:
-            doc = json.loads(Path(path).read_text())
+            if is_remote(where):
+                with open_storage(where) as remote:
+                    doc = json.loads(remote.read_at(0, remote.size()))
+            else:
+                doc = json.loads(Path(path).read_text())
             body = {k: v for k, v in doc.items() if k != "sha256"}
             if doc.get("kind") != "hframe-dataset":
                 raise ValueError("not an hframe dataset manifest")
@@ -155,7 +181,7 @@ class DatasetReader:
 
     def __init__(self, output: str | os.PathLike[str], **options: Any) -> None:
         self.path = os.fspath(output)
-        self.manifest_path = get_manifest_path(output)
+        self.manifest_path = manifest_location(output)
         self.manifest = Manifest.load(self.manifest_path)
         self.shard_paths = self.manifest.shard_paths(self.manifest_path)
         self._starts = [e.first_frame for e in self.manifest.shards]
@@ -292,7 +318,7 @@ class DatasetReader:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = state["output"]
-        self.manifest_path = get_manifest_path(self.path)
+        self.manifest_path = manifest_location(self.path)
         self.manifest = state["manifest"]
         self.shard_paths = self.manifest.shard_paths(self.manifest_path)
         self._starts = [e.first_frame for e in self.manifest.shards]
@@ -309,6 +335,6 @@ def open_pack(
     If ``path`` is not a file but ``path.dataset.json`` exists (a sharded dataset), the shards
     are opened as one ``DatasetReader`` with the same API over global frame ids.
     """
-    if index_path is None and not os.path.exists(path) and get_manifest_path(path).exists():
+    if index_path is None and is_dataset(path):
         return DatasetReader(path, **options)
     return PackReader(path, index_path, **options)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .dataset import DatasetReader, Manifest, get_manifest_path
+from .dataset import DatasetReader, Manifest, is_dataset, manifest_location
 from .errors import FormatError, HframeError, IncompletePack
 from .format import FLAG_COMPRESSED, FLAG_DICT, HEADER_SIZE, MAGIC, TRAILER_SIZE, Header, Trailer, sniff_media_type
 from .generation import pinned_index, until_settled
@@ -28,8 +28,8 @@ def describe_pack(path: str | os.PathLike[str], index_path: str | os.PathLike[st
     Raises:
         NotAPack / UnsupportedVersion / FormatError: the header itself is unreadable.
     """
-    manifest_path = get_manifest_path(path)
-    if index_path is None and not os.path.exists(path) and manifest_path.exists():
+    manifest_path = manifest_location(path)
+    if index_path is None and is_dataset(path):
         manifest = Manifest.load(manifest_path)
         return {
             "ok": True,

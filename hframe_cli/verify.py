@@ -1317,13 +1317,13 @@ NO_MATCH = "no file matches this pattern"
 def _expand(paths: Sequence[str]) -> Iterator[tuple[str, str | None]]:
     """Packs to check, each with None or why it cannot be: globs expanded (a pattern that
     matches nothing is one entry, ``NO_MATCH``); a sharded dataset stands for its shards."""
-    from .dataset import Manifest, get_manifest_path
+    from .dataset import Manifest, is_dataset, manifest_location
 
     for p in expand_globs(paths):
-        manifest = get_manifest_path(p)
-        if not os.path.exists(p) and manifest.exists():
+        manifest = manifest_location(p)
+        if is_dataset(p):
             yield from ((shard, None) for shard in Manifest.load(manifest).shard_paths(manifest))
-        elif not os.path.lexists(p) and any(c in p for c in "*?["):
+        elif not is_remote(p) and not os.path.lexists(p) and any(c in p for c in "*?["):
             yield p, NO_MATCH
         else:
             yield p, None

@@ -22,6 +22,7 @@ from range_server import RangeServer
 
 import hframe_cli as h
 from hframe_cli.errors import InputError, PackReplaced, StorageError
+from hframe_cli.reader import PackReader
 from hframe_cli.remote import PROBE_BYTES
 
 FAST_FAIL = {"HFRAME_IO_ATTEMPTS": "3", "HFRAME_IO_REQUEST_TIMEOUT": "0.5", "HFRAME_IO_TIMEOUT": "5"}
@@ -138,7 +139,7 @@ def test_missing_denied_and_rangeless_answers(srv, served, tmp_path):
     assert r.returncode == 2 and r.stderr.count(b"\n") == 1
     srv.faults.append("ignore-range")
     with pytest.raises(InputError, match="ignores Range requests"):
-        h.open_pack(srv.url("p.hframe"))
+        PackReader(srv.url("p.hframe"))  # open_pack would first ask for a dataset manifest
     srv.faults.append("500")
     r = run_bin(["verify", srv.url("p.hframe")], env={**FAST_FAIL, "HFRAME_IO_ATTEMPTS": "1"})
     assert r.returncode == 3 and b"HTTP 500 after 1 attempt" in r.stderr  # not "bad data"
@@ -264,3 +265,30 @@ def test_a_weak_etag_is_read_unpinned_not_refused(srv, served):
     srv.weak_etag = True
     with h.open_pack(srv.url("p.hframe")) as p:
         assert hashlib.md5(p[350]).hexdigest() == md5s(local)[350]  # no If-Match sent: no 412
+
+
+def test_a_sharded_dataset_behind_a_url_reads_as_one_pack(srv, tmp_path):
+    """The manifest's shards resolve against the manifest's URL; every command and the reader
+    see the dataset as locally."""
+    site = tmp_path / "site"
+    (site / "sub").mkdir(parents=True)
+    src = make_photos(tmp_path / "src", 30)
+    h.pack([src], site / "sub" / "ds.hframe", max_pack_bytes=30_000)
+    shards = sorted((site / "sub").glob("ds-*.hframe"))
+    assert len(shards) > 1 and not (site / "sub" / "ds.hframe").exists()
+    with RangeServer(site) as other:
+        url = other.url("sub/ds.hframe")
+        with h.open_pack(site / "sub" / "ds.hframe") as local, h.open_pack(url) as remote:
+            assert len(remote) == len(local) == 30
+            assert remote.read_many(list(range(30))) == local.read_many(list(range(30)))
+        r = run_bin(["verify", url, "--json"])
+        doc = json.loads(r.stdout)
+        assert r.returncode == 0 and len(doc["packs"]) == len(shards) and doc["frames_checked"] == 30
+        assert [p["pack"] for p in doc["packs"]] == [other.url(f"sub/{s.name}") for s in shards]
+        for args in (["get", url, "29"], ["index", url, "-c", "name,md5,shard"]):
+            r = run_bin(args)
+            assert r.returncode == 0, r.stderr
+            assert r.stdout == run_bin([str(site / "sub" / "ds.hframe") if a == url else a for a in args]).stdout
+        r = run_bin(["dump-header", url, "--json"])
+        doc = json.loads(r.stdout)
+        assert r.returncode == 0 and doc["dataset"] == url and len(doc["shards"]) == len(shards)
