@@ -40,6 +40,8 @@ __all__ = ["Counters", "HttpBackend", "RemoteFile", "RequestPolicy", "remote_url
 #: the first request of a file reads this much from its start: the header (and, often, a
 #: dictionary record and the first frames) come with the size and ETag in one round trip
 PROBE_BYTES = 64 * 1024
+#: prefetched reads kept for ``read_at`` at most: beyond, the oldest are dropped
+MAX_PENDING = 4096
 #: a sequential reader (verify) is served from aligned blocks of this size, several in flight
 SEQUENTIAL_BLOCK = 4 * 1024 * 1024
 #: an index (or other object read as a stream) up to this size is fetched in one GET
@@ -421,6 +423,10 @@ class RemoteFile:
         for them instead of asking again."""
         deadline = time.monotonic() + self.policy.deadline_s
         with self._pending_lock:
+            # reads started earlier and never asked for (a caller that stopped early) are let go,
+            # oldest first, to make room: this batch's are all kept
+            for key in list(self._pending)[: max(0, len(self._pending) + len(offsets) - MAX_PENDING)]:
+                self._pending.pop(key).cancel()
             for off, ln in zip(offsets, lengths):
                 ln = max(0, min(ln, self._size - off))
                 if ln and (off, ln) not in self._pending and off + ln > len(self._probe):

@@ -292,3 +292,17 @@ def test_a_sharded_dataset_behind_a_url_reads_as_one_pack(srv, tmp_path):
         r = run_bin(["dump-header", url, "--json"])
         doc = json.loads(r.stdout)
         assert r.returncode == 0 and doc["dataset"] == url and len(doc["shards"]) == len(shards)
+
+
+def test_prefetched_reads_nobody_asked_for_do_not_pile_up(srv, served, monkeypatch):
+    import hframe_cli.remote as remote
+
+    monkeypatch.setattr(remote, "MAX_PENDING", 10)
+    _, local = served
+    size = local.stat().st_size
+    with remote.RemoteFile(srv.url("p.hframe")) as f:
+        for batch in range(5):  # five batches of 8 reads started, none read
+            offs = [size - 1000 * (batch * 8 + k + 1) for k in range(8)]
+            f.prefetch(offs, [100] * 8)
+        assert len(f._pending) <= 10 + 8
+        assert f.read_at(size - 1000, 100) == local.read_bytes()[size - 1000 : size - 900]
