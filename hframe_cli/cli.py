@@ -176,7 +176,7 @@ def pack(
     sources: Annotated[
         list[str], typer.Argument(metavar="SOURCE...", help="Files, folders (recursive), or - for a list on stdin.")
     ],
-    output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE", help="The pack to write (.hframe).")],
+    output: Annotated[str, typer.Option("--output", "-o", metavar="FILE", help="The pack to write (.hframe).")],
     force: Annotated[bool, typer.Option("--force", help="Replace an existing pack.")] = False,
     align: Annotated[
         int,
@@ -416,7 +416,7 @@ def _checkpoint_policy(every: int, every_bytes: str, seconds: float, off: bool) 
 
 
 def _resume(
-    output: Path,
+    output: str,
     *,
     rescan: bool,
     workers: int | None,
@@ -444,7 +444,7 @@ def _resume(
 
 @_command("resume", "Continue an interrupted pack from its last checkpoint.")
 def resume_cmd(
-    output: Annotated[Path, typer.Argument(metavar="PACK", help="The pack an interrupted 'hframe pack' was writing.")],
+    output: Annotated[str, typer.Argument(metavar="PACK", help="The pack an interrupted 'hframe pack' was writing.")],
     rescan: Annotated[
         bool,
         typer.Option(

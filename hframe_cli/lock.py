@@ -56,6 +56,12 @@ class OutputLock:
     """
 
     def __init__(self, output: str | os.PathLike[str], *, wait: float = 0.0) -> None:
+        scheme, sep, _ = os.fspath(output).partition("://")
+        if sep and scheme.lower() != "file":  # every writing run takes this lock first
+            raise InputError(
+                f"{os.fspath(output)}: writing to a remote location ({scheme}://) is not supported yet; "
+                "write the pack locally, then upload it and its index"
+            )
         self.path = lock_path(output)
         self.output = os.fspath(output)
         self.wait = wait

@@ -306,3 +306,26 @@ def test_prefetched_reads_nobody_asked_for_do_not_pile_up(srv, served, monkeypat
             f.prefetch(offs, [100] * 8)
         assert len(f._pending) <= 10 + 8
         assert f.read_at(size - 1000, 100) == local.read_bytes()[size - 1000 : size - 900]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["index", "{u}", "--rebuild"],
+        ["pack", "{src}", "-o", "{u}"],
+        ["resume", "{u}"],
+        ["index", "{u}", "--merge", "x*"],
+    ],
+)
+def test_writing_to_a_url_is_refused_clearly(srv, served, args, tmp_path):
+    url = srv.url("x.hframe")
+    r = run_bin([a.format(u=url, src=tmp_path) for a in args], cwd=tmp_path)
+    assert (
+        r.returncode == 2
+        and r.stderr
+        == (
+            f"hframe: error: {url}: writing to a remote location (http://) is not supported yet; "
+            "write the pack locally, then upload it and its index\n"
+        ).encode()
+    )
+    assert list(tmp_path.iterdir()) == []  # no local folder named "http:"
