@@ -1343,7 +1343,11 @@ def planned_work(
     pack or index cannot tell: ``verify_pack`` then says why."""
     try:
         if use_index:
-            meta = read_index_meta(index_location(path))
+            if is_remote(path):  # a request or two; only asked where a bar is shown
+                with open_storage(index_location(path)) as index:
+                    meta = read_index_meta(index_location(path), stream=index.stream())
+            else:
+                meta = read_index_meta(index_location(path))
             ranges, _label = _selection(meta.frame_count, meta.payload_bytes, sample, seed, frames)
             n = sum(b - a for a, b in ranges)
             return n, meta.payload_bytes * n // max(1, meta.frame_count)

@@ -329,3 +329,24 @@ def test_writing_to_a_url_is_refused_clearly(srv, served, args, tmp_path):
         ).encode()
     )
     assert list(tmp_path.iterdir()) == []  # no local folder named "http:"
+
+
+def test_verify_progress_of_a_remote_pack_has_its_totals(srv, served):
+    import contextlib
+
+    import hframe_cli.verify as verify_mod
+
+    _, local = served
+    seen: list[tuple[int, int]] = []
+    totals: list[tuple[int, int]] = []
+
+    def progress(frames: int, nbytes: int):
+        totals.append((frames, nbytes))
+        return contextlib.nullcontext(lambda f, b: seen.append((f, b)))
+
+    rep = verify_mod.verify_packs([srv.url("p.hframe")], progress=progress)
+    want = (
+        len(md5s(local)),
+        sum(pq.read_table(f"{local}.index.parquet", columns=["length"]).column("length").to_pylist()),
+    )
+    assert rep.exit_code == 0 and totals == [want] and seen[-1] == want
