@@ -21,8 +21,9 @@ from typing import Any
 
 from .errors import EXIT_DATA, EXIT_OK, InputError
 from .index import current_format_version
+from .locations import is_remote
 from .reader import PackReader, ReadStats, default_workers
-from .storage import evict_from_page_cache, is_remote
+from .storage import evict_from_page_cache
 
 __all__ = ["CACHE_METHODS", "SAMPLERS", "BenchResult", "ReadSide", "evict", "run_bench", "sample_batches"]
 

@@ -813,8 +813,8 @@ def _hoist_global_options(args: list[str]) -> list[str]:
         a = head[i]
         if a == "--debug" or a.startswith("--io-timeout="):
             front.append(a)
-        elif a == "--io-timeout" and i + 1 < len(head):
-            front += [a, head[i + 1]]
+        elif a == "--io-timeout":  # with its value (or without: then it says so)
+            front += head[i : i + 2]
             i += 1
         else:
             rest.append(a)
@@ -842,7 +842,13 @@ def _usage_line(e: Exception, args: list[str]) -> str:
     return f"{command}: {message} (see 'hframe {command} -h')" if command else f"{message} (see 'hframe -h')"
 
 
-_INTERRUPTED = "interrupted; nothing was published (a partial pack, if any, keeps its .partial name)"
+_INTERRUPTED_WRITING = "interrupted; nothing was published (a partial pack, if any, keeps its .partial name)"
+
+
+def _interrupted_message(args: list[str]) -> str:
+    """What an interrupted command says: the packing note only where something was being written."""
+    writing = any(a in ("pack", "resume") for a in args[:3]) or any(a in ("--rebuild", "--merge") for a in args)
+    return _INTERRUPTED_WRITING if writing else "interrupted"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -864,7 +870,7 @@ def main(argv: list[str] | None = None) -> None:
         rv = app(args=args, prog_name="hframe", standalone_mode=False)
         code = rv if isinstance(rv, int) else EXIT_OK
         if code == EXIT_INTERRUPTED:  # typer turns KeyboardInterrupt into Exit(130)
-            render.error(_INTERRUPTED)
+            render.error(_interrupted_message(args))
     except HframeError as e:
         if debug:
             raise
@@ -879,7 +885,7 @@ def main(argv: list[str] | None = None) -> None:
             render.error(_usage_line(e, args))
         code = EXIT_USAGE
     except (KeyboardInterrupt, typer.Abort):
-        render.error(_INTERRUPTED)
+        render.error(_interrupted_message(args))
         code = EXIT_INTERRUPTED
     except SystemExit:
         if sys.stdout is stdout:
@@ -898,7 +904,7 @@ def main(argv: list[str] | None = None) -> None:
         render.error(f"internal error: {type(e).__name__}: {e} (rerun with --debug for a traceback)")
         code = EXIT_INTERNAL
     if code != EXIT_INTERRUPTED and pending_signal() is not None:
-        render.error(_INTERRUPTED)  # a signal whose exception was lost where it was raised
+        render.error(_interrupted_message(args))  # a signal whose exception was lost where it was raised
         code = EXIT_INTERRUPTED
     sys.exit(code)
 

@@ -22,9 +22,10 @@ import pyarrow as pa
 from .checkpoint import checkpoint_paths, fsync_dir
 from .errors import FormatError, HframeError, InputError, NotFound, PackReplaced, UnsupportedVersion
 from .inputs import expand_globs
+from .locations import is_remote, with_suffix
 from .lock import OutputLock
 from .reader import FrameKey, PackReader
-from .storage import is_remote, open_storage
+from .storage import open_storage
 
 __all__ = [
     "MANIFEST_SUFFIX",
@@ -47,8 +48,9 @@ def get_manifest_path(output: str | os.PathLike[str]) -> Path:
 
 
 def manifest_location(output: str | os.PathLike[str]) -> str:
-    """``get_manifest_path`` as a string, right for URLs too (a ``Path`` would fold ``//``)."""
-    return os.fspath(output) + MANIFEST_SUFFIX
+    """``get_manifest_path`` as a string, right for URLs too (a ``Path`` would fold ``//``; the
+    suffix goes on the URL's path, before any ``?query``)."""
+    return with_suffix(output, MANIFEST_SUFFIX)
 
 
 def is_dataset(path: str | os.PathLike[str]) -> bool:
@@ -59,7 +61,7 @@ def is_dataset(path: str | os.PathLike[str]) -> bool:
     try:
         with open_storage(manifest_location(path)):
             return True
-    except InputError:
+    except HframeError:  # missing, or denied (stores answer 403 for what does not exist): no dataset
         return False
 
 
@@ -100,7 +102,11 @@ class Manifest:
         if is_remote(manifest_path):
             from .remote import remote_url
 
-            return [remote_url(os.fspath(manifest_path), e.path) for e in self.shards]
+            urls = [remote_url(os.fspath(manifest_path), e.path) for e in self.shards]
+            for url in urls:
+                if not is_remote(url):  # a manifest on a server must not point at this machine's files
+                    raise FormatError(f"{os.fspath(manifest_path)}: shard {url!r} is not a remote location")
+            return urls
         folder = Path(manifest_path).parent
         return [os.fspath(folder / e.path) for e in self.shards]
 

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from .errors import FormatError, IndexMismatch, InputError, NotFound, UnsupportedVersion
 from .format import CODEC_NAMES, FORMAT_VERSION, KIND_NAMES, MEDIA_TYPES
 from .labels import parent_label
+from .locations import with_suffix
 
 __all__ = [
     "INDEX_SCHEMA",
@@ -86,8 +87,9 @@ def get_index_path(pack_path: str | os.PathLike[str]) -> Path:
 
 
 def index_location(pack: str | os.PathLike[str]) -> str:
-    """``get_index_path`` as a string, right for URLs too (a ``Path`` would fold ``//``)."""
-    return os.fspath(pack) + INDEX_SUFFIX
+    """``get_index_path`` as a string, right for URLs too (a ``Path`` would fold ``//``; the
+    suffix goes on the URL's path, before any ``?query``)."""
+    return with_suffix(pack, INDEX_SUFFIX)
 
 
 def format_time_us(created_us: int) -> str:

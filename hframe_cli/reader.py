@@ -509,7 +509,8 @@ class PackReader:
         seconds = [timed(runs[0])]
         rest = runs[1:]
         if len(rest) > 1 and _looks_cold(seconds[0], runs[0][1]):
-            self._storage.prefetch([r[0] for r in rest], [r[1] for r in rest])
+            fit = [r for r in rest if r[1] <= self.max_read]  # longer runs are read in pieces
+            self._storage.prefetch([r[0] for r in fit], [r[1] for r in fit])
         seconds += map(timed, rest) if workers <= 1 or len(rest) <= 1 else self._get_pool(workers).map(timed, rest)
         return out, seconds
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InputError, PackReplaced, StorageError
+from .locations import shown_url
 
 __all__ = ["Counters", "HttpBackend", "RemoteFile", "RequestPolicy", "remote_url"]
 
@@ -42,6 +43,7 @@ __all__ = ["Counters", "HttpBackend", "RemoteFile", "RequestPolicy", "remote_url
 PROBE_BYTES = 64 * 1024
 #: prefetched reads kept for ``read_at`` at most: beyond, the oldest are dropped
 MAX_PENDING = 4096
+MAX_PENDING_BYTES = 1 << 30
 #: a sequential reader (verify) is served from aligned blocks of this size, several in flight
 SEQUENTIAL_BLOCK = 4 * 1024 * 1024
 #: an index (or other object read as a stream) up to this size is fetched in one GET
@@ -194,8 +196,9 @@ class HttpBackend:
             conn.close()
         self._local.conn = None
 
-    def get(self, start: int, length: int | None, etag: str | None) -> Response:
-        """``length`` bytes from ``start`` (None: the whole object, no Range header)."""
+    def get(self, start: int, length: int | None, etag: str | None, deadline: float | None = None) -> Response:
+        """``length`` bytes from ``start`` (None: the whole object, no Range header), all of it
+        received before ``deadline`` (``time.monotonic()``) or ``Transient``."""
         conn = self._connection()
         headers = {"Accept-Encoding": "identity", "User-Agent": "hframe"}
         if length is not None:
@@ -208,12 +211,18 @@ class HttpBackend:
             sock = conn.sock
             assert sock is not None
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.settimeout(self.policy.request_timeout_s)
+            sock.settimeout(self._timeout(deadline))
             conn.request("GET", self.target, headers=headers)
             resp = conn.getresponse()
             status = resp.status
-            if status in (200, 206):
-                body = resp.read()
+            declared = resp.getheader("Content-Length")
+            size_said = int(declared) if declared is not None and declared.isdigit() else None
+            # a server may answer a range covering a whole small object with all of it (200)
+            small = (
+                status == 200 and length is not None and start == 0 and size_said is not None and size_said <= length
+            )
+            if status == 206 or (status == 200 and (length is None or small)):
+                body = self._body(resp, sock, deadline)
             else:
                 resp.read(64 * 1024)  # drain a short error body so the connection can be reused
                 body = b""
@@ -233,40 +242,68 @@ class HttpBackend:
             raise Permanent("missing", "HTTP 404")
         if status == 412:
             raise Permanent("replaced", "the object changed (HTTP 412: its ETag no longer matches)")
-        if status == 416:
-            raise Permanent("range", "range not satisfiable (HTTP 416)")
+        if status == 416 and (resp.getheader("Content-Range") or "").endswith("/0"):
+            return Response(b"", 0, resp.getheader("ETag"))  # an empty object: nothing to range over
+        if status in (301, 302, 303, 307, 308):
+            raise Permanent("redirect", f"HTTP {status}: redirected to {resp.getheader('Location')}; give that URL")
         if status not in (200, 206):
             raise Permanent("denied", f"HTTP {status} {resp.reason}")
+        encoding = (resp.getheader("Content-Encoding") or "identity").lower()
+        if encoding != "identity":
+            raise Permanent("unsupported", f"the server sends the object {encoding}-encoded (asked for identity)")
         tag = resp.getheader("ETag")
-        if length is None:
-            size = len(body)
-            declared = resp.getheader("Content-Length")
-            if declared is not None and declared.isdigit() and int(declared) != size:
-                raise Transient(f"body cut short: {size} of {declared} bytes")
-            return Response(body, size, tag)
-        if status == 200:
+        if status == 200 and length is not None and not small:
             self._drop()
             raise Permanent("unsupported", "the server ignores Range requests (HTTP 200 for a byte range)")
-        total = _content_range_total(resp.getheader("Content-Range"))
-        if total is None:
+        if length is None or status == 200:
+            if size_said is not None and size_said != len(body):
+                raise Transient(f"body cut short: {len(body)} of {size_said} bytes")
+            return Response(body, len(body), tag)
+        span = _content_range(resp.getheader("Content-Range"))
+        if span is None:
             raise Permanent(
                 "unsupported", f"no usable Content-Range in a 206 answer ({resp.getheader('Content-Range')!r})"
             )
+        first, last, total = span
         want = min(length, max(0, total - start))
+        if first != start or last != start + want - 1:  # another range than asked for is not this data
+            raise Transient(f"answered bytes {first}-{last} for {start}-{start + want - 1}")
         if len(body) != want:
             raise Transient(f"body cut short: {len(body)} of {want} bytes")
         return Response(body, total, tag)
+
+    def _timeout(self, deadline: float | None) -> float:
+        left = self.policy.request_timeout_s if deadline is None else deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the deadline passed")
+        return min(self.policy.request_timeout_s, left)
+
+    def _body(self, resp: http.client.HTTPResponse, sock: socket.socket, deadline: float | None) -> bytes:
+        """The body, in 1 MiB pieces, each under what is left of the deadline: a server that
+        trickles bytes cannot stretch a read past it."""
+        parts: list[bytes] = []
+        while resp.length != 0:  # None: chunked, read to its end
+            sock.settimeout(self._timeout(deadline))
+            piece = resp.read1(1 << 20)  # what one receive brings (read() would wait for all of it)
+            if not piece:
+                break
+            parts.append(piece)
+        parts.append(resp.read())  # nothing left: this completes the response (the connection is reusable)
+        return b"".join(parts)
 
     def close(self) -> None:
         self._drop()
 
 
-def _content_range_total(value: str | None) -> int | None:
-    """``bytes 0-99/1234`` → 1234."""
-    if not value or "/" not in value:
+def _content_range(value: str | None) -> tuple[int, int, int] | None:
+    """``bytes 0-99/1234`` → (0, 99, 1234)."""
+    if not value or not value.startswith("bytes ") or "/" not in value:
         return None
-    total = value.rsplit("/", 1)[1].strip()
-    return int(total) if total.isdigit() else None
+    span, _, total = value[6:].partition("/")
+    first, _, last = span.partition("-")
+    if not (first.strip().isdigit() and last.strip().isdigit() and total.strip().isdigit()):
+        return None
+    return int(first), int(last), int(total)
 
 
 class RemoteFile:
@@ -288,7 +325,7 @@ class RemoteFile:
         backend: Callable[[str, RequestPolicy], Any] | None = None,
         **_: Any,
     ) -> None:
-        self.location = location
+        self.location = shown_url(location)  # in messages: a query (a signature?) is not printed
         self.policy = policy or RequestPolicy.from_env()
         self.backend = (backend or HttpBackend)(location, self.policy)
         self.counters = Counters()
@@ -301,6 +338,8 @@ class RemoteFile:
         self._blocks: dict[int, Future[bytes]] = {}
         self._whole: bytes | None = None
         self.etag = etag
+        self._closed = False
+        self._version: tuple[str | None, int] | None = None  # (ETag, size) of the first answer
         pinned = etag is not None
         first = self._request(0, PROBE_BYTES)
         if pinned and first.etag != etag:
@@ -321,9 +360,11 @@ class RemoteFile:
         attempt = 0
         while True:
             attempt += 1
+            if self._closed:
+                raise StorageError(f"{self.location}: closed while reading")
             self.counters.add(requests=1)
             try:
-                resp = self.backend.get(start, length, self.etag)
+                resp = self.backend.get(start, length, self.etag, deadline)
             except Transient as e:
                 self.counters.add(throttles=int(e.throttled))
                 pause = random.uniform(0, min(policy.backoff_cap_s, policy.backoff_s * 2 ** (attempt - 1)))
@@ -348,12 +389,27 @@ class RemoteFile:
                     raise PackReplaced(
                         f"{self.location}: the pack was replaced since this reader opened it ({e}); open it again"
                     ) from None
-                if e.kind == "unsupported":
+                if e.kind in ("unsupported", "redirect"):
                     raise InputError(f"{self.location}: {e}") from None
                 raise StorageError(f"{self.location}: {e}") from None
             self._budget.earn()
             self.counters.add(nbytes=len(resp.body))
+            self._same_version(resp)
             return resp
+
+    def _same_version(self, resp: Response) -> None:
+        """Every answer must come from the version the first one did: same size, same ETag (weak
+        ones too). The If-Match header makes a strong-ETag server refuse another version (412);
+        this catches the rest, where a server has no strong ETag to match."""
+        if self._version is None:
+            self._version = (resp.etag, resp.size)
+            return
+        etag, size = self._version
+        if resp.size != size or (etag is not None and resp.etag is not None and resp.etag != etag):
+            raise PackReplaced(
+                f"{self.location}: the pack was replaced since this reader opened it (now {resp.size} bytes, "
+                f"ETag {resp.etag}; it was {size} bytes, ETag {etag}); open it again"
+            )
 
     def _executor(self) -> ThreadPoolExecutor:
         pid = os.getpid()
@@ -390,7 +446,8 @@ class RemoteFile:
             return self._read_blocks(offset, length)
         with self._pending_lock:
             future = self._pending.pop((offset, length), None)
-        if future is None:
+        if future is None or (future.done() and future.exception() is not None):
+            # not started, or failed before anyone asked (a burst of errors since passed): ask now
             future = self._submit(offset, length, time.monotonic() + self.policy.deadline_s)
         return self._wait(future)
 
@@ -424,9 +481,14 @@ class RemoteFile:
         deadline = time.monotonic() + self.policy.deadline_s
         with self._pending_lock:
             # reads started earlier and never asked for (a caller that stopped early) are let go,
-            # oldest first, to make room: this batch's are all kept
-            for key in list(self._pending)[: max(0, len(self._pending) + len(offsets) - MAX_PENDING)]:
+            # oldest first, to make room (in count and in bytes): this batch's are all kept
+            room = sum(lengths)
+            held = sum(k[1] for k in self._pending)
+            for key in list(self._pending):
+                if len(self._pending) + len(offsets) <= MAX_PENDING and held + room <= MAX_PENDING_BYTES:
+                    break
                 self._pending.pop(key).cancel()
+                held -= key[1]
             for off, ln in zip(offsets, lengths):
                 ln = max(0, min(ln, self._size - off))
                 if ln and (off, ln) not in self._pending and off + ln > len(self._probe):
@@ -463,9 +525,10 @@ class RemoteFile:
             resp = self.backend.get(0, 1, None)
         except (Transient, Permanent):
             return False
-        return resp.etag == self.etag and resp.size == self._size
+        return self._version is not None and (resp.etag, resp.size) == self._version
 
     def close(self) -> None:
+        self._closed = True  # a request under way on a worker stops at its next attempt
         pool, self._pool = self._pool, None
         if pool is not None and self._pool_pid == os.getpid():
             pool.shutdown(wait=False, cancel_futures=True)

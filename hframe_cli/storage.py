@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .errors import HframeError, InputError, OutOfMemory, PackReplaced, StorageError
+from .locations import is_remote
 
 __all__ = ["LocalFile", "Storage", "evict_from_page_cache", "is_remote", "open_storage", "register_scheme"]
 
@@ -58,12 +59,6 @@ class Storage(Protocol):
     def __enter__(self) -> Any: ...
 
     def __exit__(self, *exc: object) -> None: ...
-
-
-def is_remote(location: str | os.PathLike[str]) -> bool:
-    """True for ``scheme://...`` locations other than ``file://``."""
-    scheme, sep, _ = os.fspath(location).partition("://")
-    return bool(sep) and scheme.lower() != "file"
 
 
 def _storage_error(location: str, err: OSError) -> StorageError:

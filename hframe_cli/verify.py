@@ -75,8 +75,9 @@ from .generation import pinned_index, until_settled
 from .imagehead import pillow_message
 from .index import IndexMeta, file_digest_problem, format_time_us, index_location, int64_column, read_index_meta
 from .inputs import expand_globs
+from .locations import is_remote, shown_url
 from .reader import read_dictionary
-from .storage import Storage, evict_from_page_cache, is_remote, open_storage
+from .storage import Storage, evict_from_page_cache, open_storage
 from .verify_index import IndexCols, wrong_frame_ids
 from .verify_report import PackReport, Problem, VerifyReport, parse_frames, parse_sample
 
@@ -326,7 +327,10 @@ class _Verifier:
         """
         win = _Window(self.storage, read_end if read_end is not None else end)
         self.idx = idx  # frame_where names frames from it
-        self.storage.advise_sequential(start_pos)  # bigger read-ahead: the walk is sequential
+        # bigger read-ahead: the walk is sequential (a remote sample's runs are read as they are:
+        # read-ahead there would fetch blocks around every run)
+        if self.r.selection == "full" or not getattr(self.storage, "remote", False):
+            self.storage.advise_sequential(start_pos)
         queue = _Queue()
         pos, i = start_pos, first_id
         n_index = len(idx.offset) if idx is not None else n_total
@@ -929,7 +933,9 @@ def verify_pack(
         raise InputError("--sample and --frames need the index (drop --no-index)")
 
     def attempt() -> PackReport:  # raises Overtaken if a publish replaced the pack meanwhile
-        report = PackReport(loc, ipath if use_index else None, "index" if use_index else "no-index", "full")
+        report = PackReport(
+            shown_url(loc), shown_url(ipath) if use_index else None, "index" if use_index else "no-index", "full"
+        )
         try:
             storage = open_storage(loc)
         except HframeError as e:
@@ -961,7 +967,7 @@ def verify_pack(
     try:
         return until_settled(attempt, ipath)
     except StorageError as e:  # kept being overtaken by publishes
-        report = PackReport(loc, ipath, "index", "full")
+        report = PackReport(shown_url(loc), shown_url(ipath), "index", "full")
         report.error, report.error_is_storage = str(e), True
         return report
 

@@ -1,7 +1,8 @@
 """A small HTTP/1.1 file server on loopback that serves byte ranges, ETags and If-Match as object
 stores and nginx do, and injects faults on request: the test double of a remote store for what
-real servers cannot be told to do on cue (answer 500 or 503 SlowDown, hang, stall mid-body, cut a
-body short, reset the connection, ignore Range). No mock of the client: hframe talks HTTP to it.
+real servers cannot be told to do on cue (answer 500, 503 SlowDown, 429, 403 or a 302, hang,
+stall mid-body, trickle a byte at a time, cut a body short, reset the connection, ignore Range,
+answer another range than asked, send gzip). No mock of the client: hframe talks HTTP to it.
 
     with RangeServer(root) as srv:
         srv.url("p.hframe")                   # http://127.0.0.1:PORT/p.hframe
@@ -44,8 +45,14 @@ class _Handler(BaseHTTPRequestHandler):
             fault = srv.faults.pop(0) if srv.faults else None
         if srv.latency_s:
             time.sleep(srv.latency_s)
-        if fault in ("500", "503", "429"):
+        if fault in ("500", "503", "429", "403"):
             self._status(int(fault), b"SlowDown" if fault == "503" else b"error")
+            return
+        if fault == "302":
+            self.send_response(302)
+            self.send_header("Location", "http://127.0.0.1:1/elsewhere")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
             return
         if fault == "reset":
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
@@ -78,6 +85,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
+        if fault == "shift" and start >= 16:  # the right length, from 16 bytes early (and says so)
+            start, end = start - 16, end - 16
         with open(path, "rb") as f:  # only the range: a big pack is not read whole per request
             body = os.pread(f.fileno(), end + 1 - start, start)
         self.send_response(206 if partial else 200)
@@ -86,7 +95,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Accept-Ranges", "bytes")
         if partial:
             self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        if fault == "gzip":
+            self.send_header("Content-Encoding", "gzip")
         self.end_headers()
+        if fault == "trickle":  # one byte every 0.3 s: each receive is quick, the whole is not
+            for k in range(len(body)):
+                self.wfile.write(body[k : k + 1])
+                self.wfile.flush()
+                time.sleep(0.3)
+            return
         if fault == "truncate":  # the promised length, then the connection closes half-way
             self.wfile.write(body[: len(body) // 2])
             self.wfile.flush()

@@ -223,3 +223,12 @@ def test_usage_errors_for_options_put_before_the_command_and_debug_after_a_doubl
     )
     r = cli(["get", str(tmp_path / "p.hframe"), "-o", str(tmp_path / "d"), "--", "--debug"])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1  # "--debug" is a frame name there, not the flag
+
+
+def test_an_interrupted_reading_command_does_not_talk_about_publishing():
+    from hframe_cli.cli import _interrupted_message
+
+    assert _interrupted_message(["get", "p.hframe", "1"]) == "interrupted"
+    assert _interrupted_message(["verify", "p.hframe"]) == "interrupted"
+    assert _interrupted_message(["pack", "d", "-o", "p.hframe"]).startswith("interrupted; nothing was published")
+    assert _interrupted_message(["index", "p.hframe", "--rebuild"]).startswith("interrupted; nothing was published")

@@ -129,7 +129,7 @@ def test_a_short_body_is_retried_and_never_returned_as_data(srv, served):
     with h.open_pack(srv.url("p.hframe")) as p:
         srv.faults.append("truncate")
         assert hashlib.md5(p[300]).hexdigest() == md5s(local)[300]
-        assert p.storage_counters().retries == 1
+        assert p.storage_counters().retries >= 1
 
 
 def test_missing_denied_and_rangeless_answers(srv, served, tmp_path):
@@ -140,7 +140,7 @@ def test_missing_denied_and_rangeless_answers(srv, served, tmp_path):
     srv.faults.append("ignore-range")
     with pytest.raises(InputError, match="ignores Range requests"):
         PackReader(srv.url("p.hframe"))  # open_pack would first ask for a dataset manifest
-    srv.faults.append("500")
+    srv.faults.extend(["500", "500"])  # the dataset check meets the first (and takes it as no dataset)
     r = run_bin(["verify", srv.url("p.hframe")], env={**FAST_FAIL, "HFRAME_IO_ATTEMPTS": "1"})
     assert r.returncode == 3 and b"HTTP 500 after 1 attempt" in r.stderr  # not "bad data"
 
@@ -350,3 +350,123 @@ def test_verify_progress_of_a_remote_pack_has_its_totals(srv, served):
         sum(pq.read_table(f"{local}.index.parquet", columns=["length"]).column("length").to_pylist()),
     )
     assert rep.exit_code == 0 and totals == [want] and seen[-1] == want
+
+
+def _replace_site_pack(tmp_path: Path, served_pack: Path) -> tuple[Path, Path]:
+    site = tmp_path / "site"
+    site.mkdir()
+    copy = site / "r.hframe"
+    copy.write_bytes(served_pack.read_bytes())
+    Path(f"{copy}.index.parquet").write_bytes(Path(f"{served_pack}.index.parquet").read_bytes())
+    return site, copy
+
+
+def test_without_a_strong_etag_a_replaced_pack_is_still_refused(served, tmp_path):
+    """The review's case: weak ETags cannot be matched, so every answer's size and ETag are
+    compared with the first one's: another version is refused, not read."""
+    _, local = served
+    site, copy = _replace_site_pack(tmp_path, local)
+    with RangeServer(site) as other:
+        other.weak_etag = True
+        with h.open_pack(other.url("r.hframe")) as p:
+            p[200]
+            copy.write_bytes(copy.read_bytes() + b"appended")  # another object at the URL
+            with pytest.raises(PackReplaced, match="was replaced"):
+                p.read_many(list(range(200, 260)))
+
+
+def test_another_range_than_asked_is_never_data(srv, served):
+    _, local = served
+    with h.open_pack(srv.url("p.hframe")) as p:
+        srv.faults.append("shift")
+        assert hashlib.md5(p[420]).hexdigest() == md5s(local)[420]  # retried
+        srv.faults.extend(["shift"] * 10)
+        with pytest.raises(StorageError, match="answered bytes"):
+            p[421]
+    srv.faults[:] = ["shift"] * 10
+    r = run_bin(["verify", srv.url("p.hframe")], env=FAST_FAIL)
+    assert r.returncode == 3, r.stderr  # a protocol fault, not damaged data
+
+
+def test_a_trickling_server_cannot_stretch_a_read_past_its_deadline(srv):
+    srv.faults.extend(["trickle"] * 3)
+    t0 = time.monotonic()
+    r = run_bin(
+        ["get", srv.url("p.hframe"), "100", "-o", "/dev/null", "--io-timeout", "2"],
+        env={"HFRAME_IO_REQUEST_TIMEOUT": "60"},
+    )
+    assert r.returncode == 3 and time.monotonic() - t0 < 8, r.stderr
+
+
+def test_a_failed_prefetch_is_asked_again_once_the_store_recovers(srv, served, monkeypatch):
+    _, local = served
+    monkeypatch.setenv("HFRAME_IO_ATTEMPTS", "1")
+    ids = list(range(100, 420, 5))
+    with h.open_pack(srv.url("p.hframe")) as p:
+        srv.faults.extend(["500"] * 200)
+        with pytest.raises(StorageError):
+            p.read_many(ids)
+        srv.faults.clear()
+        got = p.read_many(ids)  # at once: no stale failure handed back
+    assert [hashlib.md5(f).hexdigest() for f in got] == [md5s(local)[i] for i in ids]
+
+
+def test_a_remote_sample_reads_its_runs_not_the_whole_pack(srv, served):
+    _, local = served
+    r = run_bin(["verify", srv.url("p.hframe"), "--sample", "5", "--json"])
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["frames_checked"] >= 5
+    assert doc["packs"][0]["remote"]["bytes"] < local.stat().st_size / 2
+
+
+@pytest.mark.parametrize(
+    ("fault", "code", "words"),
+    [("gzip", 2, b"gzip-encoded"), ("302", 2, b"redirected to http://127.0.0.1:1/elsewhere; give that URL")],
+)
+def test_answers_hframe_cannot_use_are_one_line_exit_2(srv, fault, code, words):
+    srv.faults.extend([fault] * 3)
+    r = run_bin(["dump-header", srv.url("p.hframe")])
+    assert r.returncode == code and words in r.stderr and r.stderr.count(b"\n") == 1, r.stderr
+
+
+def test_a_403_for_the_manifest_does_not_hide_the_pack(srv, served):
+    _, local = served
+    srv.faults.append("403")  # the dataset check comes first and meets it, as on a store without list rights
+    r = run_bin(["get", srv.url("p.hframe"), "7"])
+    assert r.returncode == 0 and r.stdout == run_bin(["get", str(local), "7"]).stdout
+
+
+def test_a_url_query_stays_on_the_url_and_out_of_messages(srv, served):
+    _, local = served
+    r = run_bin(["get", srv.url("p.hframe?versionId=3"), "9"])
+    assert r.returncode == 0 and r.stdout == run_bin(["get", str(local), "9"]).stdout
+    assert srv.log[-1][0].startswith("/p.hframe") and any(
+        path == "/p.hframe.index.parquet?versionId=3" for path, _ in srv.log
+    )
+    r = run_bin(["verify", srv.url("nope.hframe?X-Amz-Signature=SECRET")])
+    assert r.returncode == 2 and b"SECRET" not in r.stderr and b"nope.hframe?..." in r.stderr
+
+
+def test_an_empty_object_is_what_an_empty_file_is(srv, served, tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "e.hframe").write_bytes(b"")
+    with RangeServer(site) as other:
+        remote = run_bin(["dump-header", other.url("e.hframe")])
+    here = run_bin(["dump-header", str(site / "e.hframe")])
+    assert remote.returncode == here.returncode != 3
+    assert remote.stderr.replace(other.url("e.hframe").encode(), b"P") == here.stderr.replace(
+        str(site / "e.hframe").encode(), b"P"
+    )
+
+
+def test_a_remote_manifest_cannot_point_at_local_files(srv, tmp_path):
+    from hframe_cli.dataset import Manifest, ShardEntry
+
+    site = tmp_path / "site"
+    site.mkdir()
+    m = Manifest([ShardEntry("file:///etc/passwd", "u", 1, 1, 0)], 1)
+    (site / "d.hframe.dataset.json").write_text(m.to_json())
+    with RangeServer(site) as other:
+        r = run_bin(["verify", other.url("d.hframe")])
+    assert r.returncode in (1, 2) and b"is not a remote location" in r.stderr and b"passwd:" not in r.stderr
