@@ -55,7 +55,7 @@ def manifest_location(output: str | os.PathLike[str]) -> str:
 
 def is_dataset(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` names a sharded dataset: locally, no file there but a manifest beside it;
-    behind a URL, a manifest beside it (one small request; a 404 says no)."""
+    behind a URL, a manifest beside it (one small request; any other answer says no)."""
     if not is_remote(path):
         return not os.path.exists(path) and get_manifest_path(path).exists()
     try:
