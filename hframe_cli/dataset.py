@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,10 @@ MANIFEST_SUFFIX = ".dataset.json"
 
 def get_manifest_path(output: str | os.PathLike[str]) -> Path:
     return Path(os.fspath(output) + MANIFEST_SUFFIX)
+
+
+#: shards of a remote dataset read at once by one ``read_many``
+REMOTE_SHARDS_AT_ONCE = 8
 
 
 def manifest_location(output: str | os.PathLike[str]) -> str:
@@ -284,10 +289,23 @@ class DatasetReader:
             k, local = self.locate(g)
             by_shard.setdefault(k, []).append((j, local))
         out: list[bytes] = [b""] * len(ids)
-        for k, items in by_shard.items():
+
+        def read_shard(k: int, items: list[tuple[int, int]]) -> None:
             datas = self.shard(k).read_many([local for _, local in items], workers=workers, **kw)
             for (j, _), data in zip(items, datas):
                 out[j] = data
+
+        if len(by_shard) > 1 and is_remote(self.path):
+            # behind a URL every shard costs round trips (opening it, then its reads): the shards
+            # of a batch are read at once, not one after another
+            with ThreadPoolExecutor(
+                min(REMOTE_SHARDS_AT_ONCE, len(by_shard)), thread_name_prefix="hframe-shard"
+            ) as pool:
+                for done in [pool.submit(read_shard, k, items) for k, items in by_shard.items()]:
+                    done.result()
+        else:
+            for k, items in by_shard.items():
+                read_shard(k, items)
         return out
 
     @property
