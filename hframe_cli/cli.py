@@ -802,9 +802,10 @@ def get(
         render.note(f"wrote {written} frames {'into' if fmt == GetFormat.tar else 'under'} {output}")
 
 
-def _hoist_global_options(args: list[str]) -> list[str]:
+def _hoist_global_options(args: list[str]) -> tuple[list[str], list[str]]:
     """``--debug`` and ``--io-timeout S`` are accepted after the command too (errors tell users to
-    add them there): moved in front of it, unless they come after ``--`` (operands there)."""
+    add them there): moved in front of it, unless they come after ``--`` (operands there).
+    Returns the arguments and the global options found."""
     head = args[: args.index("--")] if "--" in args else args
     front: list[str] = []
     rest: list[str] = []
@@ -819,7 +820,7 @@ def _hoist_global_options(args: list[str]) -> list[str]:
         else:
             rest.append(a)
         i += 1
-    return [*front, *rest, *args[len(head) :]] if front else args
+    return ([*front, *rest, *args[len(head) :]] if front else args), front
 
 
 def _usage_line(e: Exception, args: list[str]) -> str:
@@ -854,8 +855,8 @@ def _interrupted_message(args: list[str]) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and turn every error into one stderr line and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in (args[: args.index("--")] if "--" in args else args) or os.environ.get("HFRAME_DEBUG") == "1"
-    args = _hoist_global_options(args)
+    args, front = _hoist_global_options(args)
+    debug = "--debug" in front or os.environ.get("HFRAME_DEBUG") == "1"
     # a descriptor closed at start (`>&-`) leaves Python a None stream: write nowhere, not crash
     if sys.stdout is None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process

@@ -21,11 +21,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 
-def etag_of(path: Path) -> str:
-    st = path.stat()
-    return f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
-
-
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
@@ -64,31 +59,36 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         path = srv.root / self.path.lstrip("/").split("?", 1)[0]
-        if not path.is_file():
+        try:  # one descriptor for ETag, size and bytes, as nginx: a rename over the path mid-request
+            fd = os.open(path, os.O_RDONLY)  # cannot mix two versions in one answer
+        except (FileNotFoundError, IsADirectoryError):
             self._status(404, b"not found")
             return
-        tag = ("W/" if srv.weak_etag else "") + etag_of(path)
-        want = self.headers.get("If-Match")
-        if want is not None and (want != tag or tag.startswith("W/")):  # If-Match compares strongly
-            self._status(412, b"precondition failed")
-            return
-        size = path.stat().st_size
-        start, end = 0, size - 1
-        rng = self.headers.get("Range")
-        partial = rng is not None and fault != "ignore-range"
-        if partial:
-            first, _, last = rng.removeprefix("bytes=").partition("-")
-            start, end = int(first), min(int(last), size - 1)
-            if start >= size:
-                self.send_response(416)
-                self.send_header("Content-Range", f"bytes */{size}")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+        try:
+            st = os.fstat(fd)
+            tag = ("W/" if srv.weak_etag else "") + f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
+            want = self.headers.get("If-Match")
+            if want is not None and (want != tag or tag.startswith("W/")):  # If-Match compares strongly
+                self._status(412, b"precondition failed")
                 return
-        if fault == "shift" and start >= 16:  # the right length, from 16 bytes early (and says so)
-            start, end = start - 16, end - 16
-        with open(path, "rb") as f:  # only the range: a big pack is not read whole per request
-            body = os.pread(f.fileno(), end + 1 - start, start)
+            size = st.st_size
+            start, end = 0, size - 1
+            rng = self.headers.get("Range")
+            partial = rng is not None and fault != "ignore-range"
+            if partial:
+                first, _, last = rng.removeprefix("bytes=").partition("-")
+                start, end = int(first), min(int(last), size - 1)
+                if start >= size:
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{size}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+            if fault == "shift" and start >= 16:  # the right length, from 16 bytes early (and says so)
+                start, end = start - 16, end - 16
+            body = os.pread(fd, end + 1 - start, start)  # only the range: a big pack is not read whole
+        finally:
+            os.close(fd)
         self.send_response(206 if partial else 200)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("ETag", tag)

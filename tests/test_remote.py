@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -470,3 +471,47 @@ def test_a_remote_manifest_cannot_point_at_local_files(srv, tmp_path):
     with RangeServer(site) as other:
         r = run_bin(["verify", other.url("d.hframe")])
     assert r.returncode in (1, 2) and b"is not a remote location" in r.stderr and b"passwd:" not in r.stderr
+
+
+def test_readers_over_http_while_another_process_republishes_never_get_wrong_bytes(tmp_path):
+    """A second process republishes the pack (two alternating contents) in a loop while this one
+    opens it over HTTP and reads: every frame is its version's bytes (by the md5 of the index it
+    opened with) or the read is refused as replaced; never another version's bytes. Bounded: 6 s."""
+    site = tmp_path / "site"
+    site.mkdir()
+    srcs = []
+    for v in range(2):
+        src = tmp_path / f"src{v}"
+        src.mkdir()
+        for i in range(120):  # the same names, other bytes: only the version tells them apart
+            (src / f"{i:03d}.bin").write_bytes(bytes([v]) * 100 + os.urandom(random.Random(i).randrange(800, 3000)))
+        srcs.append(src)
+    h.pack([srcs[0]], site / "p.hframe")
+    code = (
+        "import sys, time; import hframe_cli as h\n"
+        "a, b, out = sys.argv[1:4]; end = time.monotonic() + 6; n = 0\n"
+        "while time.monotonic() < end:\n"
+        "    h.pack([b if n % 2 == 0 else a], out, force=True); n += 1\n"
+        "print(n, flush=True)\n"
+    )
+    writer = subprocess.Popen(
+        [sys.executable, "-c", code, str(srcs[0]), str(srcs[1]), str(site / "p.hframe")], stdout=subprocess.PIPE
+    )
+    reads = replaced = 0
+    try:
+        with RangeServer(site) as srv:
+            rng = random.Random(5)
+            while writer.poll() is None:
+                try:
+                    with h.open_pack(srv.url("p.hframe")) as p:
+                        want = p.table.column("md5").to_pylist()
+                        ids = rng.sample(range(len(p)), 24)
+                        for i, data in zip(ids, p.read_many(ids)):
+                            assert hashlib.md5(data).hexdigest() == want[i], "another version's bytes"
+                            reads += 1
+                except (PackReplaced, InputError, StorageError):
+                    replaced += 1  # refused (or caught mid-publish and opened again later): never data
+    finally:
+        out, _ = writer.communicate(timeout=30)
+    assert writer.returncode == 0 and int(out) >= 3  # it did republish, several times
+    assert reads > 0, (reads, replaced)
