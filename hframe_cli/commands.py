@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from .errors import PackLocked
 from .guard import writer_run
 from .inputs import DEFAULT_MAX_FRAME_BYTES
+from .locations import is_remote
 
 if TYPE_CHECKING:
     from .dataset import Manifest
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from .media import MediaOptions
     from .packing import CheckpointPolicy, PackResult, ResumeResult
     from .update import UpdatePlan
+    from .upload import PublishReport
 
 __all__ = ["PackOptions", "PackOutcome", "pack", "resume_pack"]
 
@@ -88,6 +90,8 @@ class PackOutcome:
     manifest: Manifest | None = None
     plan: UpdatePlan | None = None
     skipped: str | None = None
+    #: an object-store output: what was uploaded (``upload.PublishReport``)
+    published: PublishReport | None = None
 
     @property
     def result(self) -> PackResult | None:
@@ -128,6 +132,8 @@ def pack(
         from .errors import InputError
 
         raise InputError("--dry-run only applies with --update (on a pack that does not exist, every file is new)")
+    if is_remote(out):
+        return _pack_remote([os.fspath(p) for p in paths], out, opts)
     target = out
     if opts.shard_of is not None:  # a job-array part writes (and locks) its own shard
         from .dataset import shard_path
@@ -147,6 +153,73 @@ def pack(
         if not opts.skip_if_locked:
             raise
         return PackOutcome("skipped", target, skipped=str(e))
+
+
+def _pack_remote(paths: list[str], url: str, opts: PackOptions) -> PackOutcome:
+    """``pack`` to an object store: build in the staging folder (locked as a local output),
+    then publish (``upload.py``). Without ``--update`` or ``--force`` a pack already published
+    there is refused, as a local one is."""
+    from dataclasses import replace
+
+    from .errors import InputError
+    from .locations import shown_url
+    from .upload import fetch_for_update, publish, published_version, staging_path
+
+    if opts.shard_of is not None:
+        raise InputError(f"{url}: --shard-of writes parts to a local or shared folder, not to a remote location")
+    stage = staging_path(url)
+    try:
+        with writer_run(
+            stage,
+            wait=opts.wait,
+            handle_signals=opts.handle_signals,
+            on_event=opts.on_event,
+            on_warning=opts.on_warning,
+        ):
+            if opts.update:
+                fetch_for_update(url, stage, opts.on_event)
+            elif not opts.force and published_version(url):
+                raise InputError(f"{shown_url(url)}: already exists (--force replaces it, --update adds to it)")
+            local = pack(paths, stage, replace(opts, force=opts.force or not opts.update, skip_if_locked=False))
+            if local.mode == "dry-run":
+                return replace(local, output=shown_url(url))
+            report = publish(stage, url, opts.on_event)
+    except PackLocked as e:
+        if not opts.skip_if_locked:
+            raise
+        return PackOutcome("skipped", url, skipped=str(e))
+    results = [report.remote_result(r) for r in local.results]
+    return replace(local, output=shown_url(url), results=results, published=report)
+
+
+def _resume_remote(url: str, on_event: EventFn | None, **kw: Any) -> ResumeResult:
+    """``resume`` of an object-store output: finish the staged build if it was interrupted,
+    then publish what is not at the location yet (an interrupted upload goes on where it
+    stopped, pack by pack)."""
+    from dataclasses import replace
+
+    from .dataset import manifest_location
+    from .errors import NothingToResume
+    from .packing import ResumeResult
+    from .upload import publish, staging_path
+
+    stage = staging_path(url)
+    with writer_run(stage, wait=kw.pop("wait"), handle_signals=kw["handle_signals"], on_event=on_event):
+        try:
+            result = _resume_locked(stage, on_event=on_event, **kw)
+        except NothingToResume:
+            result = None
+        if result is None and not os.path.exists(stage) and not os.path.exists(manifest_location(stage)):
+            raise NothingToResume(f"{url}: nothing to resume (no build of it in {os.path.dirname(stage)})")
+        report = publish(stage, url, on_event)
+    if result is None:
+        if not report.uploaded:
+            raise NothingToResume(f"{url}: nothing to resume (the staged build is published)")
+        result = ResumeResult("published", None, [f"uploaded {len(report.uploaded)} objects"])
+    if result.result is not None:
+        result = replace(result, result=report.remote_result(result.result))
+    result.notes.append(report.summary(url))
+    return result
 
 
 def _media_and_sources(paths: list[str], out: str, opts: PackOptions) -> tuple[MediaOptions, SourceList]:
@@ -242,6 +315,17 @@ def resume_pack(
     """
     out = os.fspath(output)
     try:
+        if is_remote(out):
+            return _resume_remote(
+                out,
+                on_event,
+                rescan=rescan,
+                workers=workers,
+                checkpoints=checkpoints,
+                handle_signals=handle_signals,
+                on_progress=on_progress,
+                wait=wait,
+            )
         with writer_run(out, wait=wait, handle_signals=handle_signals, on_event=on_event, on_warning=on_warning):
             return _resume_locked(out, rescan, workers, checkpoints, handle_signals, on_progress, on_event)
     except PackLocked as e:

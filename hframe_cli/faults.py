@@ -23,6 +23,8 @@ POINTS = (
     "checkpoint-between-renames",
     "after-seal",
     "publish-between-renames",
+    "upload-before-complete",
+    "upload-after-object",
 )
 
 _hits: dict[str, int] = {}

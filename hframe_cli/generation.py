@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from .errors import FormatError, HframeError, InputError, PackReplaced, StorageError
 from .format import HEADER_SIZE, TRAILER_SIZE, Header, Trailer
 from .index import IndexMeta, format_time_us, read_index_meta
+from .locations import with_suffix
 from .storage import LocalFile, Storage, open_storage
 
 T = TypeVar("T")
@@ -93,6 +94,12 @@ def open_generation(
         try:
             info = read_pack_info(storage)
             index, meta = pinned_index(storage, index_path, {info.uuid})
+        except FormatError:
+            replaced = _unpinned_and_moved(storage)
+            storage.close()
+            if replaced:  # its reads met a newer object than its size came from: open it again
+                raise Overtaken from None
+            raise
         except BaseException:
             storage.close()
             raise
@@ -194,6 +201,13 @@ def _reopen_generation(
     return storage, info, index, meta
 
 
+def _unpinned_and_moved(storage: Storage) -> bool:
+    """Whether ``storage`` is a remote object whose reads are not tied to one version
+    (``RemoteFile.pinned``: S3 through pyarrow) and that object changed since it was opened:
+    then bytes that make no pack are a publish met half-way, not damage."""
+    return not getattr(storage, "pinned", True) and not storage.is_at_path()
+
+
 class Overtaken(Exception):
     """The pack at the path was replaced after it was opened and before its index was."""
 
@@ -210,18 +224,24 @@ def pinned_index(storage: Storage, ipath: str, uuids: set[str]) -> tuple[Storage
     if index is not None:
         try:
             meta = read_index_meta(ipath, stream=index.stream())
+        except FormatError:
+            replaced = _unpinned_and_moved(index)
+            index.close()
+            if replaced:
+                raise Overtaken from None
+            raise
         except BaseException:
             index.close()
             raise
         if not uuids or meta.pack_uuid in uuids:
             return index, meta
     try:
-        twin = open_storage(ipath + ".partial")
+        twin = open_storage(with_suffix(ipath, ".partial"))
     except HframeError:
         twin = None
     if twin is not None:
         try:
-            twin_meta = read_index_meta(ipath + ".partial", stream=twin.stream())
+            twin_meta = read_index_meta(with_suffix(ipath, ".partial"), stream=twin.stream())
         except HframeError:
             twin_meta = None  # still being written
         if twin_meta is not None and twin_meta.pack_uuid in uuids:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from .errors import InputError, PackLocked, StorageError
+from .locations import shown_url
 
 __all__ = ["LockWaitStopped", "OutputLock", "lock_path"]
 
@@ -58,9 +59,15 @@ class OutputLock:
     def __init__(self, output: str | os.PathLike[str], *, wait: float = 0.0) -> None:
         scheme, sep, _ = os.fspath(output).partition("://")
         if sep and scheme.lower() != "file":  # every writing run takes this lock first
+            where = shown_url(os.fspath(output))
+            if scheme.lower() in ("http", "https"):
+                raise InputError(
+                    f"{where}: writing to a remote location ({scheme}://) is not supported yet; "
+                    "write the pack locally, then upload it and its index"
+                )
             raise InputError(
-                f"{os.fspath(output)}: writing to a remote location ({scheme}://) is not supported yet; "
-                "write the pack locally, then upload it and its index"
+                f"{where}: only pack and resume write to a remote location ({scheme}://); "
+                "run this on a local copy, then publish it with 'hframe pack'"
             )
         self.path = lock_path(output)
         self.output = os.fspath(output)

@@ -10,6 +10,7 @@ thread pool (``os.pread`` has no shared file position, so threads never race).
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import os
 import threading
@@ -24,10 +25,12 @@ import pyarrow as pa
 
 from .codec import Decompressor
 from .errors import (
+    ChecksumMismatch,
     FrameOutOfRange,
     IncompletePack,
     InputError,
     NotFound,
+    PackReplaced,
 )
 from .format import (
     CODEC_IDS,
@@ -121,6 +124,10 @@ class PackReader:
         #: remote, gap not chosen by the caller: merge the smallest gaps of each batch first, up to
         #: ``coalesce_gap``, while the bytes read for nothing stay within this share of the batch
         self.gap_budget = REMOTE_GAP_BUDGET if self.remote and coalesce_gap is None else None
+        #: a store whose reads are not tied to the version opened (S3 through pyarrow, a server
+        #: without a strong ETag): every frame returned is checked against the index's md5 first
+        self.checks_md5 = self.remote and not getattr(self._storage, "pinned", True)
+        self._md5s: list[bytes] | None = None
         # a handle used again after close() (or in a process that cannot reach these files) opens
         # the path: only the same generation may stand in
         checks = generation_checks(self.path, self.index_path, self.info.uuid, self.info.size)
@@ -299,11 +306,20 @@ class PackReader:
     def read(self, key: FrameKey) -> bytes:
         """The exact bytes of one frame (decompressed if it is stored compressed)."""
         i = self.frame_id(key)
-        return self._decode(i, self.read_stored(i))
+        data = self._decode(i, self._read_stored(i))
+        if self.checks_md5:
+            self._check_md5([i], [data])
+        return data
 
     def read_stored(self, key: FrameKey) -> bytes:
         """The bytes of one frame exactly as stored in the pack (still compressed, if it is)."""
         i = self.frame_id(key)
+        data = self._read_stored(i)
+        if self.checks_md5:
+            self._check_md5([i], [self._decode(i, data)])
+        return data
+
+    def _read_stored(self, i: int) -> bytes:
         offset, length = self._offsets[i], self._lengths[i]
         self._check_range(i, offset, length)
         if length <= self.max_read:
@@ -336,9 +352,11 @@ class PackReader:
             workers: threads for this call (default: the reader's, else ``default_workers``).
             stats: if given, read calls, bytes and per-frame read latencies are added to it.
         """
-        out = self.read_many_stored(keys, workers, stats)
+        out = self._read_many_stored(keys, workers, stats)
         codecs = self._codecs
         if codecs is None:
+            if self.checks_md5:
+                self._check_md5([k if type(k) is int else self.frame_id(k) for k in keys], out)
             return out
         assert self._decompressor is not None and self._raw_lengths is not None
         ids = [k if type(k) is int else self.frame_id(k) for k in keys]
@@ -355,12 +373,40 @@ class PackReader:
         )
         for j, data in zip(packed, datas):
             out[j] = data
+        if self.checks_md5:
+            self._check_md5(ids, out)
         return out
+
+    def _check_md5(self, ids: Sequence[int], frames: Sequence[bytes]) -> None:
+        """Each frame's bytes against the index's md5 (``checks_md5``): a mismatch is the pack
+        replaced at its location since this reader opened it (exit 3), or damage (exit 1)."""
+        if self._md5s is None:
+            column = self.read_index_columns(["md5"]).column("md5").to_pylist()
+            self._md5s = [bytes.fromhex(h) if h else b"" for h in column]
+        want = self._md5s
+        for i, data in zip(ids, frames):
+            if hashlib.md5(data).digest() != want[i]:
+                if not self._storage.is_at_path():
+                    raise PackReplaced(
+                        f"{self.path}: the pack was replaced since this reader opened it (frame {i} "
+                        "is not the indexed bytes); open it again"
+                    )
+                raise ChecksumMismatch(f"{self.path}: frame {i}: md5 mismatch (stored bytes are not the indexed ones)")
 
     def read_many_stored(
         self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None
     ) -> list[bytes]:
-        """Like ``read_many``, but the bytes exactly as stored (no decompression).
+        """Like ``read_many``, but the bytes exactly as stored (no decompression)."""
+        out = self._read_many_stored(keys, workers, stats)
+        if self.checks_md5:
+            ids = [k if type(k) is int else self.frame_id(k) for k in keys]
+            self._check_md5(ids, [self._decode(i, d) for i, d in zip(ids, out)])
+        return out
+
+    def _read_many_stored(
+        self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None
+    ) -> list[bytes]:
+        """``read_many_stored`` without the md5 check.
 
         The steps: look the ranges up (checked against the pack's data section); if the frames
         are scattered (the usual random sample) and one thread reads, one ``pread`` each;

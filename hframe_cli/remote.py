@@ -30,11 +30,11 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InputError, PackReplaced, StorageError
 from .locations import shown_url
+from .policy import Budget, Counters, Permanent, RequestPolicy, Response, Transient
 
 __all__ = ["Counters", "HttpBackend", "RemoteFile", "RequestPolicy", "remote_url"]
 
@@ -52,117 +52,25 @@ _WAIT_SLICE_S = 0.2  # the calling thread waits in slices this long (signals are
 
 
 def remote_url(base: str, relative: str) -> str:
-    """``relative`` (a shard's path in a manifest) resolved against the manifest's URL."""
+    """``relative`` (a shard's path in a manifest) resolved against the manifest's URL (an
+    object store's options, in its query, apply to the shards too)."""
     if "://" in relative:
         return relative
+    if base.partition("://")[0].lower() not in ("http", "https"):
+        from .objectstore import join
+
+        return join(base, relative)
     return urllib.parse.urljoin(base, relative)
 
 
-@dataclass
-class RequestPolicy:
-    """How requests are made and retried; one per remote file (``from_env`` reads the
-    ``HFRAME_IO_*`` variables and ``--io-timeout``)."""
+def backend_for(location: str) -> Callable[[str, RequestPolicy], Any]:
+    """The backend that makes a location's requests: ``HttpBackend`` for http(s), else the
+    ``pyarrow.fs`` one (``objectstore.ObjectBackend``)."""
+    if location.partition("://")[0].lower() in ("http", "https"):
+        return HttpBackend
+    from .objectstore import ObjectBackend
 
-    attempts: int = 5  # tries of one request, the first included
-    backoff_s: float = 0.1  # full jitter: sleep uniform(0, min(cap, backoff * 2**n))
-    backoff_cap_s: float = 2.0
-    connect_timeout_s: float = 5.0
-    request_timeout_s: float = 20.0  # the longest wait for any byte of a response
-    deadline_s: float = 120.0  # one read (with its retries) as a whole
-    in_flight: int = 16  # requests at once, per file
-    budget: int = 50  # retry tokens: a retry costs 5 (a throttle 10), a success gives 1 back
-
-    @classmethod
-    def from_env(cls, io_timeout: float | None = None, environ: dict[str, str] | None = None) -> RequestPolicy:
-        env = os.environ if environ is None else environ
-        policy = cls()
-        for name, attr, kind in (
-            ("HFRAME_IO_TIMEOUT", "deadline_s", float),
-            ("HFRAME_IO_ATTEMPTS", "attempts", int),
-            ("HFRAME_IO_CONNECT_TIMEOUT", "connect_timeout_s", float),
-            ("HFRAME_IO_REQUEST_TIMEOUT", "request_timeout_s", float),
-            ("HFRAME_IO_IN_FLIGHT", "in_flight", int),
-        ):
-            value = env.get(name)
-            if value:
-                try:
-                    setattr(policy, attr, kind(value))
-                except ValueError:
-                    raise InputError(f"{name}={value!r}: not a number") from None
-        if io_timeout is not None:
-            policy.deadline_s = io_timeout
-        if policy.attempts < 1 or policy.in_flight < 1 or min(policy.deadline_s, policy.request_timeout_s) <= 0:
-            raise InputError("remote I/O settings must be positive (HFRAME_IO_* / --io-timeout)")
-        policy.request_timeout_s = min(policy.request_timeout_s, policy.deadline_s)
-        policy.connect_timeout_s = min(policy.connect_timeout_s, policy.deadline_s)
-        return policy
-
-
-@dataclass
-class Counters:
-    """What a remote file cost: requests made (retries included), body bytes received, retries,
-    and how many answers were throttles (429 or 503)."""
-
-    requests: int = 0
-    bytes: int = 0
-    retries: int = 0
-    throttles: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, *, requests: int = 0, nbytes: int = 0, retries: int = 0, throttles: int = 0) -> None:
-        with self._lock:
-            self.requests += requests
-            self.bytes += nbytes
-            self.retries += retries
-            self.throttles += throttles
-
-    def to_dict(self) -> dict[str, int]:
-        return {"requests": self.requests, "bytes": self.bytes, "retries": self.retries, "throttles": self.throttles}
-
-
-class _Budget:
-    """A retry budget: retries spend tokens, successes earn some back; none left, no retries."""
-
-    def __init__(self, tokens: int) -> None:
-        self.capacity = self.tokens = tokens
-        self.lock = threading.Lock()
-
-    def spend(self, cost: int) -> bool:
-        with self.lock:
-            if self.tokens < cost:
-                return False
-            self.tokens -= cost
-            return True
-
-    def earn(self) -> None:
-        with self.lock:
-            self.tokens = min(self.capacity, self.tokens + 1)
-
-
-class Transient(Exception):
-    """A failure another attempt may not meet (the backend raises it; ``RemoteFile`` retries)."""
-
-    def __init__(self, reason: str, throttled: bool = False) -> None:
-        super().__init__(reason)
-        self.throttled = throttled
-
-
-class Permanent(Exception):
-    """A failure no retry changes: ``kind`` is ``missing`` (404), ``replaced`` (412: the ETag no
-    longer matches), ``unsupported`` (the server ignores ranges) or ``denied`` (401/403, other 4xx)."""
-
-    def __init__(self, kind: str, reason: str) -> None:
-        super().__init__(reason)
-        self.kind = kind
-
-
-@dataclass(frozen=True)
-class Response:
-    """One ranged GET's answer: the body, the object's full size and its ETag."""
-
-    body: bytes
-    size: int
-    etag: str | None
+    return ObjectBackend
 
 
 class HttpBackend:
@@ -291,6 +199,11 @@ class HttpBackend:
         parts.append(resp.read())  # nothing left: this completes the response (the connection is reusable)
         return b"".join(parts)
 
+    def version(self) -> tuple[str | None, int]:
+        """(ETag, size) of what the URL serves now (one small request)."""
+        resp = self.get(0, 1, None)
+        return resp.etag, resp.size
+
     def close(self) -> None:
         self._drop()
 
@@ -325,11 +238,12 @@ class RemoteFile:
         backend: Callable[[str, RequestPolicy], Any] | None = None,
         **_: Any,
     ) -> None:
+        self.url = location
         self.location = shown_url(location)  # in messages: a query (a signature?) is not printed
         self.policy = policy or RequestPolicy.from_env()
-        self.backend = (backend or HttpBackend)(location, self.policy)
+        self.backend = (backend or backend_for(location))(location, self.policy)
         self.counters = Counters()
-        self._budget = _Budget(self.policy.budget)
+        self._budget = Budget(self.policy.budget)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = -1
         self._pending: dict[tuple[int, int], Future[bytes]] = {}
@@ -364,7 +278,7 @@ class RemoteFile:
                 raise StorageError(f"{self.location}: closed while reading")
             self.counters.add(requests=1)
             try:
-                resp = self.backend.get(start, length, self.etag, deadline)
+                resp: Response = self.backend.get(start, length, self.etag, deadline)
             except Transient as e:
                 self.counters.add(throttles=int(e.throttled))
                 pause = random.uniform(0, min(policy.backoff_cap_s, policy.backoff_s * 2 ** (attempt - 1)))
@@ -393,7 +307,7 @@ class RemoteFile:
                     raise InputError(f"{self.location}: {e}") from None
                 raise StorageError(f"{self.location}: {e}") from None
             self._budget.earn()
-            self.counters.add(nbytes=len(resp.body))
+            self.counters.add(requests=resp.requests - 1, nbytes=len(resp.body))
             self._same_version(resp)
             return resp
 
@@ -522,10 +436,16 @@ class RemoteFile:
         """Whether the URL still serves the version this handle pinned (one small request)."""
         self.counters.add(requests=1)
         try:
-            resp = self.backend.get(0, 1, None)
+            now = self.backend.version()
         except (Transient, Permanent):
             return False
-        return self._version is not None and (resp.etag, resp.size) == self._version
+        return self._version is not None and now == self._version
+
+    @property
+    def pinned(self) -> bool:
+        """Whether every read is tied to the version first read (If-Match with a strong ETag, or
+        a store that pins it itself); where not, readers check each frame's md5."""
+        return bool(getattr(self.backend, "pinned", True)) and self.etag is not None
 
     def close(self) -> None:
         self._closed = True  # a request under way on a worker stops at its next attempt
@@ -549,7 +469,7 @@ class RemoteFile:
     alternates: tuple[str, ...] = ()
 
     def __getstate__(self) -> dict[str, object]:
-        return {"location": self.location, "etag": self.etag}
+        return {"location": self.url, "etag": self.etag}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         etag = state.get("etag")

@@ -19,6 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
+from .locations import shown_url, with_suffix
 from .rows import cell_text, field_text
 from .units import format_bytes
 
@@ -140,6 +141,7 @@ def event_logger(quiet: bool) -> Callable[[str], None] | None:
 
 
 def resume_summary(outcome: Any, output: str, as_json: bool, quiet: bool) -> None:
+    output = shown_url(output)
     if outcome.status == "skipped":
         locked_skip(output, outcome.notes[0], as_json, quiet)
         return
@@ -159,6 +161,8 @@ def resume_summary(outcome: Any, output: str, as_json: bool, quiet: bool) -> Non
                 + (
                     "already complete; nothing to resume"
                     if outcome.status == "already_complete"
+                    else "uploading finished"
+                    if outcome.status == "published"
                     else "publishing finished"
                 )
             )
@@ -168,25 +172,32 @@ def resume_summary(outcome: Any, output: str, as_json: bool, quiet: bool) -> Non
 
 
 def pack_outcome(outcome: Any, as_json: bool, quiet: bool) -> None:
-    """What ``pack`` did, in the form its mode calls for (``commands.PackOutcome``)."""
+    """What ``pack`` did, in the form its mode calls for (``commands.PackOutcome``); for an
+    object-store output, what was uploaded (JSON: ``published``; else one more line)."""
+    published = getattr(outcome, "published", None)
+    extra = {"published": published.to_dict()} if published is not None else None
     if outcome.mode == "skipped":
         locked_skip(outcome.output, outcome.skipped, as_json, quiet)
     elif outcome.mode == "dry-run":
         dry_run(outcome.plan, outcome.output, as_json, quiet)
     elif outcome.mode == "update":
-        update_summary(outcome.plan, outcome.result, outcome.output, as_json, quiet)
+        update_summary(outcome.plan, outcome.result, outcome.output, as_json, quiet, extra)
     elif outcome.mode == "sharded":
-        sharded_summary(outcome.manifest, outcome.results, outcome.output, as_json, quiet)
+        sharded_summary(outcome.manifest, outcome.results, outcome.output, as_json, quiet, extra)
     else:
-        pack_summary(outcome.result, as_json, quiet)
+        pack_summary(outcome.result, as_json, quiet, extra=extra)
+    if published is not None and not as_json and not quiet:
+        note(published.summary(outcome.output))
 
 
-def update_summary(plan: Any, result: Any, output: str, as_json: bool, quiet: bool) -> None:
+def update_summary(
+    plan: Any, result: Any, output: str, as_json: bool, quiet: bool, extra: dict[str, Any] | None = None
+) -> None:
     if as_json:
         doc = result.to_dict() if result is not None else {"ok": True, "pack": output}
         doc["update"] = plan.to_dict()
         doc["changed"] = plan.status != "up_to_date"
-        print_json(doc)
+        print_json({**doc, **(extra or {})})
         return
     if result is None:
         if not quiet:
@@ -236,13 +247,16 @@ def _plan_item(what: str, name: str, why: str | None) -> dict[str, Any]:
     return {"change": what, "name": name, **({"why": why} if why else {})}
 
 
-def sharded_summary(manifest: Any, results: Any, output: str, as_json: bool, quiet: bool) -> None:
+def sharded_summary(
+    manifest: Any, results: Any, output: str, as_json: bool, quiet: bool, extra: dict[str, Any] | None = None
+) -> None:
     if as_json:
         print_json(
             {
+                **(extra or {}),
                 "ok": True,
                 "dataset": output,
-                "manifest": f"{output}.dataset.json",
+                "manifest": with_suffix(output, ".dataset.json"),
                 "frame_count": manifest.frame_count,
                 "shards": [
                     {
@@ -265,13 +279,15 @@ def sharded_summary(manifest: Any, results: Any, output: str, as_json: bool, qui
         total = sum(e.pack_bytes for e in manifest.shards)
         note(
             f"packed {manifest.frame_count} frames into {len(manifest.shards)} shards ({format_bytes(total)}); "
-            f"dataset manifest {output}.dataset.json"
+            f"dataset manifest {shown_url(with_suffix(output, '.dataset.json'))}"
         )
 
 
-def pack_summary(result: Any, as_json: bool, quiet: bool, verb: str = "packed") -> None:
+def pack_summary(
+    result: Any, as_json: bool, quiet: bool, verb: str = "packed", extra: dict[str, Any] | None = None
+) -> None:
     if as_json:
-        print_json(result.to_dict())
+        print_json({**result.to_dict(), **(extra or {})})
         return
     for r in result.skipped:
         note(f"skipped {r.path}: {r.reason}")

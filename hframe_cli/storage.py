@@ -3,8 +3,9 @@
 ``open_storage(uri)`` is the single place where a location is parsed. Local paths get an
 ``os.pread`` fast path with a descriptor per process, pinned to the file first opened, so a
 reader created before ``fork()`` (PyTorch DataLoader workers) never shares a descriptor with its
-parent, and never reads a newer file that a publish renamed over the path. Remote schemes (``s3://``, ``gs://``, ``hdfs://``, ``http(s)://``) will plug in here
-through ``pyarrow.fs`` without touching callers; this release refuses them clearly.
+parent, and never reads a newer file that a publish renamed over the path. Remote schemes plug in
+here (``register_scheme``): ``http(s)://``, ``s3://``, ``gs://`` and ``hdfs://`` open a
+``remote.RemoteFile``; Azure (``abfs://``, ``az://``) is refused clearly.
 """
 
 from __future__ import annotations
@@ -332,8 +333,8 @@ def register_scheme(scheme: str, opener: Callable[..., Storage]) -> None:
     _SCHEMES[scheme.lower()] = opener
 
 
-def _http(location: str, **options: Any) -> Storage:
-    from .remote import RemoteFile  # only remote commands load the HTTP client
+def _remote(location: str, **options: Any) -> Storage:
+    from .remote import RemoteFile  # only remote commands load the clients
 
     return RemoteFile(location, **options)
 
@@ -349,7 +350,7 @@ def _file_uri(location: str, **options: Any) -> LocalFile:
 
 register_scheme("file", _file_uri)
 for _scheme in REMOTE_SCHEMES:
-    register_scheme(_scheme, _http if _scheme in ("http", "https") else _not_supported_yet)
+    register_scheme(_scheme, _not_supported_yet if _scheme in ("abfs", "az") else _remote)
 
 
 def open_storage(location: str | os.PathLike[str], **options: Any) -> Storage:

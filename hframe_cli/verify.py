@@ -957,6 +957,7 @@ def verify_pack(
         finally:
             counters = getattr(storage, "counters", None)
             if counters is not None:
+                _replaced_while_read(report, storage)
                 report.remote = counters.to_dict()
             storage.close()
         # pack-level problems first, then by frame (md5 results arrive in batches, after layout ones)
@@ -970,6 +971,16 @@ def verify_pack(
         report = PackReport(shown_url(loc), shown_url(ipath), "index", "full")
         report.error, report.error_is_storage = str(e), True
         return report
+
+
+def _replaced_while_read(report: PackReport, storage: Storage) -> None:
+    """A remote pack whose reads are not pinned to a version (``RemoteFile.pinned``) and that
+    shows problems may have been replaced while it was read: then that is the finding (exit 3),
+    not damage."""
+    if (report.problems or report.error) and not getattr(storage, "pinned", True) and not storage.is_at_path():
+        report.problems.clear()
+        report.error = f"{report.pack}: the pack was replaced while it was verified; verify it again"
+        report.error_is_storage = True
 
 
 def _verify_open(

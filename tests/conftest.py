@@ -185,3 +185,77 @@ http {{
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serve(argv: list[str], port: int, what: str, log: Path) -> subprocess.Popen[bytes]:
+    """Start a server process and wait (up to 30 s) until it accepts connections on ``port``."""
+    out = open(log, "wb")  # noqa: SIM115 - the server's log lives as long as the server
+    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"{what} did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.1)
+
+
+def _tool(name: str) -> str | None:
+    """An executable installed with the test extras: next to this Python, else on PATH."""
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else shutil.which(name)
+
+
+#: credentials for the loopback S3 (moto accepts any); set for this process and its children
+S3_ENV = {"AWS_ACCESS_KEY_ID": "hframe-test", "AWS_SECRET_ACCESS_KEY": "hframe-test", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@contextmanager
+def moto_s3(workdir: Path) -> Iterator[str]:
+    """moto's S3 server (PyPI ``moto[server]``, a test extra) on a free loopback port; yields its
+    ``HOST:PORT``. Sets fake credentials in the environment (and restores it after)."""
+    exe = _tool("moto_server")
+    if exe is None:
+        pytest.fail("moto_server is not installed (pip install 'moto[server]': a test extra)")
+    port = _free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    saved = {k: os.environ.get(k) for k in S3_ENV}
+    os.environ.update(S3_ENV)
+    proc = _serve([exe, "-H", "127.0.0.1", "-p", str(port)], port, "moto_server", workdir / "moto.log")
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextmanager
+def gcs_emulator(workdir: Path, bucket: str) -> Iterator[str]:
+    """A Google Cloud Storage emulator (PyPI ``gcp-storage-emulator``, a test extra) on a free
+    loopback port holding ``bucket``; yields its ``HOST:PORT``."""
+    exe = _tool("gcp-storage-emulator")
+    if exe is None:
+        pytest.fail("gcp-storage-emulator is not installed (pip install gcp-storage-emulator: a test extra)")
+    port = _free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    argv = [exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "--default-bucket", bucket]
+    proc = _serve(argv, port, "gcp-storage-emulator", workdir / "gcs.log")
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -3,6 +3,8 @@ stores and nginx do, and injects faults on request: the test double of a remote 
 real servers cannot be told to do on cue (answer 500, 503 SlowDown, 429, 403 or a 302, hang,
 stall mid-body, trickle a byte at a time, cut a body short, reset the connection, ignore Range,
 answer another range than asked, send gzip). No mock of the client: hframe talks HTTP to it.
+It answers HEAD and path-style ``/BUCKET/KEY`` too, with S3's XML error bodies, so an S3 client
+(pyarrow's, with ``endpoint_override``) can be pointed at it as at a misbehaving S3.
 
     with RangeServer(root) as srv:
         srv.url("p.hframe")                   # http://127.0.0.1:PORT/p.hframe
@@ -32,6 +34,16 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
+    def do_HEAD(self) -> None:  # noqa: N802 - the stdlib's name
+        """What GET answers, without the body (an S3 client asks for the size and ETag so)."""
+        self.head_only = True
+        try:
+            self.do_GET()
+        finally:
+            self.head_only = False
+
+    head_only = False
+
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
         srv = self.server.owner
         with srv.lock:
@@ -41,7 +53,8 @@ class _Handler(BaseHTTPRequestHandler):
         if srv.latency_s:
             time.sleep(srv.latency_s)
         if fault in ("500", "503", "429", "403"):
-            self._status(int(fault), b"SlowDown" if fault == "503" else b"error")
+            code = {"500": "InternalError", "503": "SlowDown", "429": "SlowDown", "403": "AccessDenied"}[fault]
+            self._status(int(fault), f"<Error><Code>{code}</Code><Message>{code}</Message></Error>".encode())
             return
         if fault == "302":
             self.send_response(302)
@@ -98,6 +111,8 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "gzip":
             self.send_header("Content-Encoding", "gzip")
         self.end_headers()
+        if self.head_only:
+            return
         if fault == "trickle":  # one byte every 0.3 s: each receive is quick, the whole is not
             for k in range(len(body)):
                 self.wfile.write(body[k : k + 1])
@@ -120,8 +135,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _status(self, code: int, body: bytes) -> None:
         self.send_response(code)
         self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Type", "application/xml")
         self.end_headers()
-        self.wfile.write(body)
+        if not self.head_only:
+            self.wfile.write(body)
 
 
 class _Server(ThreadingHTTPServer):

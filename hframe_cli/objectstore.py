@@ -1,0 +1,273 @@
+"""Object stores (``s3://``, ``gs://``, ``hdfs://``) through ``pyarrow.fs``, as ``RemoteFile`` backends.
+
+pyarrow brings what hframe should not write again: the AWS and Google credential chains
+(environment, config files, instance metadata, workload identity), request signing, and HDFS.
+What it does not bring is hframe's request policy, so its own retry loops are turned off here
+(S3: one attempt; GCS: no retry time) and ``remote.RemoteFile`` retries, times out and counts
+every request, the same on every backend (``man/hframe.1``, REMOTE PACKS).
+
+Locations: ``s3://BUCKET/KEY``, ``gs://BUCKET/KEY`` (or ``gcs://``), ``hdfs://HOST:PORT/PATH``.
+Options of an S3-compatible or emulated store go in the query (``?endpoint_override=HOST:PORT&
+scheme=http&region=R``); an S3 endpoint may also come from ``AWS_ENDPOINT_URL_S3`` or
+``AWS_ENDPOINT_URL``, as the AWS tools take it. Credentials never appear in a location.
+
+A ranged read through pyarrow cannot carry ``If-Match``. GCS reads are pinned anyway (pyarrow
+asks for the object's generation); S3 and HDFS reads are not, so ``pinned`` is False for them
+and the reader checks every frame it returns against the index's md5 (``reader.py``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import threading
+import time
+import urllib.parse
+from typing import Any
+
+from .errors import InputError, StorageError
+from .policy import Permanent, RequestPolicy, Response, Transient
+
+__all__ = ["ObjectBackend", "filesystem", "join", "object_at", "split_location"]
+
+#: query keys each scheme takes (anything else is refused: a typo must not be ignored)
+_OPTIONS = {
+    "s3": ("endpoint_override", "scheme", "region", "anonymous"),
+    "gs": ("endpoint_override", "scheme", "anonymous"),
+    "hdfs": ("user", "replication"),
+}
+_SCHEMES = {"s3": "s3", "gs": "gs", "gcs": "gs", "hdfs": "hdfs"}
+
+
+def split_location(location: str) -> tuple[str, str, dict[str, str]]:
+    """``s3://b/k?region=x`` → (``s3``, ``b/k``, ``{"region": "x"}``); ``hdfs://h:8020/p`` →
+    (``hdfs``, ``h:8020/p``, {}). Refuses what cannot name an object (exit 2)."""
+    parts = urllib.parse.urlsplit(location)
+    scheme = _SCHEMES.get(parts.scheme.lower())
+    if scheme is None:
+        raise InputError(f"{location}: not an object-store location")
+    query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+    unknown = sorted(set(query) - set(_OPTIONS[scheme]))
+    if unknown:
+        raise InputError(
+            f"{location}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+            f"({scheme}:// takes {', '.join(_OPTIONS[scheme])})"
+        )
+    path = parts.path.lstrip("/")
+    if not parts.netloc or not path or path.endswith("/"):
+        what = "HOST:PORT/PATH" if scheme == "hdfs" else "BUCKET/KEY"
+        raise InputError(f"{location}: not an object location (expected {parts.scheme}://{what})")
+    return scheme, f"{parts.netloc}/{path}", query
+
+
+def join(base: str, relative: str) -> str:
+    """A manifest's shard path resolved against the manifest's location; the store options in
+    its query apply to the shards too."""
+    if "://" in relative:
+        return relative
+    head, sep, query = base.partition("?")
+    folder = head.rsplit("/", 1)[0]
+    parts: list[str] = []
+    for piece in relative.split("/"):
+        if piece == "..":
+            if folder.count("/") <= 3:  # scheme://bucket: a shard cannot be above the bucket
+                raise InputError(f"{base}: shard {relative!r} points outside the bucket")
+            folder = folder.rsplit("/", 1)[0]
+        elif piece not in ("", "."):
+            parts.append(piece)
+    return f"{folder}/{'/'.join(parts)}" + (f"?{query}" if sep else "")
+
+
+def _flag(value: str, name: str) -> bool:
+    if value.lower() in ("1", "true", "yes"):
+        return True
+    if value.lower() in ("0", "false", "no", ""):
+        return False
+    raise InputError(f"{name}={value!r}: expected true or false")
+
+
+def _s3_endpoint(query: dict[str, str], environ: Any) -> dict[str, Any]:
+    """endpoint_override and scheme: from the query, else the AWS tools' environment variables."""
+    found: dict[str, Any] = {}
+    url = environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
+    if url and "endpoint_override" not in query:
+        parts = urllib.parse.urlsplit(url if "://" in url else f"https://{url}")
+        found["endpoint_override"] = parts.netloc
+        found["scheme"] = parts.scheme or "https"
+    for key in ("endpoint_override", "scheme", "region"):
+        if key in query:
+            found[key] = query[key]
+    if "anonymous" in query:
+        found["anonymous"] = _flag(query["anonymous"], "anonymous")
+    return found
+
+
+_FILESYSTEMS: dict[tuple[Any, ...], Any] = {}
+_FS_LOCK = threading.Lock()
+
+
+def filesystem(scheme: str, netloc: str, query: dict[str, str], policy: RequestPolicy) -> Any:
+    """One pyarrow filesystem per process, store and options (creating one sets up a client)."""
+    import pyarrow.fs as pafs
+
+    options: dict[str, Any]
+    if scheme == "s3":
+        options = _s3_endpoint(query, os.environ)
+        key_options = tuple(sorted(options.items()))
+    elif scheme == "gs":
+        options = {k: v for k, v in query.items() if k != "anonymous"}
+        if "anonymous" in query:
+            options["anonymous"] = _flag(query["anonymous"], "anonymous")
+        key_options = tuple(sorted(options.items()))
+    else:
+        options = dict(query)
+        key_options = (("netloc", netloc), *sorted(options.items()))
+    key = (os.getpid(), scheme, (*key_options, ("timeouts", policy.connect_timeout_s, policy.request_timeout_s)))
+    with _FS_LOCK:
+        fs = _FILESYSTEMS.get(key)
+        if fs is not None:
+            return fs
+        if scheme == "s3":
+            fs = pafs.S3FileSystem(
+                **options,
+                # hframe retries (remote.RequestPolicy); the SDK's own loop took 17 s on a dead endpoint
+                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1),
+                connect_timeout=policy.connect_timeout_s,
+                request_timeout=policy.request_timeout_s,
+            )
+        elif scheme == "gs":
+            # the Google client's retry loop is bounded by time: one request's worth (0 refuses to try)
+            limit = datetime.timedelta(seconds=policy.request_timeout_s)
+            fs = pafs.GcsFileSystem(**options, retry_time_limit=limit)
+        else:
+            host, _, port = netloc.partition(":")
+            try:
+                fs = pafs.HadoopFileSystem(
+                    host,
+                    int(port or 8020),
+                    user=options.get("user"),
+                    replication=int(options.get("replication", 3)),
+                )
+            except (OSError, ValueError) as e:
+                raise StorageError(
+                    f"hdfs://{netloc}: cannot reach HDFS through pyarrow ({e}); it needs Hadoop's libhdfs.so "
+                    "and a Java runtime (HADOOP_HOME, JAVA_HOME, ARROW_LIBHDFS_DIR, CLASSPATH)"
+                ) from None
+        _FILESYSTEMS[key] = fs
+        return fs
+
+
+def object_at(location: str, policy: RequestPolicy) -> tuple[Any, str]:
+    """(pyarrow filesystem, path in it) of an object-store location."""
+    scheme, path, query = split_location(location)
+    netloc = path.partition("/")[0]
+    return filesystem(scheme, netloc, query, policy), path if scheme != "hdfs" else "/" + path.partition("/")[2]
+
+
+class ObjectBackend:
+    """Ranged reads of one object through ``pyarrow.fs``, for ``remote.RemoteFile``.
+
+    The object is opened once per process (one metadata request: size and ETag or generation);
+    each ``get`` is one ranged GET on that handle. ``pinned`` says whether those reads are tied
+    to the version opened (GCS: yes; S3, HDFS: no)."""
+
+    def __init__(self, url: str, policy: RequestPolicy) -> None:
+        self.url = url
+        self.scheme, self.path, self.query = split_location(url)
+        self.netloc = self.path.partition("/")[0]
+        self.key = self.path if self.scheme != "hdfs" else "/" + self.path.partition("/")[2]
+        self.policy = policy
+        self.pinned = self.scheme == "gs"
+        self._lock = threading.Lock()
+        self._handle: tuple[int, Any, int, str | None] | None = None  # (pid, file, size, etag)
+
+    def _open(self) -> tuple[Any, int, str | None, int]:
+        """This process's handle on the object: (file, size, etag, requests made to get it)."""
+        handle = self._handle
+        if handle is not None and handle[0] == os.getpid():
+            return handle[1], handle[2], handle[3], 0
+        with self._lock:
+            fs = filesystem(self.scheme, self.netloc, self.query, self.policy)
+            f = fs.open_input_file(self.key)
+            self._handle = (os.getpid(), f, f.size(), _tag(f))
+            return f, f.size(), self._handle[3], 1
+
+    def get(self, start: int, length: int | None, etag: str | None, deadline: float | None = None) -> Response:
+        if deadline is not None and deadline <= time.monotonic():
+            raise Transient("timed out (the deadline passed)")
+        opened = 0
+        try:
+            f, size, tag, opened = self._open()
+            if etag is not None and tag != etag:
+                raise Permanent("replaced", f"the object changed (its ETag is now {tag})")
+            if length is None:
+                body = f.read_at(size, 0) if size else b""
+            else:
+                length = max(0, min(length, size - start))
+                body = f.read_at(length, start) if length else b""
+        except (OSError, ValueError) as e:
+            raise _classify(e) from None
+        body = bytes(body) if not isinstance(body, bytes) else body
+        want = size if length is None else length
+        if len(body) != want:
+            raise Transient(f"body cut short: {len(body)} of {want} bytes")
+        return Response(body, size, tag, requests=1 + opened)
+
+    def version(self) -> tuple[str | None, int]:
+        """(ETag or generation, size) of the object at the location now (one metadata request)."""
+        try:
+            f = filesystem(self.scheme, self.netloc, self.query, self.policy).open_input_file(self.key)
+            try:
+                return _tag(f), f.size()
+            finally:
+                f.close()
+        except (OSError, ValueError) as e:
+            raise _classify(e) from None
+
+    def close(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None and handle[0] == os.getpid():
+            try:
+                handle[1].close()
+            except OSError:
+                pass
+
+
+def _tag(f: Any) -> str | None:
+    """The version of an opened object: its S3 ETag, or its GCS generation."""
+    meta = f.metadata() if hasattr(f, "metadata") else {}
+    tag = meta.get("ETag") or meta.get("generation") or meta.get("etag")
+    return tag.decode() if tag else None
+
+
+def _classify(err: Exception) -> Exception:
+    """A pyarrow error as ``Permanent`` (no retry changes it) or ``Transient`` (retried)."""
+    text = str(err)
+    upper = text.upper()
+    short = text.split("Detail:")[0].split(" error_info=")[0].strip()
+    status = re.search(r"HTTP STATUS (\d+)|\[CODE (\d+)\]|HTTP STATUS CODE: (\d+)", upper)
+    code = next((int(g) for g in status.groups() if g), 0) if status else 0
+    if code in (404, 410):
+        return Permanent("missing", short)
+    if code == 416:
+        return Permanent("replaced", f"the object changed size ({short})")
+    if code in (401, 403):
+        return Permanent("denied", short)
+    if code in (429, 503):
+        return Transient(short, throttled=True)
+    if isinstance(err, FileNotFoundError) or "NOT_FOUND" in upper or "NO_SUCH" in upper or "NOSUCH" in upper:
+        return Permanent("missing", short)
+    if "INVALID_RANGE" in upper or "INVALIDRANGE" in upper or "PAST END" in upper:
+        # ranges are checked against the size found at open: the object is no longer that one
+        return Permanent("replaced", f"the object changed size ({short})")
+    if any(
+        word in upper
+        for word in ("ACCESS_DENIED", "ACCESSDENIED", "FORBIDDEN", "INVALID_ACCESS_KEY", "SIGNATURE", "PERMISSION")
+    ):
+        return Permanent("denied", short)
+    if any(
+        word in upper for word in ("SLOW_DOWN", "SLOWDOWN", "THROTTL", "[CODE 429]", "[CODE 503]", "RESOURCE_EXHAUSTED")
+    ):
+        return Transient(short, throttled=True)
+    return Transient(short)

@@ -1,0 +1,356 @@
+"""Writing to an object store: build locally, then publish by uploading, in an order that keeps
+every reader of the remote location on a complete version (``man/hframe.5``, PUBLISHING AND
+READERS).
+
+``pack -o s3://…`` (and ``--update``, ``resume``) builds the pack in a *staging* folder on this
+machine (``HFRAME_STAGE``, default ``~/.cache/hframe/stage``; one folder per location), locked
+like any local output, then ``publish`` uploads it. Per pack, as a local publish renames:
+
+1. the index to ``KEY.index.parquet.partial``;
+2. the pack to ``KEY`` (readers between 2 and 3 pair it with the ``.partial`` index, as locally);
+3. the index to ``KEY.index.parquet``; then the ``.partial`` one is deleted.
+
+A dataset's shards go first, each so, and its manifest last. A pack already at its location
+(same UUID and size) is not sent again, so an interrupted publish is resumed (``hframe resume
+URL``) where it stopped, shard by shard.
+
+Every object is written by a child process (``python -m hframe_cli.upload``) that completes the
+upload only after its last byte: an S3 multipart upload is made visible by completing it, and
+pyarrow completes it when the stream is closed for any reason, an exception included, which in
+this process would publish a cut object. A child that is stopped (Ctrl-C, an error, a kill)
+leaves only an incomplete multipart upload, which no reader sees (an S3 lifecycle rule,
+AbortIncompleteMultipartUpload, reclaims its parts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import HframeError, InputError, StorageError
+from .faults import fault_point
+from .locations import is_remote, shown_url, with_suffix
+
+__all__ = ["PublishReport", "fetch_for_update", "publish", "published_version", "put_objects", "staging_path"]
+
+EventFn = Callable[[str], None]
+_CHUNK = 8 << 20
+
+
+def staging_path(url: str) -> str:
+    """Where the pack for ``url`` is built and kept: ``HFRAME_STAGE`` (default
+    ``~/.cache/hframe/stage``) / a folder per location / the key's file name."""
+    scheme = url.partition("://")[0].lower()
+    if scheme in ("http", "https"):
+        raise InputError(
+            f"{shown_url(url)}: writing to a remote location ({scheme}://) is not supported yet; "
+            "write the pack locally, then upload it and its index"
+        )
+    from .objectstore import split_location
+
+    _, path, _ = split_location(url)
+    root = os.environ.get("HFRAME_STAGE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "hframe", "stage"
+    )
+    name = path.rsplit("/", 1)[-1]
+    folder = os.path.join(root, f"{hashlib.sha256(url.encode()).hexdigest()[:16]}-{name}")
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, name)
+
+
+@dataclass
+class PublishReport:
+    """What ``publish`` did: objects uploaded (location, bytes) and packs already in place;
+    ``locations`` maps each staged pack and index to its remote location."""
+
+    uploaded: list[tuple[str, int]] = field(default_factory=list)
+    in_place: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    locations: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def bytes(self) -> int:
+        return sum(n for _, n in self.uploaded)
+
+    def remote_result(self, result: Any) -> Any:
+        """A staged pack's ``PackResult`` with the remote locations in place of the staged paths."""
+        from dataclasses import replace
+
+        where = {k: shown_url(v) for k, v in self.locations.items()}
+        return replace(
+            result, path=where.get(result.path, result.path), index_path=where.get(result.index_path, result.index_path)
+        )
+
+    def summary(self, url: str) -> str:
+        """One line for the log: what went where, how fast."""
+        rate = self.bytes / self.seconds if self.seconds > 0 else 0.0
+        done = f"uploaded {len(self.uploaded)} object{'s' if len(self.uploaded) != 1 else ''}, {_size(self.bytes)}"
+        kept = (
+            f"; {len(self.in_place)} pack{'s' if len(self.in_place) != 1 else ''} already there"
+            if self.in_place
+            else ""
+        )
+        return f"published {shown_url(url)}: {done} in {self.seconds:.1f} s ({_size(rate)}/s){kept}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "objects": [{"location": shown_url(u), "bytes": n} for u, n in self.uploaded],
+            "bytes": self.bytes,
+            "already_there": [shown_url(u) for u in self.in_place],
+            "elapsed_s": round(self.seconds, 6),
+        }
+
+
+def published_version(url: str) -> bool:
+    """Whether a pack or a dataset is published at ``url``."""
+    from .dataset import is_dataset
+
+    return _remote_uuid(url) is not None or is_dataset(url)
+
+
+def _pairs(stage: str, url: str) -> tuple[list[tuple[str, str]], tuple[str, str] | None]:
+    """(local pack, its URL) of every pack of the staged output, and (manifest, its URL) for a
+    dataset."""
+    from .dataset import Manifest, is_dataset, manifest_location
+    from .remote import remote_url
+
+    if is_dataset(stage):
+        mpath = manifest_location(stage)
+        manifest = Manifest.load(mpath)
+        murl = manifest_location(url)
+        pairs = [(os.path.join(os.path.dirname(mpath), e.path), remote_url(murl, e.path)) for e in manifest.shards]
+        return pairs, (mpath, murl)
+    if not os.path.exists(stage):
+        raise InputError(f"{shown_url(url)}: nothing built to publish (no {stage})")
+    return [(stage, url)], None
+
+
+def _remote_uuid(url: str) -> tuple[str, int] | None:
+    """(UUID, size) of the pack at ``url``, or None when there is none (or not a readable one)."""
+    from .errors import FormatError
+    from .generation import read_pack_info
+    from .storage import open_storage
+
+    try:
+        with open_storage(url) as s:
+            info = read_pack_info(s)
+            return info.uuid, info.size
+    except (InputError, FormatError):
+        return None
+
+
+def _local_uuid(path: str) -> tuple[str, int]:
+    from .generation import read_pack_info
+    from .storage import open_storage
+
+    with open_storage(path) as s:
+        info = read_pack_info(s)
+        return info.uuid, info.size
+
+
+def _index_in_place(local_index: str, url: str) -> bool:
+    """Whether the index at ``url`` is the staged one (same bytes: compared by md5)."""
+    from .storage import open_storage
+
+    try:
+        with open_storage(url) as s:
+            if s.size() != os.path.getsize(local_index):
+                return False
+            remote = hashlib.md5(s.read_all() if hasattr(s, "read_all") else s.read_at(0, s.size())).digest()
+    except HframeError:
+        return False
+    with open(local_index, "rb") as f:
+        return hashlib.file_digest(f, "md5").digest() == remote
+
+
+def publish(stage: str, url: str, on_event: EventFn | None = None) -> PublishReport:
+    """Upload the staged output ``stage`` to ``url`` (the order in the module docstring); packs
+    already there are left alone. Raises ``StorageError`` (exit 3) naming the object on failure."""
+    from .index import index_location
+
+    report = PublishReport()
+    t0 = time.monotonic()
+    pairs, manifest = _pairs(stage, url)
+    for local, remote in pairs:
+        lindex, rindex = index_location(local), index_location(remote)
+        report.locations.update({local: remote, lindex: rindex})
+        if _remote_uuid(remote) == _local_uuid(local) and _index_in_place(lindex, rindex):
+            report.in_place.append(remote)
+            continue
+        partial = with_suffix(rindex, ".partial")
+        order = [(lindex, partial), (local, remote), (lindex, rindex)]
+        put_objects(order)
+        report.uploaded += [(target, os.path.getsize(path)) for path, target in order]
+        delete_object(partial)
+        if on_event is not None:
+            on_event(f"uploaded {shown_url(remote)} and its index ({_size(os.path.getsize(local))})")
+    if manifest is not None:
+        put_objects([manifest])
+        report.uploaded.append((manifest[1], os.path.getsize(manifest[0])))
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+def _size(n: float) -> str:
+    from .units import format_bytes
+
+    return format_bytes(n)
+
+
+def _store(url: str) -> tuple[Any, str]:
+    """(pyarrow filesystem, path) of an object-store location."""
+    from .objectstore import object_at
+    from .policy import RequestPolicy
+
+    return object_at(url, RequestPolicy.from_env())
+
+
+def delete_object(url: str) -> None:
+    """Delete an object; one that is not there is fine."""
+    fs, key = _store(url)
+    try:
+        fs.delete_file(key)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise StorageError(f"{shown_url(url)}: cannot delete: {str(e).split('Detail:')[0].strip()}") from None
+
+
+def put_objects(files: list[tuple[str, str]]) -> None:
+    """Upload each (file, location), in order, through one child process (see the module
+    docstring), with the request policy's attempts and backoff: a failed attempt goes on from
+    the first object not yet complete. Stopped (a signal, an exception), the child is killed and
+    the object it was writing never appears."""
+    from .policy import RequestPolicy
+
+    policy = RequestPolicy.from_env()
+    started = time.monotonic()
+    done = 0
+    for attempt in range(1, policy.attempts + 1):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hframe_cli.upload", *(x for pair in files[done:] for x in pair)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # a Ctrl-C at the terminal reaches this process, not the child
+        )
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=0.2)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        done += (proc.stdout.read() if proc.stdout else b"").count(b"\n")  # a line per object completed
+        err = (proc.stderr.read() if proc.stderr else b"").decode(errors="replace").strip()
+        if proc.returncode == 0 and done == len(files):
+            return
+        if proc.returncode == 2 or attempt == policy.attempts:
+            why = err.splitlines()[-1] if err else f"exit {proc.returncode}"
+            raise StorageError(
+                f"{shown_url(files[min(done, len(files) - 1)][1])}: upload failed after {attempt} "
+                f"attempt{'s' if attempt > 1 else ''} in {time.monotonic() - started:.1f} s: {why}"
+            )
+        time.sleep(random.uniform(0, min(policy.backoff_cap_s, policy.backoff_s * 2 ** (attempt - 1))))
+
+
+def _child(files: list[tuple[str, str]]) -> int:
+    """The child's work: for each object, send every byte, and only then complete its upload
+    (a line on stdout says so). Any failure ends the process at once (``os._exit``), before
+    pyarrow could complete a cut upload."""
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        for path, url in files:
+            fs, key = _store(url)
+            size = os.path.getsize(path)
+            stream = fs.open_output_stream(key)
+            sent = 0
+            with open(path, "rb") as f:
+                while chunk := f.read(_CHUNK):
+                    stream.write(chunk)
+                    sent += len(chunk)
+            if sent != size:
+                raise OSError(f"{path} changed while it was uploaded ({sent} of {size} bytes)")
+            fault_point("upload-before-complete")
+            stream.close()  # completes the upload: the object appears, whole
+            sys.stdout.write(f"{url}\n")
+            sys.stdout.flush()
+            fault_point("upload-after-object")
+    except HframeError as e:
+        sys.stderr.write(f"{e}\n")
+        sys.stderr.flush()
+        os._exit(2 if isinstance(e, InputError) else 3)
+    except BaseException as e:  # noqa: BLE001 - whatever it is, the upload must not complete
+        sys.stderr.write(f"{str(e).split('Detail:')[0].strip() or type(e).__name__}\n")
+        sys.stderr.flush()
+        os._exit(3)
+    return 0
+
+
+def fetch_for_update(url: str, stage: str, on_event: EventFn | None = None) -> bool:
+    """Make the staged copy of ``url`` the version published there, for ``--update``: packs
+    (and a dataset's manifest) whose staged copy is not that version are downloaded. False when
+    nothing is published at ``url`` (the update then packs everything)."""
+    from .dataset import Manifest, is_dataset, manifest_location
+    from .index import index_location
+    from .remote import remote_url
+
+    if is_dataset(url):
+        murl, mpath = manifest_location(url), manifest_location(stage)
+        _download(murl, mpath)
+        manifest = Manifest.load(mpath)
+        pairs = [(os.path.join(os.path.dirname(mpath), e.path), remote_url(murl, e.path)) for e in manifest.shards]
+    else:
+        if _remote_uuid(url) is None:
+            return False
+        pairs = [(stage, url)]
+    for local, remote in pairs:
+        want = _remote_uuid(remote)
+        have = _local_uuid(local) if os.path.exists(local) else None
+        if want is not None and want == have and _index_in_place(index_location(local), index_location(remote)):
+            continue
+        if on_event is not None:
+            on_event(f"downloading {shown_url(remote)} to {local} (the staged copy is not the published one)")
+        _download(remote, local)
+        _download(index_location(remote), index_location(local))
+    return True
+
+
+def _download(url: str, path: str) -> None:
+    """Copy an object to ``path`` (through ``path.download``, renamed once whole)."""
+    from .storage import open_storage
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = path + ".download"
+    with open_storage(url) as s, open(tmp, "wb") as out:
+        size, pos = s.size(), 0
+        while pos < size:
+            piece = s.read_at(pos, min(_CHUNK, size - pos))
+            if not piece:
+                raise StorageError(f"{shown_url(url)}: the object ended at {pos} of {size} bytes")
+            out.write(piece)
+            pos += len(piece)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":  # the upload child: python -m hframe_cli.upload FILE URL [FILE URL...]
+    _args = sys.argv[1:]
+    if not _args or len(_args) % 2 or not all(is_remote(u) for u in _args[1::2]):
+        sys.stderr.write("usage: python -m hframe_cli.upload FILE URL [FILE URL...]\n")
+        sys.exit(2)
+    sys.exit(_child(list(zip(_args[0::2], _args[1::2]))))

@@ -1,0 +1,488 @@
+"""Packs in object stores: S3 (moto's S3 server on loopback), GCS (an emulator on loopback) and
+S3 faults (``range_server.RangeServer`` answering as a misbehaving S3), all through the real
+``pyarrow.fs`` clients that hframe uses. Every command must work on an ``s3://`` location as on
+the file; every fault must end in bounded retries, then the bytes or one line with exit 3 or 2;
+and a pack replaced while a reader holds it must never give that reader another version's bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+from conftest import gcs_emulator, hframe_bin, make_photos, moto_s3, run_bin
+from range_server import RangeServer
+
+import hframe_cli as h
+from hframe_cli.errors import InputError, PackReplaced, StorageError
+from hframe_cli.objectstore import join
+from hframe_cli.reader import PackReader
+
+FAST_FAIL = {"HFRAME_IO_ATTEMPTS": "3", "HFRAME_IO_REQUEST_TIMEOUT": "1", "HFRAME_IO_TIMEOUT": "5"}
+
+
+def md5s(pack: Path) -> list[str]:
+    return pq.read_table(f"{pack}.index.parquet", columns=["md5"]).column("md5").to_pylist()
+
+
+def upload(fs: pafs.FileSystem, files: list[Path], prefix: str) -> None:
+    """Copy files into the store with pyarrow (not hframe: the reading side is under test)."""
+    for f in files:
+        with f.open("rb") as src, fs.open_output_stream(f"{prefix}/{f.name}") as dst:
+            shutil.copyfileobj(src, dst)
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    """A pack of photos and 400 blobs (well past the first 64 KiB read), and a 3-shard dataset."""
+    root = tmp_path_factory.mktemp("local")
+    src = make_photos(root / "src", 30)
+    rng = random.Random(3)
+    (src / "blobs").mkdir()
+    for i in range(400):
+        (src / "blobs" / f"{i:03d}.bin").write_bytes(rng.randbytes(rng.randrange(500, 6000)))
+    h.pack([src], root / "p.hframe", created_us=1_700_000_000_000_000)
+    (root / "ds").mkdir()
+    h.pack([src], root / "ds" / "d.hframe", created_us=1_700_000_000_000_000, max_pack_bytes=400_000)
+    assert len(list((root / "ds").glob("d-*.hframe"))) > 1
+    return root
+
+
+@pytest.fixture(scope="module")
+def s3(local, tmp_path_factory):
+    """moto's S3 server holding bucket ``bkt``: p.hframe (+ index) and the dataset under ds/."""
+    with moto_s3(tmp_path_factory.mktemp("moto")) as endpoint:
+        host, _, port = endpoint.partition(":")
+        fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", allow_bucket_creation=True)
+        fs.create_dir("bkt")
+        upload(fs, [local / "p.hframe", local / "p.hframe.index.parquet"], "bkt")
+        upload(fs, sorted((local / "ds").iterdir()), "bkt/ds")
+        yield fs, endpoint
+
+
+def s3_url(endpoint: str, key: str) -> str:
+    return f"s3://bkt/{key}?endpoint_override={endpoint}&scheme=http"
+
+
+def test_every_command_works_on_s3_as_on_the_file(s3, local):
+    _, endpoint = s3
+    url, pack = s3_url(endpoint, "p.hframe"), local / "p.hframe"
+    for args in (["get", "{}", "7"], ["index", "{}", "-c", "name,md5"], ["dump-header", "{}", "--frame", "3"]):
+        remote = run_bin([a.format(url) for a in args])
+        here = run_bin([a.format(pack) for a in args])
+        assert remote.returncode == 0, remote.stderr
+        assert remote.stdout.replace(url.encode(), b"P") == here.stdout.replace(str(pack).encode(), b"P")
+    r = run_bin(["verify", url, "--json"])
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["ok"] and doc["frames_checked"] == len(md5s(pack))
+    assert doc["packs"][0]["remote"]["bytes"] >= pack.stat().st_size
+    for bench in ("bench-warm", "bench-cold"):
+        r = run_bin([bench, url, "--frames", "16", "--batches", "2", "--md5", "--json"])
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["remote"]["requests"] > 0
+
+
+def test_open_and_random_reads_cost_what_the_plan_says(s3, local):
+    _, endpoint = s3
+    want = md5s(local / "p.hframe")
+    with h.open_pack(s3_url(endpoint, "p.hframe")) as p:
+        assert p.checks_md5  # S3 reads through pyarrow cannot carry If-Match: frames are checked
+        counters = p.storage_counters()
+        assert counters.requests <= 3  # metadata + first 64 KiB (+ trailer); the index: about as many
+        frames = p.read_many(list(range(len(p))))
+        assert [hashlib.md5(f).hexdigest() for f in frames] == want
+        ids = random.Random(5).sample(range(len(p)), 64)
+        before = counters.requests
+        runs = p._coalesce([p._offsets[i] for i in ids], [p._lengths[i] for i in ids])
+        got = p.read_many(ids)
+        assert [hashlib.md5(f).hexdigest() for f in got] == [want[i] for i in ids]
+        assert counters.requests - before == len([r for r in runs if r[0] + r[1] > 64 * 1024])
+
+
+def test_the_aws_endpoint_variables_are_honoured_as_the_aws_tools_do(s3, local, monkeypatch):
+    _, endpoint = s3
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{endpoint}")
+    r = run_bin(["get", "s3://bkt/p.hframe", "3"])
+    assert r.returncode == 0, r.stderr
+    assert hashlib.md5(r.stdout).hexdigest() == md5s(local / "p.hframe")[3]
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1")  # the S3 one wins: nothing there
+    r = run_bin(["get", "s3://bkt/p.hframe", "3"], env={**FAST_FAIL})
+    assert r.returncode == 3 and b"s3://bkt/p.hframe" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "location, code, words",
+    [
+        ("s3://bkt/nothing.hframe", 2, "no such file"),
+        ("s3://no-such-bucket/p.hframe", 2, "no such file"),
+        ("s3://bkt/p.hframe?endpoint={e}", 2, "unknown option endpoint"),
+        ("s3://bkt/", 2, "not an object location"),
+    ],
+)
+def test_what_cannot_be_read_is_one_line_with_its_exit_code(s3, location, code, words):
+    _, endpoint = s3
+    loc = location.format(e=endpoint)
+    if "endpoint_override" not in loc and "endpoint=" not in loc:
+        loc += f"?endpoint_override={endpoint}&scheme=http"
+    r = run_bin(["verify", loc])
+    err = r.stderr.decode()
+    assert r.returncode == code, err
+    assert words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_dead_endpoint_fails_fast_with_exit_3_naming_the_url_and_attempts():
+    t0 = time.monotonic()
+    r = run_bin(["get", "s3://bkt/p.hframe?endpoint_override=127.0.0.1:1&scheme=http", "0"], env=FAST_FAIL)
+    err = r.stderr.decode()
+    assert r.returncode == 3 and "s3://bkt/p.hframe" in err and "3 attempts" in err
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_pack_replaced_in_the_bucket_is_refused_never_read(s3, local, tmp_path):
+    fs, endpoint = s3
+    other = tmp_path / "other"
+    make_photos(other, 30)
+    h.pack([other], tmp_path / "p.hframe", created_us=1_600_000_000_000_000)
+    upload(fs, [local / "p.hframe", local / "p.hframe.index.parquet"], "bkt/replaced")
+    url = s3_url(endpoint, "replaced/p.hframe")
+    want = md5s(local / "p.hframe")
+    with h.open_pack(url) as p:
+        assert hashlib.md5(p[100]).hexdigest() == want[100]
+        upload(fs, [tmp_path / "p.hframe"], "bkt/replaced")  # another pack under the same key
+        for read in (lambda: p[150], lambda: p.read_many([5, 150, 300])):
+            with pytest.raises(PackReplaced, match="replaced"):
+                read()
+    r = run_bin(["get", url, "150"])  # a fresh open: the new pack and the old index do not pair
+    assert r.returncode in (1, 3) and r.stdout == b""
+
+
+def test_a_sharded_dataset_in_a_bucket_reads_as_one_pack(s3, local):
+    _, endpoint = s3
+    manifest = s3_url(endpoint, "ds/d.hframe")
+    here = local / "ds" / "d.hframe"
+    r = run_bin(["verify", manifest, "--json"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["frames_checked"] == len(md5s(local / "p.hframe"))
+    remote = run_bin(["index", manifest, "-c", "name,md5"])
+    assert remote.returncode == 0 and remote.stdout == run_bin(["index", str(here), "-c", "name,md5"]).stdout
+    with h.open_pack(manifest) as d, h.open_pack(here) as ref:
+        ids = random.Random(2).sample(range(len(ref)), 50)
+        assert d.read_many(ids) == ref.read_many(ids)
+
+
+def test_shard_paths_resolve_against_the_manifest_and_keep_its_options():
+    base = "s3://bkt/a/b/d.dataset.json?endpoint_override=h:1&scheme=http"
+    assert join(base, "d-00000.hframe") == "s3://bkt/a/b/d-00000.hframe?endpoint_override=h:1&scheme=http"
+    assert join(base, "../x/d-1.hframe").startswith("s3://bkt/a/x/d-1.hframe?")
+    assert join("gs://b/d.dataset.json", "s/d-0.hframe") == "gs://b/s/d-0.hframe"
+    with pytest.raises(InputError, match="outside the bucket"):
+        join("s3://bkt/d.dataset.json", "../../etc/passwd")
+
+
+def as_list(batch: list) -> list:
+    return batch
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_2_worker_dataloader_over_s3_reads_every_frame_once(s3, local, context):
+    torch = pytest.importorskip("torch")
+    from hframe_cli.torchdata import FrameDataset
+
+    _, endpoint = s3
+    want = md5s(local / "p.hframe")
+    ds = FrameDataset(s3_url(endpoint, "p.hframe"), target=None)
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=16, shuffle=True, num_workers=2, multiprocessing_context=context, collate_fn=as_list
+    )
+    got = [hashlib.md5(sample).hexdigest() for batch in loader for sample in batch]
+    assert sorted(got) == sorted(want) and len(set(want)) == len(want)
+
+
+# -- faults: RangeServer answering as a misbehaving S3 ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fake_s3(local, tmp_path_factory):
+    root = tmp_path_factory.mktemp("fake_s3")
+    (root / "bkt").mkdir()
+    for name in ("p.hframe", "p.hframe.index.parquet"):
+        shutil.copy(local / name, root / "bkt" / name)
+    with RangeServer(root) as srv:
+        yield srv
+
+
+@pytest.fixture
+def flaky(fake_s3, monkeypatch):
+    fake_s3.faults.clear()
+    fake_s3.hang_s = 30.0
+    fake_s3.reset_counts()
+    for k, v in FAST_FAIL.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    return fake_s3
+
+
+def fake_url(srv: RangeServer) -> str:
+    return f"s3://bkt/p.hframe?endpoint_override=127.0.0.1:{srv.port}&scheme=http"
+
+
+def test_two_s3_errors_then_success_is_a_read(flaky, local):
+    flaky.faults.extend(["503", "500"])  # the first request (the pack's metadata) meets them
+    with PackReader(fake_url(flaky)) as p:
+        c = p.storage_counters()
+        assert (c.retries, c.throttles) == (2, 1)
+        flaky.faults.extend(["500", "500"])  # a ranged read meets them
+        assert hashlib.md5(p[200]).hexdigest() == md5s(local / "p.hframe")[200]
+        assert c.retries == 4
+
+
+@pytest.mark.parametrize("fault", ["500", "503", "hang", "stall", "truncate", "reset"])
+def test_an_s3_fault_that_lasts_is_exit_3_without_hanging(flaky, fault):
+    with h.open_pack(fake_url(flaky)) as p:
+        flaky.hang_s = 4.0
+        flaky.faults.extend([fault] * 10)
+        t0 = time.monotonic()
+        with pytest.raises(StorageError, match=r"s3://bkt/p\.hframe.*attempt") as e:
+            p[300]
+        assert time.monotonic() - t0 < 9
+        assert not isinstance(e.value, PackReplaced)
+
+
+def test_s3_access_denied_is_exit_3_and_never_retried(flaky):
+    flaky.faults.extend(["403"] * 5)
+    t0 = time.monotonic()
+    r = run_bin(["get", fake_url(flaky), "1"], env=FAST_FAIL)
+    assert r.returncode == 3 and b"s3://bkt/p.hframe" in r.stderr and time.monotonic() - t0 < 5
+    assert flaky.total_requests() == 2  # once for the dataset manifest (none: a plain pack), once for the pack
+
+
+# -- GCS (emulator) and HDFS ----------------------------------------------------------------------
+
+
+def test_a_pack_on_gcs_reads_verifies_and_is_pinned_to_its_generation(local, tmp_path):
+    with gcs_emulator(tmp_path / "gcs", "gbkt") as endpoint:
+        fs = pafs.GcsFileSystem(anonymous=True, endpoint_override=endpoint, scheme="http")
+        upload(fs, [local / "p.hframe", local / "p.hframe.index.parquet"], "gbkt")
+        url = f"gs://gbkt/p.hframe?endpoint_override={endpoint}&scheme=http&anonymous=true"
+        r = run_bin(["verify", url, "--json"])
+        assert r.returncode == 0 and json.loads(r.stdout)["ok"], r.stderr
+        want = md5s(local / "p.hframe")
+        with h.open_pack(url) as p:
+            assert not p.checks_md5  # pyarrow reads the generation it opened
+            assert hashlib.md5(p[10]).hexdigest() == want[10]
+            other = tmp_path / "o"
+            make_photos(other, 30)
+            h.pack([other], tmp_path / "p.hframe")
+            upload(fs, [tmp_path / "p.hframe"], "gbkt")
+            try:
+                data = p[250]
+            except (PackReplaced, StorageError, InputError):
+                pass  # refused: never the new object's bytes
+            else:
+                assert hashlib.md5(data).hexdigest() == want[250]
+
+
+def test_hdfs_without_libhdfs_is_refused_in_one_line(tmp_path):
+    try:
+        pafs.HadoopFileSystem("127.0.0.1", 1)
+    except OSError:
+        pass
+    else:
+        pytest.skip("this machine has libhdfs")
+    r = run_bin(["verify", "hdfs://127.0.0.1:1/data/p.hframe"])
+    err = r.stderr.decode()
+    assert r.returncode == 3 and "libhdfs" in err and len(err.strip().splitlines()) == 1
+
+
+# -- writing: pack -o s3://, --update, resume ---------------------------------------------------
+
+
+def keys(fs: pafs.FileSystem, prefix: str) -> list[str]:
+    return sorted(i.path for i in fs.get_file_info(pafs.FileSelector(prefix, recursive=True)))
+
+
+@pytest.fixture
+def staging(tmp_path, monkeypatch):
+    monkeypatch.setenv("HFRAME_STAGE", str(tmp_path / "stage"))
+    return tmp_path / "stage"
+
+
+def test_pack_to_s3_publishes_a_pack_every_reader_reads_as_the_local_one(s3, staging, tmp_path):
+    fs, endpoint = s3
+    src = make_photos(tmp_path / "src", 20)
+    url = s3_url(endpoint, "w1/p.hframe")
+    r = run_bin(["pack", str(src), "-o", url, "--created", "2024-01-01T00:00:00Z", "--json"])
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["frame_count"] == 20 and doc["pack"] == "s3://bkt/w1/p.hframe?..."  # the query is not printed
+    assert [o["location"].split("?")[0] for o in doc["published"]["objects"]] == [
+        "s3://bkt/w1/p.hframe.index.parquet.partial",
+        "s3://bkt/w1/p.hframe",
+        "s3://bkt/w1/p.hframe.index.parquet",
+    ]
+    assert keys(fs, "bkt/w1") == ["bkt/w1/p.hframe", "bkt/w1/p.hframe.index.parquet"]  # no .partial left
+    # the same sources packed here are the same bytes: pack and index, read back with pyarrow
+    h.pack([src], tmp_path / "here.hframe", created_us=1_704_067_200_000_000)
+    with fs.open_input_file("bkt/w1/p.hframe") as f:
+        assert f.read() == (tmp_path / "here.hframe").read_bytes()
+    with fs.open_input_file("bkt/w1/p.hframe.index.parquet") as f:
+        remote_md5 = pq.read_table(f, columns=["md5"]).column("md5").to_pylist()
+    assert remote_md5 == md5s(tmp_path / "here.hframe")
+    assert run_bin(["verify", url]).returncode == 0
+    again = run_bin(["pack", str(src), "-o", url])
+    assert again.returncode == 2 and b"already exists" in again.stderr and b"scheme=http" not in again.stderr
+
+
+def test_update_of_an_s3_pack_appends_even_from_an_empty_staging_folder(s3, staging, tmp_path):
+    fs, endpoint = s3
+    src = make_photos(tmp_path / "src", 12)
+    url = s3_url(endpoint, "w2/p.hframe")
+    assert run_bin(["pack", str(src), "-o", url]).returncode == 0
+    before = {r["name"]: r["md5"] for r in h.open_pack(url).table.select(["name", "md5"]).to_pylist()}
+    shutil.rmtree(staging)  # another machine (or a wiped cache): the update downloads the pack first
+    (src / "extra").mkdir()
+    (src / "extra" / "new.bin").write_bytes(b"new frame" * 100)
+    r = run_bin(["pack", str(src), "-o", url, "--update"])
+    assert r.returncode == 0, r.stderr
+    assert b"downloading" in r.stderr and b"appended 1 new files" in r.stderr
+    with h.open_pack(url) as p:
+        rows = p.table.select(["frame_id", "name", "md5"]).to_pylist()
+        assert len(p) == 13 and {r["name"]: r["md5"] for r in rows[:12]} == before  # ids kept
+        assert p[12] == b"new frame" * 100
+    r = run_bin(["pack", str(src), "-o", url, "--update"])  # nothing changed: nothing sent
+    assert r.returncode == 0 and b"up to date" in r.stderr and b"uploaded 0 objects" in r.stderr
+
+
+def test_a_dataset_packed_to_s3_reads_as_one_pack(s3, staging, local):
+    fs, endpoint = s3
+    url = s3_url(endpoint, "w3/d.hframe")
+    r = run_bin(["pack", str(local / "src"), "-o", url, "--max-pack-bytes", "400K", "--json"])
+    assert r.returncode == 0, r.stderr
+    names = keys(fs, "bkt/w3")
+    assert "bkt/w3/d.hframe.dataset.json" in names and len([n for n in names if n.endswith("0.hframe")]) >= 1
+    assert not [n for n in names if n.endswith(".partial")]
+    with h.open_pack(url) as remote, h.open_pack(local / "p.hframe") as here:
+        got = sorted(hashlib.md5(f).hexdigest() for f in remote.read_many(list(range(len(remote)))))
+        assert got == sorted(md5s(local / "p.hframe")) and len(remote) == len(here)
+
+
+def test_an_upload_killed_before_the_pack_completes_leaves_the_old_version_and_resume_publishes(s3, staging, tmp_path):
+    fs, endpoint = s3
+    old, new = make_photos(tmp_path / "old", 10), make_photos(tmp_path / "new", 25)
+    url = s3_url(endpoint, "w4/p.hframe")
+    assert run_bin(["pack", str(old), "-o", url]).returncode == 0
+    old_md5 = sorted(md5s_remote(url))
+    # the child dies before completing its 2nd object (the pack): only the .partial index is new
+    env = {"HFRAME_FAULT": "upload-before-complete:2", "HFRAME_IO_ATTEMPTS": "1"}
+    r = run_bin(["pack", str(new), "-o", url, "--force"], env=env)
+    assert r.returncode == 3 and b"upload failed" in r.stderr and b"Traceback" not in r.stderr
+    assert sorted(md5s_remote(url)) == old_md5  # readers still get the old version, whole
+    assert run_bin(["verify", url]).returncode == 0
+    r = run_bin(["resume", url])
+    assert r.returncode == 0, r.stderr
+    got = sorted(md5s_remote(url))
+    assert len(got) == 25 and got != old_md5 and run_bin(["verify", url]).returncode == 0
+    r = run_bin(["resume", url])  # published: nothing left to do, nothing sent
+    assert r.returncode == 0 and b"already complete" in r.stderr and b"uploaded 0 objects" in r.stderr
+
+
+def test_a_publish_cut_between_pack_and_index_is_read_through_the_partial_index(s3, staging, tmp_path):
+    fs, endpoint = s3
+    old, new = make_photos(tmp_path / "old", 10), make_photos(tmp_path / "new", 25)
+    url = s3_url(endpoint, "w5/p.hframe")
+    assert run_bin(["pack", str(old), "-o", url]).returncode == 0
+    env = {"HFRAME_FAULT": "upload-after-object:2", "HFRAME_IO_ATTEMPTS": "1"}  # the pack is up, its index not
+    assert run_bin(["pack", str(new), "-o", url, "--force"], env=env).returncode == 3
+    assert "bkt/w5/p.hframe.index.parquet.partial" in keys(fs, "bkt/w5")
+    with h.open_pack(url) as p:  # the new pack, paired with its .partial index: every frame right
+        assert len(p) == 25 and p.index_location.endswith(".partial?...")
+        assert [hashlib.md5(f).hexdigest() for f in p.read_many(list(range(25)))] == md5s_remote(url)
+    assert run_bin(["resume", url]).returncode == 0
+    assert keys(fs, "bkt/w5") == ["bkt/w5/p.hframe", "bkt/w5/p.hframe.index.parquet"]
+
+
+def md5s_remote(url: str) -> list[str]:
+    with h.open_pack(url) as p:
+        return p.read_index_columns(["md5"]).column("md5").to_pylist()
+
+
+def test_two_runs_to_one_s3_location_from_one_machine_take_turns(s3, staging, tmp_path):
+    _, endpoint = s3
+    src = make_photos(tmp_path / "src", 5)
+    url = s3_url(endpoint, "w6/p.hframe")
+    env = {**os.environ, "HFRAME_FAULT": "after-lock:1:stop"}  # the first run pauses holding the lock
+    first = subprocess.Popen([hframe_bin(), "pack", str(src), "-o", url], env=env)
+    try:
+        deadline = time.monotonic() + 20
+        while not list(staging.glob("*/p.hframe.lock")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = run_bin(["pack", str(src), "-o", url])
+        assert second.returncode == 3 and b"lock" in second.stderr.lower()
+    finally:
+        first.send_signal(signal.SIGCONT)
+        first.wait(timeout=60)
+    assert first.returncode == 0 and run_bin(["verify", url]).returncode == 0
+
+
+def test_readers_while_another_process_republishes_to_s3_never_get_wrong_bytes(s3, staging, tmp_path):
+    """A second process publishes two versions in turn (pack --force) while this one opens and
+    reads: every frame returned is the one the reader's own index lists (checked here with md5,
+    independently of the reader's own check), or the read is refused as replaced."""
+    _, endpoint = s3
+    versions = [make_photos(tmp_path / "a", 12), make_photos(tmp_path / "b", 30)]
+    for i, d in enumerate(versions):  # make the two versions' frames differ at every id
+        for f in sorted(d.rglob("*.*"))[:3]:
+            f.rename(f.with_name(f"v{i}-{f.name}"))
+    url = s3_url(endpoint, "w7/p.hframe")
+    assert run_bin(["pack", str(versions[0]), "-o", url]).returncode == 0
+    script = (
+        "import subprocess, sys\n"
+        "for d in sys.argv[2:]:\n"
+        "    subprocess.run([sys.argv[1], 'pack', d, '-o', " + repr(url) + ", '--force', '-q'], check=True)\n"
+    )
+    writer = subprocess.Popen(
+        [sys.executable, "-c", script, hframe_bin(), *[str(versions[i % 2]) for i in (1, 0, 1, 0)]]
+    )
+    held = h.open_pack(url)
+    reads = refused = 0
+    rng = random.Random(9)
+    try:
+        deadline = time.monotonic() + 60
+        while writer.poll() is None and time.monotonic() < deadline:
+            try:
+                with h.open_pack(url) as p:
+                    want = p.read_index_columns(["md5"]).column("md5").to_pylist()
+                    ids = rng.sample(range(len(p)), min(8, len(p)))
+                    got = p.read_many(ids)
+                    assert [hashlib.md5(f).hexdigest() for f in got] == [want[i] for i in ids]
+                    reads += 1
+            except (PackReplaced, StorageError):
+                refused += 1
+            try:
+                data = held[rng.randrange(len(held))]
+            except (PackReplaced, StorageError):
+                refused += 1
+            else:
+                assert hashlib.md5(data).hexdigest() in set(md5s_of(held))
+    finally:
+        held.close()
+        writer.wait(timeout=120)
+    assert writer.returncode == 0 and reads > 0
+    assert run_bin(["verify", url]).returncode == 0
+
+
+def md5s_of(p: h.PackReader) -> list[str]:
+    return p.read_index_columns(["md5"]).column("md5").to_pylist()
