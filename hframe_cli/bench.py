@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from .dataset import DatasetReader, open_pack
 from .errors import EXIT_DATA, EXIT_OK, InputError
 from .index import current_format_version
 from .locations import is_remote
@@ -298,7 +299,7 @@ def run_bench(
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be at least 1 (got {workers})")
     path = os.fspath(pack)
-    with PackReader(path, coalesce_gap=coalesce_gap, max_read=max_read) as reader:
+    with open_pack(path, coalesce_gap=coalesce_gap, max_read=max_read) as reader:
         ids_per_batch = sample_batches(len(reader), frames, batches, sampler, seed, block_size)
         w = workers or default_workers(frames)
         md5_col = reader.table.column("md5").to_pylist() if md5 else []
@@ -310,7 +311,7 @@ def run_bench(
         try:
             for b, ids in enumerate(ids_per_batch):
                 if mode == "cold":
-                    used = REMOTE_COLD if is_remote(path) else evict(method, [path])
+                    used = REMOTE_COLD if is_remote(path) else evict(method, reader.files)
                     methods_seen.add(used)
                 _time_pack_batch(pack_side, reader, ids, w, warm_first=mode == "warm", decode=decode, md5s=md5_col)
                 if loose_side is not None:
@@ -337,12 +338,14 @@ def run_bench(
             ("none" if "none" in methods_seen else used) if mode == "cold" else "none (warm)",
             pack_side,
             loose_side,
-            host_facts(path, reader.info.size),
+            host_facts(reader.files[0], reader.pack_bytes),
             getattr(reader.storage_counters(), "to_dict", lambda: None)(),
         )
 
 
-def _loose_paths(reader: PackReader, ids_per_batch: list[list[int]], compare: str | os.PathLike[str]) -> dict[int, str]:
+def _loose_paths(
+    reader: PackReader | DatasetReader, ids_per_batch: list[list[int]], compare: str | os.PathLike[str]
+) -> dict[int, str]:
     """The original file of every sampled frame under ``compare`` (bad input if any is missing)."""
     names_col = reader.table.column("name").to_pylist()
     raw_col = reader.table.column("name_raw").to_pylist()
@@ -364,7 +367,14 @@ def _loose_paths(reader: PackReader, ids_per_batch: list[list[int]], compare: st
 
 
 def _time_pack_batch(
-    side: ReadSide, reader: PackReader, ids: list[int], workers: int, *, warm_first: bool, decode: bool, md5s: list[str]
+    side: ReadSide,
+    reader: PackReader | DatasetReader,
+    ids: list[int],
+    workers: int,
+    *,
+    warm_first: bool,
+    decode: bool,
+    md5s: list[str],
 ) -> None:
     """Read one batch from the pack, timed (after an untimed read when warm); then decode and
     hash it if asked (timed apart, counted apart)."""

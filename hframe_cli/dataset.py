@@ -25,6 +25,7 @@ from .errors import FormatError, HframeError, InputError, NotFound, PackReplaced
 from .inputs import expand_globs
 from .locations import is_remote, with_suffix
 from .lock import OutputLock
+from .policy import Counters
 from .reader import FrameKey, PackReader
 from .storage import open_storage
 
@@ -327,6 +328,34 @@ class DatasetReader:
     def row(self, key: FrameKey) -> dict[str, Any]:
         row: dict[str, Any] = self.table.slice(self.frame_id(key), 1).to_pylist()[0]
         return row
+
+    # what bench reports of the pack it reads, for the dataset as a whole
+
+    @property
+    def coalesce_gap(self) -> int:
+        return self.shard(0).coalesce_gap
+
+    @property
+    def max_read(self) -> int:
+        return self.shard(0).max_read
+
+    @property
+    def pack_bytes(self) -> int:
+        return sum(e.pack_bytes for e in self.manifest.shards)
+
+    @property
+    def files(self) -> list[str]:
+        return list(self.shard_paths)
+
+    def storage_counters(self) -> Counters | None:
+        """The request counters of the shards opened so far, added up (None when local)."""
+        found = [c for r in self._readers if r is not None and (c := r.storage_counters()) is not None]
+        if not found:
+            return None
+        total = Counters()
+        for c in found:
+            total.add(requests=c.requests, nbytes=c.bytes, retries=c.retries, throttles=c.throttles)
+        return total
 
     def close(self) -> None:
         for r in self._readers:

@@ -169,6 +169,16 @@ class PackReader:
         return getattr(self._storage, "counters", None)
 
     @property
+    def pack_bytes(self) -> int:
+        """The size of the pack file (of every shard, for a dataset)."""
+        return self.info.size
+
+    @property
+    def files(self) -> list[str]:
+        """The pack files this reader reads (one; a dataset's shards)."""
+        return [self.path]
+
+    @property
     def uuid(self) -> str:
         """The UUID of the pack generation this reader holds (every read comes from it)."""
         return self.info.uuid
@@ -646,6 +656,9 @@ def _looks_cold(seconds: float, nbytes: int) -> bool:
     return seconds > _COLD_FIXED_S + nbytes / _COLD_BYTES_PER_S
 
 
+_STATS_LOCK = threading.Lock()
+
+
 @dataclass
 class ReadStats:
     """Counters ``read_many`` fills in when asked (benchmarks, monitoring)."""
@@ -657,13 +670,14 @@ class ReadStats:
 
     def add(self, runs: list[Run], seconds: list[float], lens: list[int], max_read: int) -> None:
         """Count one batch: its runs (read in pieces of at most ``max_read``) and, per frame,
-        the time its run took."""
-        for (_, size, members), dt in zip(runs, seconds):
-            self.read_calls += -(-size // max_read)
-            self.bytes_read += size
-            for j in members:
-                self.bytes_requested += lens[j]
-                self.frame_latencies_s.append(dt)
+        the time its run took (the shards of a remote dataset add theirs from several threads)."""
+        with _STATS_LOCK:
+            for (_, size, members), dt in zip(runs, seconds):
+                self.read_calls += -(-size // max_read)
+                self.bytes_read += size
+                for j in members:
+                    self.bytes_requested += lens[j]
+                    self.frame_latencies_s.append(dt)
 
 
 def _split(offset: int, length: int, cap: int) -> Iterator[tuple[int, int]]:

@@ -30,7 +30,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import InputError, PackReplaced, StorageError
 from .locations import shown_url
@@ -48,6 +48,7 @@ MAX_PENDING_BYTES = 1 << 30
 SEQUENTIAL_BLOCK = 4 * 1024 * 1024
 #: an index (or other object read as a stream) up to this size is fetched in one GET
 WHOLE_OBJECT_MAX = 256 * 1024 * 1024
+_T = TypeVar("_T")
 _WAIT_SLICE_S = 0.2  # the calling thread waits in slices this long (signals are handled between)
 
 
@@ -255,7 +256,12 @@ class RemoteFile:
         self._closed = False
         self._version: tuple[str | None, int] | None = None  # (ETag, size) of the first answer
         pinned = etag is not None
-        first = self._request(0, PROBE_BYTES)
+        # on a worker, as every request: a client blocked in C++ (pyarrow) would not see Ctrl-C
+        try:
+            first = self._wait(self._executor().submit(self._request, 0, PROBE_BYTES))
+        except BaseException:
+            self.close()  # no worker thread is left behind by a failed open (a dataset check's 404)
+            raise
         if pinned and first.etag != etag:
             raise PackReplaced(f"{location}: the object was replaced (ETag {first.etag}, expected {etag})")
         # a weak ETag (W/"...") never passes If-Match (a strong comparison): such a server, or one
@@ -336,8 +342,8 @@ class RemoteFile:
     def _submit(self, offset: int, length: int, deadline: float) -> Future[bytes]:
         return self._executor().submit(lambda: self._request(offset, length, deadline).body)
 
-    def _wait(self, future: Future[bytes]) -> bytes:
-        """The future's bytes, waited for in short slices (a signal handler runs between)."""
+    def _wait(self, future: Future[_T]) -> _T:
+        """The future's result, waited for in short slices (a signal handler runs between)."""
         while True:
             try:
                 return future.result(timeout=_WAIT_SLICE_S)
@@ -380,10 +386,16 @@ class RemoteFile:
             if b not in blocks:
                 start = b * block
                 blocks[b] = self._submit(start, min(block, self._size - start), deadline)
-        parts = [self._wait(blocks[b]) for b in range(first, last + 1)]
-        data = b"".join(parts) if len(parts) > 1 else parts[0]
-        cut = offset - first * block
-        return data[cut : cut + length]
+        # the range's piece of each block, as views: the one copy is the join into the bytes returned
+        end = offset + length
+        views = []
+        for b in range(first, last + 1):
+            data = self._wait(blocks[b])
+            lo, hi = max(offset - b * block, 0), min(end - b * block, len(data))
+            if first == last and lo == 0 and hi == len(data):
+                return data  # a whole block: itself, not a copy
+            views.append(memoryview(data)[lo:hi])
+        return views[0].tobytes() if len(views) == 1 else b"".join(views)
 
     def preader(self) -> Callable[[int, int], bytes]:
         """``pread(length, offset)`` as ``read_at``: errors are already hframe errors."""
@@ -412,6 +424,12 @@ class RemoteFile:
         """The caller will read on from ``start``: serve it from blocks read ahead (``_read_blocks``)."""
         self._sequential = True
 
+    @property
+    def block_size(self) -> int | None:
+        """Once ``advise_sequential`` was called, the aligned block size reads are served from:
+        a read of exactly one block returns the block received, without a copy."""
+        return SEQUENTIAL_BLOCK if self._sequential else None
+
     def read_all(self) -> bytes:
         """The whole object (one GET up to ``WHOLE_OBJECT_MAX``, else in ranges), kept."""
         if self._whole is None:
@@ -436,7 +454,7 @@ class RemoteFile:
         """Whether the URL still serves the version this handle pinned (one small request)."""
         self.counters.add(requests=1)
         try:
-            now = self.backend.version()
+            now = self._wait(self._executor().submit(self.backend.version))
         except (Transient, Permanent):
             return False
         return self._version is not None and now == self._version

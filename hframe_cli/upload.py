@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import HframeError, InputError, StorageError
+from .errors import HframeError, InputError, PackReplaced, StorageError
 from .faults import fault_point
 from .locations import is_remote, shown_url, with_suffix
 
@@ -301,41 +301,48 @@ def _child(files: list[tuple[str, str]]) -> int:
 
 
 def fetch_for_update(url: str, stage: str, on_event: EventFn | None = None) -> bool:
-    """Make the staged copy of ``url`` the version published there, for ``--update``: packs
-    (and a dataset's manifest) whose staged copy is not that version are downloaded. False when
+    """Make the staged copy of ``url`` the version published there, for ``--update``: the pack
+    and its index are downloaded unless the staged copy is that version already. False when
     nothing is published at ``url`` (the update then packs everything)."""
-    from .dataset import Manifest, is_dataset, manifest_location
+    from .dataset import is_dataset
     from .index import index_location
-    from .remote import remote_url
 
-    if is_dataset(url):
-        murl, mpath = manifest_location(url), manifest_location(stage)
-        _download(murl, mpath)
-        manifest = Manifest.load(mpath)
-        pairs = [(os.path.join(os.path.dirname(mpath), e.path), remote_url(murl, e.path)) for e in manifest.shards]
-    else:
-        if _remote_uuid(url) is None:
-            return False
-        pairs = [(stage, url)]
-    for local, remote in pairs:
-        want = _remote_uuid(remote)
-        have = _local_uuid(local) if os.path.exists(local) else None
-        if want is not None and want == have and _index_in_place(index_location(local), index_location(remote)):
-            continue
-        if on_event is not None:
-            on_event(f"downloading {shown_url(remote)} to {local} (the staged copy is not the published one)")
-        _download(remote, local)
-        _download(index_location(remote), index_location(local))
+    if is_dataset(url):  # refused before anything is downloaded, as the local update refuses it
+        raise InputError(
+            f"{shown_url(url)}: --update of a sharded dataset is not supported yet; repack it with --force"
+        )
+    want = _remote_uuid(url)
+    if want is None:
+        return False
+    have = _local_uuid(stage) if os.path.exists(stage) else None
+    if want == have and _index_in_place(index_location(stage), index_location(url)):
+        return True
+    if on_event is not None:
+        on_event(f"downloading {shown_url(url)} to {stage} (the staged copy is not the published one)")
+    _download(url, stage)
+    _download(index_location(url), index_location(stage))
     return True
 
 
 def _download(url: str, path: str) -> None:
     """Copy an object to ``path`` (through ``path.download``, renamed once whole)."""
-    from .storage import open_storage
-
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     tmp = path + ".download"
+    try:
+        _copy_out(url, tmp)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    os.replace(tmp, path)
+
+
+def _copy_out(url: str, tmp: str) -> None:
+    """The object's bytes into ``tmp``, all from the version it had when the copy began."""
+    from .storage import open_storage
+
     with open_storage(url) as s, open(tmp, "wb") as out:
+        s.advise_sequential(0)  # blocks read ahead, several in flight
         size, pos = s.size(), 0
         while pos < size:
             piece = s.read_at(pos, min(_CHUNK, size - pos))
@@ -345,7 +352,8 @@ def _download(url: str, path: str) -> None:
             pos += len(piece)
         out.flush()
         os.fsync(out.fileno())
-    os.replace(tmp, path)
+        if not s.is_at_path():  # S3 reads are not pinned: a copy taken across a publish is no copy
+            raise PackReplaced(f"{shown_url(url)}: it was replaced while it was downloaded; run again")
 
 
 if __name__ == "__main__":  # the upload child: python -m hframe_cli.upload FILE URL [FILE URL...]

@@ -128,7 +128,15 @@ class _Window:
     def get(self, pos: int, n: int) -> tuple[bytes, int]:
         if self.start <= pos and pos + n <= self.start + len(self.buf):
             return self.buf, pos - self.start
-        want = max(self.chunk, n)
+        block = getattr(self.storage, "block_size", None)  # a remote pack read ahead in blocks
+        if block and pos // block == (pos + n - 1) // block:
+            # the whole block the range is in, as received (a copy of it would cost as much as the md5)
+            first = pos - pos % block
+            self.buf = self.storage.read_at(first, min(block, self.storage.size() - first))
+            self.start = first
+            self.bytes_read += len(self.buf)
+            return self.buf, pos - first
+        want = max(self.chunk, n) if not block else n
         want = min(want, max(self.end - pos, n))
         self.buf = self.storage.read_at(pos, want)
         self.start = pos

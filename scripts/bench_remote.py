@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Benchmark remote reads over HTTP on loopback, with injected latency so loopback resembles a
-real store, against the issue-15 targets.
+"""Benchmark remote reads over HTTP and S3 on loopback, with injected latency so loopback
+resembles a real store, against the issue-15 targets.
 
 Usage: python scripts/bench_remote.py PACK [--latency-ms 20] [--frames 256] [--batches 5] [--seed 1]
 
 PACK is a local pack (``scripts/make_bench_data.py`` + ``hframe pack`` make one). Its folder is
 served by ``tests/range_server.py`` (the test suite's range server: HTTP/1.1 keep-alive, byte
-ranges, ETag, If-Match) with ``--latency-ms`` added to every request, and, where nginx is
+ranges, ETag, If-Match; it also answers path-style S3 requests, so pyarrow's S3 client reads
+the same file through hframe's s3:// backend) with ``--latency-ms`` added to every request
+(HEAD included), and, where nginx is
 installed, by nginx without added latency (for the verify comparison). Measured side by side:
 
 * open: requests to open the pack (target <= 8, index included);
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import shutil
 import statistics
@@ -42,6 +45,57 @@ from range_server import RangeServer  # noqa: E402
 
 import hframe_cli as h  # noqa: E402
 from hframe_cli.verify import verify_pack  # noqa: E402
+
+
+def _measure(
+    srv: RangeServer,
+    url: str,
+    batches: list[list[int]],
+    md5s: list[str],
+    rng: random.Random,
+    frames_per_batch: int,
+    n: int,
+) -> dict[str, object]:
+    """Open ``url``, read the random batches and one batch of neighbours; requests counted at
+    the server, bytes at the client; every frame checked against its md5."""
+    out: dict[str, object] = {}
+    srv.reset_counts()
+    t0 = time.perf_counter()
+    with h.open_pack(url) as p:
+        out["open_requests"] = srv.total_requests()
+        out["open_s"] = round(time.perf_counter() - t0, 3)
+        times, gets, planned, got_bytes, want_bytes = [], [], [], 0, 0
+        for ids in batches:
+            srv.reset_counts()
+            offs = [p._offsets[i] for i in ids]  # noqa: SLF001 - the plan, to count reads
+            lens = [p._lengths[i] for i in ids]  # noqa: SLF001
+            plan = len(p._coalesce(offs, lens))  # noqa: SLF001
+            before = p.storage_counters().bytes
+            t = time.perf_counter()
+            frames = p.read_many(ids)
+            times.append(time.perf_counter() - t)
+            gets.append(srv.total_requests())
+            planned.append(plan)
+            got_bytes += p.storage_counters().bytes - before
+            want_bytes += sum(lens)
+            if [hashlib.md5(f).hexdigest() for f in frames] != [md5s[i] for i in ids]:
+                sys.exit(f"WRONG BYTES in a random batch from {url}")
+        out["random_batch_s_median"] = round(statistics.median(times), 3)
+        out["random_gets_per_batch"] = gets
+        out["random_planned_reads_per_batch"] = planned
+        out["random_bytes_ratio"] = round(got_bytes / want_bytes, 3)
+        start = rng.randrange(0, n - frames_per_batch)
+        ids = list(range(start, start + frames_per_batch))
+        srv.reset_counts()
+        t = time.perf_counter()
+        frames = p.read_many(ids)
+        out["neighbours_s"] = round(time.perf_counter() - t, 3)
+        out["neighbours_gets"] = srv.total_requests()
+        if [hashlib.md5(f).hexdigest() for f in frames] != [md5s[i] for i in ids]:
+            sys.exit(f"WRONG BYTES in the neighbour batch from {url}")
+        out["counters"] = p.storage_counters().to_dict()
+        out["checks_md5"] = p.checks_md5
+    return out
 
 
 def main() -> int:
@@ -63,49 +117,26 @@ def main() -> int:
     batches = [rng.sample(range(n), args.frames) for _ in range(args.batches)]
     out: dict[str, object] = {"pack": str(pack), "frames": n, "latency_ms": args.latency_ms}
 
-    with RangeServer(pack.parent) as srv:
-        srv.latency_s = args.latency_ms / 1000
-        url = srv.url(pack.name)
-        t0 = time.perf_counter()
-        with h.open_pack(url) as p:
-            out["open_requests"] = srv.total_requests()
-            out["open_s"] = round(time.perf_counter() - t0, 3)
-            times, gets, planned, got_bytes, want_bytes = [], [], [], 0, 0
-            for ids in batches:
-                srv.reset_counts()
-                offs = [p._offsets[i] for i in ids]  # noqa: SLF001 - the plan, to count reads
-                lens = [p._lengths[i] for i in ids]  # noqa: SLF001
-                plan = len(p._coalesce(offs, lens))  # noqa: SLF001
-                before = p.storage_counters().bytes
-                t = time.perf_counter()
-                frames = p.read_many(ids)
-                times.append(time.perf_counter() - t)
-                gets.append(srv.total_requests())
-                planned.append(plan)
-                got_bytes += p.storage_counters().bytes - before
-                want_bytes += sum(lens)
-                if [hashlib.md5(f).hexdigest() for f in frames] != [md5s[i] for i in ids]:
-                    sys.exit("WRONG BYTES in a random batch")
-            out["random_batch_s_median"] = round(statistics.median(times), 3)
-            out["random_gets_per_batch"] = gets
-            out["random_planned_reads_per_batch"] = planned
-            out["random_bytes_ratio"] = round(got_bytes / want_bytes, 3)
-            start = rng.randrange(0, n - args.frames)
-            ids = list(range(start, start + args.frames))
-            srv.reset_counts()
-            t = time.perf_counter()
-            frames = p.read_many(ids)
-            out["neighbours_s"] = round(time.perf_counter() - t, 3)
-            out["neighbours_gets"] = srv.total_requests()
-            if [hashlib.md5(f).hexdigest() for f in frames] != [md5s[i] for i in ids]:
-                sys.exit("WRONG BYTES in the neighbour batch")
-            out["counters"] = p.storage_counters().to_dict()
+    with tempfile.TemporaryDirectory() as root:
+        # the same server answers as a web server (GET /NAME) and, path-style, as an S3 bucket
+        # (HEAD and GET /bkt/NAME) that pyarrow's S3 client is pointed at
+        (Path(root) / "bkt").symlink_to(pack.parent, target_is_directory=True)
+        with RangeServer(root) as srv:
+            srv.latency_s = args.latency_ms / 1000
+            os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+            os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+            for kind, url in (
+                ("http", srv.url(f"bkt/{pack.name}")),
+                ("s3", f"s3://bkt/{pack.name}?endpoint_override=127.0.0.1:{srv.port}&scheme=http&region=us-east-1"),
+            ):
+                out[kind] = _measure(srv, url, batches, md5s, rng, args.frames, n)
 
     nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
     verify_pack(pack)  # warm the page cache: the local side is the warm verify
-    local_runs = [verify_pack(pack, workers=1) for _ in range(3)]
-    local_rate = max(r.bytes_checked / r.elapsed_s for r in local_runs)
-    out["verify_local_MBps"] = round(local_rate / 1e6, 1)
+    local_rate = max(r.bytes_checked / r.elapsed_s for r in [verify_pack(pack, workers=1) for _ in range(3)])
+    local_default = max(r.bytes_checked / r.elapsed_s for r in [verify_pack(pack) for _ in range(3)])
+    out["verify_local_MBps"] = round(local_rate / 1e6, 1)  # one process, as the remote verify runs
+    out["verify_local_default_MBps"] = round(local_default / 1e6, 1)  # one per core (the default)
     if nginx is not None:
         from conftest import nginx_serving  # the test suite's nginx launcher
 
@@ -116,24 +147,37 @@ def main() -> int:
             remote_rate = max(r.bytes_checked / r.elapsed_s for r in runs)
         out["verify_nginx_MBps"] = round(remote_rate / 1e6, 1)
         out["verify_nginx_vs_local"] = round(remote_rate / local_rate, 3)
+        out["verify_nginx_vs_local_default"] = round(remote_rate / local_default, 3)
 
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    one_get = all(g == q for g, q in zip(out["random_gets_per_batch"], out["random_planned_reads_per_batch"]))  # type: ignore[call-overload]
-    rows = [
-        ("open: requests", out["open_requests"], "<= 8"),
-        (f"random {args.frames}: median s per batch", out["random_batch_s_median"], "<= 0.5"),
-        ("random: one GET per planned read", one_get, "True"),
-        ("random: bytes received / wanted", out["random_bytes_ratio"], "<= 1.1"),
-        (f"neighbours {args.frames}: GETs", out["neighbours_gets"], "<= 3"),
-        ("verify over nginx vs local warm", out.get("verify_nginx_vs_local", "n/a (no nginx)"), ">= 0.7"),
-    ]
     print(f"bench_remote: {pack} ({n} frames), {args.latency_ms:g} ms per request, seed {args.seed}")
-    for label, value, target in rows:
-        print(f"  {label:<44} {value!s:>10}   target {target}")
-    print(f"  (random GETs per batch {out['random_gets_per_batch']}, planned {out['random_planned_reads_per_batch']};"
-          f" verify local {out['verify_local_MBps']} MB/s, nginx {out.get('verify_nginx_MBps', 'n/a')} MB/s)")
+    print(f"  {'':<44} {'http':>10} {'s3':>10}   target")
+    for kind in ("http", "s3"):
+        m = out[kind]
+        m["one_get"] = all(g == q for g, q in zip(m["random_gets_per_batch"], m["random_planned_reads_per_batch"]))
+    rows = [
+        ("open: requests", "open_requests", "<= 8"),
+        (f"random {args.frames}: median s per batch", "random_batch_s_median", "<= 0.5"),
+        ("random: one GET per planned read", "one_get", "True"),
+        ("random: bytes received / wanted", "random_bytes_ratio", "<= 1.1"),
+        (f"neighbours {args.frames}: GETs", "neighbours_gets", "<= 3"),
+    ]
+    for label, key, target in rows:
+        print(f"  {label:<44} {out['http'][key]!s:>10} {out['s3'][key]!s:>10}   {target}")
+    for label, key in (("1 process", "verify_nginx_vs_local"), ("default", "verify_nginx_vs_local_default")):
+        print(f"  {'verify over nginx vs local warm, ' + label:<44} {out.get(key, 'n/a')!s:>10} {'':>10}   >= 0.7")
+    for kind in ("http", "s3"):
+        m = out[kind]
+        print(
+            f"  ({kind}: GETs per batch {m['random_gets_per_batch']}, planned {m['random_planned_reads_per_batch']};"
+            f" frames md5-checked by the reader: {m['checks_md5']})"
+        )
+    print(
+        f"  (verify local {out['verify_local_MBps']} MB/s in 1 process, {out['verify_local_default_MBps']} MB/s by"
+        f" default; nginx {out.get('verify_nginx_MBps', 'n/a')} MB/s, 1 process with blocks in flight)"
+    )
     return 0
 
 

@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+import hframe_cli as h
 from hframe_cli.bench import evict, run_bench, sample_batches
 from hframe_cli.errors import InputError
 
@@ -109,3 +110,24 @@ def test_bench_refusals(cli, packed):
     assert r.exit_code == 2 and "zigzag" in r.stderr
     r = cli(["bench-warm", str(packed), "--method", "fadvise"])
     assert r.exit_code == 2 and "--method applies to bench-cold only" in r.stderr
+
+
+def test_bench_reads_a_sharded_dataset_as_one_pack(photos, tmp_path):
+    """bench-cold and bench-warm take a dataset: frames sampled over every shard, each one's
+    md5 checked, cold batches evicting every shard file."""
+    h.pack([photos], tmp_path / "ds.hframe", max_pack_bytes=20_000)
+    shards = sorted(tmp_path.glob("ds-*.hframe"))
+    assert len(shards) > 2
+    for mode in ("warm", "cold"):
+        r = run_bench(
+            tmp_path / "ds.hframe",
+            mode=mode,
+            frames=20,
+            batches=3,
+            seed=1,
+            md5=True,
+            method="fadvise" if mode == "cold" else "auto",
+        )
+        doc = r.to_dict()
+        assert doc["ok"] and r.pack_side.md5_checked == 60 and r.pack_side.md5_mismatches == 0
+        assert doc["host"]["pack_bytes"] == sum(s.stat().st_size for s in shards)

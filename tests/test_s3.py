@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -174,8 +175,18 @@ def test_a_sharded_dataset_in_a_bucket_reads_as_one_pack(s3, local):
     r = run_bin(["verify", manifest, "--json"])
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["frames_checked"] == len(md5s(local / "p.hframe"))
-    remote = run_bin(["index", manifest, "-c", "name,md5"])
-    assert remote.returncode == 0 and remote.stdout == run_bin(["index", str(here), "-c", "name,md5"]).stdout
+    for args in (
+        ["index", "{}", "-c", "name,md5"],
+        ["get", "{}", "0", "250", "429", "--format", "tar"],
+        ["dump-header", "{}"],
+    ):
+        remote = run_bin([a.format(manifest) for a in args])
+        local_run = run_bin([a.format(here) for a in args])
+        assert remote.returncode == 0, remote.stderr
+        shown = re.sub(rb"s3://bkt/ds/d\.hframe([^\s?]*)\?[^\s]*", rb"P\1", remote.stdout)  # the query is not shown
+        assert shown == local_run.stdout.replace(str(here).encode(), b"P")
+    r = run_bin(["bench-warm", manifest, "--frames", "16", "--batches", "2", "--md5", "--json"])
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"], r.stderr
     with h.open_pack(manifest) as d, h.open_pack(here) as ref:
         ids = random.Random(2).sample(range(len(ref)), 50)
         assert d.read_many(ids) == ref.read_many(ids)
@@ -486,3 +497,20 @@ def test_readers_while_another_process_republishes_to_s3_never_get_wrong_bytes(s
 
 def md5s_of(p: h.PackReader) -> list[str]:
     return p.read_index_columns(["md5"]).column("md5").to_pylist()
+
+
+def test_ctrl_c_ends_a_stuck_s3_read_within_a_second(flaky):
+    flaky.faults.extend(["hang"] * 5)
+    env = {**os.environ, "HFRAME_IO_REQUEST_TIMEOUT": "60", "HFRAME_IO_TIMEOUT": "120", "HFRAME_TTY": "0"}
+    proc = subprocess.Popen(
+        [hframe_bin(), "get", fake_url(flaky), "5"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    )
+    deadline = time.monotonic() + 20
+    while flaky.total_requests() == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=10) == 130
+    assert time.monotonic() - t0 < 1.5
+    assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()
