@@ -14,8 +14,9 @@ that finds its output locked gives up before pyarrow is loaded.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -163,33 +164,59 @@ def _pack_remote(paths: list[str], url: str, opts: PackOptions) -> PackOutcome:
 
     from .errors import InputError
     from .locations import shown_url
-    from .upload import fetch_for_update, publish, published_version, staging_path
+    from .objectstore import check_bucket
+    from .policy import RequestPolicy
+    from .upload import fetch_for_update, finish_interrupted_publish, publish, published_version, staging_path
 
+    shown = shown_url(url)
     if opts.shard_of is not None:
-        raise InputError(f"{url}: --shard-of writes parts to a local or shared folder, not to a remote location")
+        raise InputError(f"{shown}: --shard-of writes parts to a local or shared folder, not to a remote location")
     stage = staging_path(url)
     try:
-        with writer_run(
-            stage,
-            wait=opts.wait,
-            handle_signals=opts.handle_signals,
-            on_event=opts.on_event,
-            on_warning=opts.on_warning,
+        with (
+            _remote_interruptions(url),
+            writer_run(
+                stage,
+                wait=opts.wait,
+                handle_signals=opts.handle_signals,
+                on_event=opts.on_event,
+                on_warning=opts.on_warning,
+            ),
         ):
+            check_bucket(url, RequestPolicy.from_env())  # before anything is built for it
             if opts.update:
+                finish_interrupted_publish(url, opts.on_event)  # its index is the one to update
                 fetch_for_update(url, stage, opts.on_event)
             elif not opts.force and published_version(url):
-                raise InputError(f"{shown_url(url)}: already exists (--force replaces it, --update adds to it)")
+                raise InputError(f"{shown}: already exists (--force replaces it, --update adds to it)")
             local = pack(paths, stage, replace(opts, force=opts.force or not opts.update, skip_if_locked=False))
             if local.mode == "dry-run":
-                return replace(local, output=shown_url(url))
+                return replace(local, output=shown)
             report = publish(stage, url, opts.on_event)
     except PackLocked as e:
         if not opts.skip_if_locked:
             raise
-        return PackOutcome("skipped", url, skipped=str(e))
+        return PackOutcome("skipped", shown, skipped=str(e))
     results = [report.remote_result(r) for r in local.results]
-    return replace(local, output=shown_url(url), results=results, published=report)
+    return replace(local, output=shown, results=results, published=report)
+
+
+@contextmanager
+def _remote_interruptions(url: str) -> Iterator[None]:
+    """A signal during a build or upload for ``url``, told in its terms (not the staging
+    folder's): what readers see there and that ``resume`` goes on."""
+    from .errors import Interrupted
+    from .locations import shown_url
+
+    try:
+        yield
+    except Interrupted as e:
+        how = re.search(r"interrupted by \w+", str(e))
+        shown = shown_url(url)
+        raise Interrupted(
+            f"{shown}: {how.group(0) if how else 'interrupted'}; readers there see a complete version "
+            f"(the one before, or this one); 'hframe resume {shown}' finishes the build and the upload"
+        ) from None
 
 
 def _resume_remote(url: str, on_event: EventFn | None, **kw: Any) -> ResumeResult:
@@ -200,21 +227,28 @@ def _resume_remote(url: str, on_event: EventFn | None, **kw: Any) -> ResumeResul
 
     from .dataset import manifest_location
     from .errors import NothingToResume
+    from .locations import shown_url
     from .packing import ResumeResult
     from .upload import publish, staging_path
 
-    stage = staging_path(url)
-    with writer_run(stage, wait=kw.pop("wait"), handle_signals=kw["handle_signals"], on_event=on_event):
+    shown = shown_url(url)
+    stage = staging_path(url, create=False)
+    if not os.path.isdir(os.path.dirname(stage)):
+        raise NothingToResume(f"{shown}: nothing to resume (no build of it in {os.path.dirname(stage)})")
+    with (
+        _remote_interruptions(url),
+        writer_run(stage, wait=kw.pop("wait"), handle_signals=kw["handle_signals"], on_event=on_event),
+    ):
         try:
             result = _resume_locked(stage, on_event=on_event, **kw)
         except NothingToResume:
             result = None
         if result is None and not os.path.exists(stage) and not os.path.exists(manifest_location(stage)):
-            raise NothingToResume(f"{url}: nothing to resume (no build of it in {os.path.dirname(stage)})")
+            raise NothingToResume(f"{shown}: nothing to resume (no build of it in {os.path.dirname(stage)})")
         report = publish(stage, url, on_event)
     if result is None:
         if not report.uploaded:
-            raise NothingToResume(f"{url}: nothing to resume (the staged build is published)")
+            raise NothingToResume(f"{shown}: nothing to resume (the staged build is published)")
         result = ResumeResult("published", None, [f"uploaded {len(report.uploaded)} objects"])
     if result.result is not None:
         result = replace(result, result=report.remote_result(result.result))

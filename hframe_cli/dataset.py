@@ -23,7 +23,7 @@ import pyarrow as pa
 from .checkpoint import checkpoint_paths, fsync_dir
 from .errors import FormatError, HframeError, InputError, NotFound, PackReplaced, UnsupportedVersion
 from .inputs import expand_globs
-from .locations import is_remote, with_suffix
+from .locations import is_remote, shown_url, with_suffix
 from .lock import OutputLock
 from .policy import Counters
 from .reader import FrameKey, PackReader
@@ -193,6 +193,7 @@ class DatasetReader:
 
     def __init__(self, output: str | os.PathLike[str], **options: Any) -> None:
         self.path = os.fspath(output)
+        self.shown = shown_url(self.path)  # the path as messages name it (a URL's query left out)
         self.manifest_path = manifest_location(output)
         self.manifest = Manifest.load(self.manifest_path)
         self.shard_paths = self.manifest.shard_paths(self.manifest_path)
@@ -208,18 +209,25 @@ class DatasetReader:
             entry = self.manifest.shards[k]
             if r.info.uuid != entry.uuid or len(r) != entry.frame_count:
                 r.close()
-                where = f"shard {self.shard_paths[k]} was {entry.uuid}, is now {r.info.uuid}"
+                where = f"shard {shown_url(self.shard_paths[k])} was {entry.uuid}, is now {r.info.uuid}"
+                if is_remote(self.path) and not self._rebuilt():
+                    # no run's plan can be seen in a store: a shard that is not the manifest's is
+                    # a republish under way (its manifest is uploaded last)
+                    raise PackReplaced(
+                        f"{self.shown}: the dataset is being republished ({where}; its manifest comes "
+                        "last); open it again when that has finished"
+                    )
                 if checkpoint_paths(self.path).plan.exists():
                     raise PackReplaced(
-                        f"{self.path}: the dataset is being rebuilt by a sharded pack run ({where}; its "
+                        f"{self.shown}: the dataset is being rebuilt by a sharded pack run ({where}; its "
                         "manifest comes last); open it again when that run has finished"
                     )
                 if self._rebuilt():
                     raise PackReplaced(
-                        f"{self.path}: the dataset was rebuilt since this reader opened it ({where}); open it again"
+                        f"{self.shown}: the dataset was rebuilt since this reader opened it ({where}); open it again"
                     )
                 raise FormatError(
-                    f"{self.shard_paths[k]}: shard differs from the dataset manifest "
+                    f"{shown_url(self.shard_paths[k])}: shard differs from the dataset manifest "
                     f"(UUID {r.info.uuid} vs {entry.uuid}); rebuild it with 'hframe index --merge'"
                 )
             self._readers[k] = r
@@ -250,7 +258,7 @@ class DatasetReader:
         if isinstance(key, int) and not isinstance(key, bool):
             if not 0 <= key < len(self):
                 raise NotFound(
-                    f"{self.path}: frame {key} does not exist (dataset has {len(self)} frames, ids 0..{len(self) - 1})"
+                    f"{self.shown}: frame {key} does not exist (dataset has {len(self)} frames, ids 0..{len(self) - 1})"
                 )
             return key
         for k in range(len(self.shard_paths)):
@@ -259,7 +267,7 @@ class DatasetReader:
             except NotFound:
                 continue
         shown = key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else key
-        raise NotFound(f"{self.path}: no frame named {shown!r} in any of its {len(self.shard_paths)} shards")
+        raise NotFound(f"{self.shown}: no frame named {shown!r} in any of its {len(self.shard_paths)} shards")
 
     def read(self, key: FrameKey) -> bytes:
         k, local = self.locate(self.frame_id(key))
@@ -371,6 +379,7 @@ class DatasetReader:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = state["output"]
+        self.shown = shown_url(self.path)
         self.manifest_path = manifest_location(self.path)
         self.manifest = state["manifest"]
         self.shard_paths = self.manifest.shard_paths(self.manifest_path)

@@ -27,9 +27,10 @@ import urllib.parse
 from typing import Any
 
 from .errors import InputError, StorageError
+from .locations import shown_url
 from .policy import Permanent, RequestPolicy, Response, Transient
 
-__all__ = ["ObjectBackend", "filesystem", "join", "object_at", "split_location"]
+__all__ = ["ObjectBackend", "check_bucket", "filesystem", "join", "object_at", "split_location"]
 
 #: query keys each scheme takes (anything else is refused: a typo must not be ignored)
 _OPTIONS = {
@@ -44,20 +45,26 @@ def split_location(location: str) -> tuple[str, str, dict[str, str]]:
     """``s3://b/k?region=x`` → (``s3``, ``b/k``, ``{"region": "x"}``); ``hdfs://h:8020/p`` →
     (``hdfs``, ``h:8020/p``, {}). Refuses what cannot name an object (exit 2)."""
     parts = urllib.parse.urlsplit(location)
+    shown = shown_url(location)  # messages leave the query out (it may carry more than options)
     scheme = _SCHEMES.get(parts.scheme.lower())
     if scheme is None:
-        raise InputError(f"{location}: not an object-store location")
+        raise InputError(f"{shown}: not an object-store location")
     query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
     unknown = sorted(set(query) - set(_OPTIONS[scheme]))
     if unknown:
         raise InputError(
-            f"{location}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+            f"{shown}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
             f"({scheme}:// takes {', '.join(_OPTIONS[scheme])})"
         )
-    path = parts.path.lstrip("/")
-    if not parts.netloc or not path or path.endswith("/"):
+    if query.get("scheme", "https") not in ("http", "https"):
+        raise InputError(f"{shown}: scheme must be http or https")
+    for flag in ("anonymous",):
+        if flag in query:
+            _flag(query[flag], f"{shown}: {flag}")
+    path = parts.path[1:] if parts.path.startswith("/") else parts.path
+    if not parts.netloc or not path or path.startswith("/") or path.endswith("/") or "//" in path:
         what = "HOST:PORT/PATH" if scheme == "hdfs" else "BUCKET/KEY"
-        raise InputError(f"{location}: not an object location (expected {parts.scheme}://{what})")
+        raise InputError(f"{shown}: not an object location (expected {parts.scheme}://{what}, no empty path parts)")
     return scheme, f"{parts.netloc}/{path}", query
 
 
@@ -85,6 +92,26 @@ def _flag(value: str, name: str) -> bool:
     if value.lower() in ("0", "false", "no", ""):
         return False
     raise InputError(f"{name}={value!r}: expected true or false")
+
+
+def check_bucket(location: str, policy: RequestPolicy) -> None:
+    """Refuse (exit 2) an s3:// or gs:// location whose bucket does not exist, before anything
+    is built for it; an unreachable store is exit 3, as for reads."""
+    import pyarrow.fs as pafs
+
+    if split_location(location)[0] == "hdfs":
+        return
+    fs, key = object_at(location, policy)
+    bucket = key.split("/", 1)[0]
+    try:
+        missing = fs.get_file_info(bucket).type == pafs.FileType.NotFound
+    except OSError as e:
+        err = _classify(e)
+        if not (isinstance(err, Permanent) and err.kind == "missing"):
+            raise StorageError(f"{shown_url(location)}: {err}") from None
+        missing = True
+    if missing:
+        raise InputError(f"{shown_url(location)}: the bucket {bucket} does not exist")
 
 
 def _s3_endpoint(query: dict[str, str], environ: Any) -> dict[str, Any]:
@@ -245,6 +272,8 @@ def _classify(err: Exception) -> Exception:
     """A pyarrow error as ``Permanent`` (no retry changes it) or ``Transient`` (retried)."""
     text = str(err)
     upper = text.upper()
+    if isinstance(err, ValueError):  # pyarrow.ArrowInvalid: the request itself is wrong
+        return Permanent("unsupported", text.split("Detail:")[0].strip())
     short = text.split("Detail:")[0].split(" error_info=")[0].strip()
     status = re.search(r"HTTP STATUS (\d+)|\[CODE (\d+)\]|HTTP STATUS CODE: (\d+)", upper)
     code = next((int(g) for g in status.groups() if g), 0) if status else 0

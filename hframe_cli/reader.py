@@ -18,6 +18,7 @@ import time
 from array import array
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +27,11 @@ import pyarrow as pa
 from .codec import Decompressor
 from .errors import (
     ChecksumMismatch,
+    FormatError,
     FrameOutOfRange,
     IncompletePack,
     InputError,
+    IntegrityError,
     NotFound,
     PackReplaced,
 )
@@ -45,6 +48,7 @@ from .format import (
 )
 from .generation import PackInfo, generation_checks, open_generation
 from .index import index_location, int64_column, read_index
+from .locations import shown_url
 from .storage import Storage
 
 __all__ = [
@@ -108,6 +112,7 @@ class PackReader:
         _snapshot: dict[str, Any] | None = None,
     ) -> None:
         self.path = os.fspath(path)
+        self.shown = shown_url(self.path)  # the path as messages name it (a URL's query left out)
         self.index_path = os.fspath(index_path) if index_path is not None else index_location(path)
         if workers is not None and workers < 1:
             raise InputError(f"workers must be at least 1 (got {workers})")
@@ -204,7 +209,7 @@ class PackReader:
         dictionary = None
         if self.info.header.flags & FLAG_DICT:
             dictionary = read_dictionary(self._storage)
-        self._decompressor = Decompressor(dictionary, self.path)
+        self._decompressor = Decompressor(dictionary, self.shown)
 
     @property
     def compressed(self) -> bool:
@@ -217,7 +222,7 @@ class PackReader:
         assert self._decompressor is not None and self._raw_lengths is not None
         flags = RECORD_FLAG_DICT if self.info.header.flags & FLAG_DICT else 0
         return self._decompressor.decode(
-            data, self._codecs[frame_id], flags, self._raw_lengths[frame_id], f"{self.path}: frame {frame_id}"
+            data, self._codecs[frame_id], flags, self._raw_lengths[frame_id], f"{self.shown}: frame {frame_id}"
         )
 
     # -- size and lookup ----------------------------------------------------------------
@@ -250,7 +255,7 @@ class PackReader:
         if isinstance(key, int) and not isinstance(key, bool):
             if not 0 <= key < len(self):
                 raise NotFound(
-                    f"{self.path}: frame {key} does not exist (pack has {len(self)} frames, ids 0..{len(self) - 1})"
+                    f"{self.shown}: frame {key} does not exist (pack has {len(self)} frames, ids 0..{len(self) - 1})"
                 )
             return key
         if isinstance(key, str):
@@ -286,7 +291,7 @@ class PackReader:
             pos = pc.index(raws, pa.scalar(raw, pa.binary())).as_py()
             if pos >= 0:
                 return int(pos)
-        raise NotFound(f"{self.path}: no frame named {raw.decode('utf-8', 'backslashreplace')!r}")
+        raise NotFound(f"{self.shown}: no frame named {raw.decode('utf-8', 'backslashreplace')!r}")
 
     def _name_columns(self) -> tuple[pa.Array, pa.Array]:
         """The name and name_raw columns only (a name lookup needs nothing else)."""
@@ -309,15 +314,17 @@ class PackReader:
     def _check_range(self, frame_id: int, offset: int, length: int) -> None:
         if offset < HEADER_SIZE or length < 0 or offset + length > self._data_end:
             raise FrameOutOfRange(
-                f"{self.path}: frame {frame_id} (offset {offset}, length {length}): index out of range "
+                f"{self.shown}: frame {frame_id} (offset {offset}, length {length}): index out of range "
                 f"(pack data is bytes {HEADER_SIZE}..{self._data_end})"
             )
 
     def read(self, key: FrameKey) -> bytes:
         """The exact bytes of one frame (decompressed if it is stored compressed)."""
         i = self.frame_id(key)
-        data = self._decode(i, self._read_stored(i))
-        if self.checks_md5:
+        if not self.checks_md5:
+            return self._decode(i, self._read_stored(i))
+        with self._replaced_if_moved():
+            data = self._decode(i, self._read_stored(i))
             self._check_md5([i], [data])
         return data
 
@@ -326,7 +333,8 @@ class PackReader:
         i = self.frame_id(key)
         data = self._read_stored(i)
         if self.checks_md5:
-            self._check_md5([i], [self._decode(i, data)])
+            with self._replaced_if_moved():
+                self._check_md5([i], [self._decode(i, data)])
         return data
 
     def _read_stored(self, i: int) -> bytes:
@@ -338,15 +346,15 @@ class PackReader:
             data = b"".join(self._storage.read_at(o, n) for o, n in _split(offset, length, self.max_read))
         if len(data) != length:
             raise FrameOutOfRange(
-                f"{self.path}: frame {i} (offset {offset}, length {length}): short read ({len(data)} bytes); pack truncated?"
+                f"{self.shown}: frame {i} (offset {offset}, length {length}): short read ({len(data)} bytes); pack truncated?"
             )
         return data
 
     def head(self, key: FrameKey, nbytes: int) -> bytes:
         """The first ``nbytes`` bytes of a frame (all of it when shorter)."""
         i = self.frame_id(key)
-        if self._codecs is not None and self._codecs[i]:
-            return self.read(i)[: max(nbytes, 0)]
+        if (self._codecs is not None and self._codecs[i]) or self.checks_md5:
+            return self.read(i)[: max(nbytes, 0)]  # (unpinned remote: a frame is checked whole)
         offset, length = self._offsets[i], self._lengths[i]
         self._check_range(i, offset, length)
         return self._storage.read_at(offset, min(max(nbytes, 0), length))
@@ -362,11 +370,20 @@ class PackReader:
             workers: threads for this call (default: the reader's, else ``default_workers``).
             stats: if given, read calls, bytes and per-frame read latencies are added to it.
         """
+        if self.checks_md5:
+            with self._replaced_if_moved():
+                out = self._read_many_raw(keys, workers, stats)
+                self._check_md5([k if type(k) is int else self.frame_id(k) for k in keys], out)
+            return out
+        return self._read_many_raw(keys, workers, stats)
+
+    def _read_many_raw(
+        self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None
+    ) -> list[bytes]:
+        """``read_many`` without the md5 check."""
         out = self._read_many_stored(keys, workers, stats)
         codecs = self._codecs
         if codecs is None:
-            if self.checks_md5:
-                self._check_md5([k if type(k) is int else self.frame_id(k) for k in keys], out)
             return out
         assert self._decompressor is not None and self._raw_lengths is not None
         ids = [k if type(k) is int else self.frame_id(k) for k in keys]
@@ -383,25 +400,32 @@ class PackReader:
         )
         for j, data in zip(packed, datas):
             out[j] = data
-        if self.checks_md5:
-            self._check_md5(ids, out)
         return out
 
     def _check_md5(self, ids: Sequence[int], frames: Sequence[bytes]) -> None:
-        """Each frame's bytes against the index's md5 (``checks_md5``): a mismatch is the pack
-        replaced at its location since this reader opened it (exit 3), or damage (exit 1)."""
+        """Each frame's bytes against the index's md5 (``checks_md5``; run under
+        ``_replaced_if_moved``, which tells a replaced pack from damage)."""
         if self._md5s is None:
             column = self.read_index_columns(["md5"]).column("md5").to_pylist()
             self._md5s = [bytes.fromhex(h) if h else b"" for h in column]
         want = self._md5s
         for i, data in zip(ids, frames):
             if hashlib.md5(data).digest() != want[i]:
-                if not self._storage.is_at_path():
-                    raise PackReplaced(
-                        f"{self.path}: the pack was replaced since this reader opened it (frame {i} "
-                        "is not the indexed bytes); open it again"
-                    )
-                raise ChecksumMismatch(f"{self.path}: frame {i}: md5 mismatch (stored bytes are not the indexed ones)")
+                raise ChecksumMismatch(f"{self.shown}: frame {i}: md5 mismatch (stored bytes are not the indexed ones)")
+
+    @contextmanager
+    def _replaced_if_moved(self) -> Iterator[None]:
+        """For reads not pinned to a version (``checks_md5``): bytes that fail a check (md5,
+        decompression, record layout) from an object that changed since it was opened are the
+        pack replaced (exit 3), not damage (exit 1)."""
+        try:
+            yield
+        except (FormatError, IntegrityError) as e:
+            if not self._storage.is_at_path():
+                raise PackReplaced(
+                    f"{self.shown}: the pack was replaced since this reader opened it ({e}); open it again"
+                ) from None
+            raise
 
     def read_many_stored(
         self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None
@@ -410,7 +434,8 @@ class PackReader:
         out = self._read_many_stored(keys, workers, stats)
         if self.checks_md5:
             ids = [k if type(k) is int else self.frame_id(k) for k in keys]
-            self._check_md5(ids, [self._decode(i, d) for i, d in zip(ids, out)])
+            with self._replaced_if_moved():
+                self._check_md5(ids, [self._decode(i, d) for i, d in zip(ids, out)])
         return out
 
     def _read_many_stored(
@@ -576,7 +601,7 @@ class PackReader:
         run_off, size, members = run
         if len(blob) != size:
             raise FrameOutOfRange(
-                f"{self.path}: short read at offset {run_off} ({len(blob)} of {size} bytes); pack truncated?"
+                f"{self.shown}: short read at offset {run_off} ({len(blob)} of {size} bytes); pack truncated?"
             )
         if len(members) == 1:
             out[members[0]] = blob

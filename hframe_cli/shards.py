@@ -180,11 +180,11 @@ def pack_sharded(
     out = os.fspath(output)
     ranges = plan_shards(sources.sources, max_pack_bytes, alignment, *media_allowances(options.get("media")))
     if len(ranges) == 1:
-        return None, [
-            pack_sources(
-                sources, out, alignment=alignment, created_us=created_us, force=force, on_event=on_event, **options
-            )
-        ]
+        result = pack_sources(
+            sources, out, alignment=alignment, created_us=created_us, force=force, on_event=on_event, **options
+        )
+        retire_other_form(out, dataset=False)  # a dataset it replaces (--force) would hide it
+        return None, [result]
 
     if not force:
         for p in [get_manifest_path(out), *(shard_path(out, k) for k in range(len(ranges)))]:
@@ -252,10 +252,44 @@ def run_shards(
             continue
         note(on_event, f"shard {k + 1} of {len(ranges)}: {b - a} sources -> {path}")
         results.append(pack_sources(part, path, force=force or resuming, on_event=on_event, **options))
+    stale = _shards_of(out)
     manifest = write_manifest(out, paths)
+    retire_other_form(out, dataset=True, stale_shards=[p for p in stale if p not in map(os.fspath, paths)])
     remove_plan(out)
     remove_checkpoint_files(out)
     return manifest, results
+
+
+def _shards_of(out: str) -> list[str]:
+    """The shard files the manifest at ``out`` names now (none without a readable one)."""
+    from .dataset import Manifest
+    from .errors import HframeError
+
+    mpath = get_manifest_path(out)
+    if not mpath.exists():
+        return []
+    try:
+        return [os.fspath(p) for p in Manifest.load(mpath).shard_paths(mpath)]
+    except HframeError:
+        return []
+
+
+def retire_other_form(out: str, *, dataset: bool, stale_shards: Sequence[str] = ()) -> None:
+    """After ``out`` was published as a dataset (``dataset``) or as one pack, remove what the
+    other form left there (``pack --force`` from one form to the other): a single pack at
+    ``out`` hides nothing, but readers take it over a manifest, and a manifest hides nothing but
+    a missing pack; either would keep readers on the old version. Shards no manifest names any
+    longer go too. Readers that opened them keep their open files."""
+    if dataset:
+        doomed = [out, *stale_shards]
+    else:
+        doomed = [os.fspath(get_manifest_path(out)), *_shards_of(out)]
+    for p in doomed:
+        for f in (p, os.fspath(get_index_path(p))):
+            try:
+                os.unlink(f)
+            except FileNotFoundError:
+                pass
 
 
 def resume_sharded(

@@ -30,6 +30,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,15 +41,24 @@ from .errors import HframeError, InputError, PackReplaced, StorageError
 from .faults import fault_point
 from .locations import is_remote, shown_url, with_suffix
 
-__all__ = ["PublishReport", "fetch_for_update", "publish", "published_version", "put_objects", "staging_path"]
+__all__ = [
+    "PublishReport",
+    "fetch_for_update",
+    "finish_interrupted_publish",
+    "publish",
+    "published_version",
+    "put_objects",
+    "staging_path",
+]
 
 EventFn = Callable[[str], None]
 _CHUNK = 8 << 20
 
 
-def staging_path(url: str) -> str:
+def staging_path(url: str, *, create: bool = True) -> str:
     """Where the pack for ``url`` is built and kept: ``HFRAME_STAGE`` (default
-    ``~/.cache/hframe/stage``) / a folder per location / the key's file name."""
+    ``~/.cache/hframe/stage``) / a folder per location / the key's file name (the folder made
+    unless ``create`` is false)."""
     scheme = url.partition("://")[0].lower()
     if scheme in ("http", "https"):
         raise InputError(
@@ -63,7 +73,8 @@ def staging_path(url: str) -> str:
     )
     name = path.rsplit("/", 1)[-1]
     folder = os.path.join(root, f"{hashlib.sha256(url.encode()).hexdigest()[:16]}-{name}")
-    os.makedirs(folder, exist_ok=True)
+    if create:
+        os.makedirs(folder, exist_ok=True)
     return os.path.join(folder, name)
 
 
@@ -175,14 +186,17 @@ def _index_in_place(local_index: str, url: str) -> bool:
 def publish(stage: str, url: str, on_event: EventFn | None = None) -> PublishReport:
     """Upload the staged output ``stage`` to ``url`` (the order in the module docstring); packs
     already there are left alone. Raises ``StorageError`` (exit 3) naming the object on failure."""
+    from .dataset import manifest_location
     from .index import index_location
 
     report = PublishReport()
     t0 = time.monotonic()
     pairs, manifest = _pairs(stage, url)
+    old_shards = _remote_shards(url)
     for local, remote in pairs:
         lindex, rindex = index_location(local), index_location(remote)
         report.locations.update({local: remote, lindex: rindex})
+        finish_interrupted_publish(remote, on_event)
         if _remote_uuid(remote) == _local_uuid(local) and _index_in_place(lindex, rindex):
             report.in_place.append(remote)
             continue
@@ -196,8 +210,68 @@ def publish(stage: str, url: str, on_event: EventFn | None = None) -> PublishRep
     if manifest is not None:
         put_objects([manifest])
         report.uploaded.append((manifest[1], os.path.getsize(manifest[0])))
+    # what the other form left at the location would keep readers on the old version (a
+    # manifest is taken over a pack) or cost storage (a pack a dataset replaced, stale shards):
+    # removed once the new version is complete, as a local publish does (shards.retire_other_form)
+    if manifest is None:
+        if old_shards:
+            delete_object(manifest_location(url))
+        doomed = old_shards
+    else:
+        new = {remote for _, remote in pairs}
+        doomed = [url, *(s for s in old_shards if s not in new)]
+    for where in doomed:
+        for obj in (where, index_location(where)):
+            delete_object(obj)
     report.seconds = time.monotonic() - t0
     return report
+
+
+def finish_interrupted_publish(url: str, on_event: EventFn | None = None) -> bool:
+    """A publish cut between a pack and its index leaves the new pack at ``url`` with its index
+    at ``INDEX.partial``, which readers use (hframe.5): put that index in place before anything
+    else is uploaded over it, as a local writer finishes a publish left between its renames.
+    True when there was one to finish."""
+    from .index import index_location
+
+    pack = _remote_uuid(url)
+    rindex = index_location(url)
+    partial = with_suffix(rindex, ".partial")
+    if pack is None or _index_pack_uuid(partial) != pack[0]:
+        return False  # nothing there, or a .partial left by a run cut before its pack (never read)
+    if _index_pack_uuid(rindex) != pack[0]:
+        fs, key = _store(partial)
+        try:
+            fs.copy_file(key, _store(rindex)[1])  # a copy inside the store: one step for readers
+        except OSError as e:
+            raise StorageError(f"{shown_url(rindex)}: cannot finish the interrupted publish: {e}") from None
+    delete_object(partial)
+    if on_event is not None:
+        on_event(f"finished the publish of {shown_url(url)} that an interrupted run left between pack and index")
+    return True
+
+
+def _index_pack_uuid(url: str) -> str | None:
+    """The pack UUID an index at ``url`` belongs to (None: no readable index there)."""
+    from .errors import FormatError
+    from .index import read_index_meta
+    from .storage import open_storage
+
+    try:
+        with open_storage(url) as s:
+            return read_index_meta(url, stream=s.stream()).pack_uuid
+    except (InputError, FormatError):
+        return None
+
+
+def _remote_shards(url: str) -> list[str]:
+    """The shard locations of the dataset published at ``url`` (none if there is none)."""
+    from .dataset import Manifest, is_dataset, manifest_location
+
+    if not is_dataset(url):
+        return []
+    murl = manifest_location(url)
+    return Manifest.load(murl).shard_paths(murl)
 
 
 def _size(n: float) -> str:
@@ -238,6 +312,7 @@ def put_objects(files: list[tuple[str, str]]) -> None:
     for attempt in range(1, policy.attempts + 1):
         proc = subprocess.Popen(
             [sys.executable, "-m", "hframe_cli.upload", *(x for pair in files[done:] for x in pair)],
+            env={**os.environ, "HFRAME_UPLOAD_PARENT": str(os.getpid())},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # a Ctrl-C at the terminal reaches this process, not the child
@@ -266,12 +341,31 @@ def put_objects(files: list[tuple[str, str]]) -> None:
         time.sleep(random.uniform(0, min(policy.backoff_cap_s, policy.backoff_s * 2 ** (attempt - 1))))
 
 
+def _die_with_parent(parent: int) -> None:
+    """End this process (no upload completed) as soon as ``parent`` is gone: a writer killed
+    (SIGKILL, a hang-up) must not leave an upload running that could land over a later publish."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:  # elsewhere (and should the parent have died before prctl)
+        while os.getppid() == parent:
+            time.sleep(0.1)
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def _child(files: list[tuple[str, str]]) -> int:
     """The child's work: for each object, send every byte, and only then complete its upload
     (a line on stdout says so). Any failure ends the process at once (``os._exit``), before
-    pyarrow could complete a cut upload."""
+    pyarrow could complete a cut upload; so does the end of the parent."""
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    _die_with_parent(int(os.environ.get("HFRAME_UPLOAD_PARENT", os.getppid())))
     try:
         for path, url in files:
             fs, key = _store(url)

@@ -71,7 +71,7 @@ from .format import (
     record_field_problem,
     record_fields,
 )
-from .generation import pinned_index, until_settled
+from .generation import pinned_index, read_pack_info, until_settled
 from .imagehead import pillow_message
 from .index import IndexMeta, file_digest_problem, format_time_us, index_location, int64_column, read_index_meta
 from .inputs import expand_globs
@@ -1339,19 +1339,44 @@ def _check_end(v: _Verifier, pos: int, size: int, end: int, trailer: Trailer | N
 NO_MATCH = "no file matches this pattern"
 
 
-def _expand(paths: Sequence[str]) -> Iterator[tuple[str, str | None]]:
-    """Packs to check, each with None or why it cannot be: globs expanded (a pattern that
-    matches nothing is one entry, ``NO_MATCH``); a sharded dataset stands for its shards."""
+def _expand(paths: Sequence[str]) -> Iterator[tuple[str, str | None, Any]]:
+    """Packs to check, each with None or why it cannot be, and for a dataset's shard the
+    manifest's entry for it: globs expanded (a pattern that matches nothing is one entry,
+    ``NO_MATCH``); a sharded dataset stands for its shards."""
     from .dataset import Manifest, is_dataset, manifest_location
 
     for p in expand_globs(paths):
         manifest = manifest_location(p)
         if is_dataset(p):
-            yield from ((shard, None) for shard in Manifest.load(manifest).shard_paths(manifest))
+            m = Manifest.load(manifest)
+            yield from ((shard, None, entry) for shard, entry in zip(m.shard_paths(manifest), m.shards))
         elif not is_remote(p) and not os.path.lexists(p) and any(c in p for c in "*?["):
-            yield p, NO_MATCH
+            yield p, NO_MATCH, None
         else:
-            yield p, None
+            yield p, None, None
+
+
+def _check_shard(report: PackReport, shard: str, entry: Any) -> None:
+    """A dataset's shard must be the pack its manifest names (UUID, frames, size): another one
+    (a shard swapped or rebuilt alone) makes the dataset's readers fail."""
+    try:
+        with open_storage(shard) as storage:
+            info = read_pack_info(storage)
+    except HframeError:
+        return  # verify_pack reported why it cannot be read
+    if (info.uuid, info.trailer.frame_count, info.size) != (entry.uuid, entry.frame_count, entry.pack_bytes):
+        report.problems.insert(
+            0,
+            Problem(
+                "manifest",
+                f"{shown_url(shard)}: not the shard the dataset manifest names (it is {info.uuid}, "
+                f"{info.trailer.frame_count} frames, {info.size} bytes; the manifest says {entry.uuid}, "
+                f"{entry.frame_count} frames, {entry.pack_bytes} bytes); rebuild the manifest with "
+                "'hframe index OUT --merge' or repack the dataset",
+                expected=entry.uuid,
+                found=info.uuid,
+            ),
+        )
 
 
 def planned_work(
@@ -1431,11 +1456,11 @@ def verify_packs(
     reports: list[PackReport] = []
     left = max_errors
     targets = list(_expand([os.fspath(x) for x in paths]))
-    plans = [planned_work(p, **options) if why is None else (0, 0) for p, why in targets] if progress else []
+    plans = [planned_work(p, **options) if why is None else (0, 0) for p, why, _ in targets] if progress else []
     total = (sum(f for f, _ in plans), sum(b for _, b in plans))
     with progress(*total) if progress is not None else contextlib.nullcontext(None) as update:
         tally = _Tally(update) if update is not None else None
-        for k, (p, why) in enumerate(targets):
+        for k, (p, why, entry) in enumerate(targets):
             if tally is not None:
                 tally.start(plans[k])
                 options["on_progress"] = tally.add
@@ -1443,6 +1468,8 @@ def verify_packs(
                 rep = PackReport(p, None, "index", "full", error=why)
             else:
                 rep = verify_pack(p, max_errors=left, **options)
+                if entry is not None and rep.error is None:
+                    _check_shard(rep, p, entry)
             if tally is not None:
                 tally.done()
             reports.append(rep)

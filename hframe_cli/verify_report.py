@@ -20,7 +20,7 @@ __all__ = ["PackReport", "Problem", "VerifyReport", "parse_frames", "parse_sampl
 class Problem:
     """One thing wrong with a pack. ``frame_id`` is None for pack-level problems."""
 
-    check: str  # header | trailer | index | layout | record | md5 | magic | codec | decode | missing
+    check: str  # header | trailer | index | layout | record | md5 | magic | codec | decode | missing | manifest
     message: str
     frame_id: int | None = None
     name: str | None = None

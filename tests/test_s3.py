@@ -514,3 +514,205 @@ def test_ctrl_c_ends_a_stuck_s3_read_within_a_second(flaky):
     assert proc.wait(timeout=10) == 130
     assert time.monotonic() - t0 < 1.5
     assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()
+
+
+# -- review findings: forms, orphans, interrupted publishes, replaced compressed packs -----------
+
+
+def write_texts(root: Path, tag: str, n: int = 40) -> Path:
+    """Compressible text files (same names, different bytes per tag)."""
+    for i in range(n):
+        p = root / "cls" / f"f{i:03d}.txt"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(f"{tag} {i} " * 400)
+    return root
+
+
+@pytest.mark.parametrize("remote", [True, False])
+def test_a_location_can_change_between_one_pack_and_a_dataset_both_ways(s3, staging, tmp_path, remote):
+    fs, endpoint = s3
+    a, c = write_texts(tmp_path / "a", "AAA"), write_texts(tmp_path / "c", "CCC")
+    out = s3_url(endpoint, f"form{int(remote)}/m.hframe") if remote else str(tmp_path / "m.hframe")
+
+    def first_frame() -> bytes:
+        r = run_bin(["get", out, "cls/f001.txt"])
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    assert run_bin(["pack", str(a), "-o", out]).returncode == 0
+    assert first_frame().startswith(b"AAA")
+    r = run_bin(["pack", str(c), "-o", out, "--force", "--max-pack-bytes", "40K"])
+    assert r.returncode == 0, r.stderr
+    assert first_frame().startswith(b"CCC")  # the dataset, not the single pack left under it
+    assert run_bin(["dump-header", out]).stdout.startswith(b"ok\ttrue\ndataset")
+    r = run_bin(["pack", str(a), "-o", out, "--force"])
+    assert r.returncode == 0, r.stderr
+    assert first_frame().startswith(b"AAA")  # the pack, not the manifest left beside it
+    if remote:
+        assert keys(fs, f"bkt/form{int(remote)}") == ["bkt/form1/m.hframe", "bkt/form1/m.hframe.index.parquet"]
+    else:
+        assert sorted(p.name for p in tmp_path.glob("m*")) == ["m.hframe", "m.hframe.index.parquet"]
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def test_an_upload_never_outlives_its_writer(s3, staging, tmp_path):
+    """The writer killed (SIGKILL: no clean-up runs) while its upload child is about to complete
+    the pack: the child dies with it, and the pack it was sending never appears."""
+    fs, endpoint = s3
+    old, new = write_texts(tmp_path / "a", "OLD"), write_texts(tmp_path / "c", "NEW")
+    url = s3_url(endpoint, "orphan/p.hframe")
+    assert run_bin(["pack", str(old), "-o", url]).returncode == 0
+    env = {**os.environ, "HFRAME_FAULT": "upload-before-complete:2:stop"}  # the child pauses there
+    writer = subprocess.Popen([hframe_bin(), "pack", str(new), "-o", url, "--force"], env=env)
+    deadline = time.monotonic() + 30
+    child = None
+    while child is None and time.monotonic() < deadline:
+        kids = _children(writer.pid)
+        if kids and (Path(f"/proc/{kids[0]}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"):
+            child = kids[0]
+        time.sleep(0.05)
+    assert child is not None, "the upload child never reached the fault point"
+    writer.kill()
+    writer.wait()
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            break
+        if state == "Z":  # dead, not yet reaped (its parent is gone: init reaps it)
+            break
+        time.sleep(0.05)
+    else:
+        assert not Path(f"/proc/{child}").exists()
+    r = run_bin(["get", url, "cls/f001.txt"])
+    assert r.returncode == 0 and r.stdout.startswith(b"OLD")
+
+
+def test_a_publish_left_between_pack_and_index_is_finished_before_the_next_one(s3, staging, tmp_path):
+    fs, endpoint = s3
+    v1, v2, v3 = (write_texts(tmp_path / t, t.upper()) for t in ("one", "two", "three"))
+    url = s3_url(endpoint, "halfway/p.hframe")
+    assert run_bin(["pack", str(v1), "-o", url]).returncode == 0
+    cut = {"HFRAME_FAULT": "upload-after-object:2", "HFRAME_IO_ATTEMPTS": "1"}  # v2's pack is up, its index not
+    assert run_bin(["pack", str(v2), "-o", url, "--force"], env=cut).returncode == 3
+    assert run_bin(["get", url, "cls/f001.txt"]).stdout.startswith(b"TWO")  # through the .partial index
+    # the next run pauses before its pack completes: readers must still get a whole version
+    env = {**os.environ, "HFRAME_FAULT": "upload-before-complete:2:stop"}
+    writer = subprocess.Popen([hframe_bin(), "pack", str(v3), "-o", url, "--force"], env=env)
+    try:
+        deadline = time.monotonic() + 30
+        paused = None
+        while paused is None and time.monotonic() < deadline:
+            for kid in _children(writer.pid):
+                if Path(f"/proc/{kid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
+                    paused = kid
+            time.sleep(0.05)
+        assert paused is not None
+        r = run_bin(["get", url, "cls/f001.txt"])
+        assert r.returncode == 0 and r.stdout.startswith(b"TWO"), r.stderr
+        os.kill(paused, signal.SIGCONT)
+    finally:
+        writer.wait(timeout=60)
+    assert writer.returncode == 0
+    assert run_bin(["get", url, "cls/f001.txt"]).stdout.startswith(b"THREE")
+    assert keys(fs, "bkt/halfway") == ["bkt/halfway/p.hframe", "bkt/halfway/p.hframe.index.parquet"]
+
+
+def test_update_after_a_publish_cut_between_pack_and_index(s3, staging, tmp_path):
+    fs, endpoint = s3
+    v1, v2 = write_texts(tmp_path / "one", "ONE"), write_texts(tmp_path / "two", "TWO")
+    url = s3_url(endpoint, "halfupd/p.hframe")
+    assert run_bin(["pack", str(v1), "-o", url]).returncode == 0
+    cut = {"HFRAME_FAULT": "upload-after-object:2", "HFRAME_IO_ATTEMPTS": "1"}
+    assert run_bin(["pack", str(v2), "-o", url, "--force"], env=cut).returncode == 3
+    shutil.rmtree(staging)
+    (v2 / "more.txt").write_text("more " * 100)
+    r = run_bin(["pack", str(v2), "-o", url, "--update"])
+    assert r.returncode == 0, r.stderr
+    with h.open_pack(url) as p:
+        assert len(p) == 41 and p["more.txt"] == b"more " * 100 and p["cls/f001.txt"].startswith(b"TWO")
+
+
+def test_a_dataset_republished_under_a_reader_is_exit_3_not_damage(s3, staging, tmp_path):
+    fs, endpoint = s3
+    a, c = write_texts(tmp_path / "a", "AAA"), write_texts(tmp_path / "c", "CCC")
+    url = s3_url(endpoint, "dsrep/d.hframe")
+    assert run_bin(["pack", str(a), "-o", url, "--max-pack-bytes", "40K"]).returncode == 0
+    cut = {"HFRAME_FAULT": "upload-after-object:2", "HFRAME_IO_ATTEMPTS": "1"}  # shard 0 replaced, no manifest
+    assert run_bin(["pack", str(c), "-o", url, "--force", "--max-pack-bytes", "40K"], env=cut).returncode == 3
+    r = run_bin(["get", url, "cls/f001.txt"])
+    assert r.returncode == 3 and b"being republished" in r.stderr and b"scheme=http" not in r.stderr
+    assert run_bin(["resume", url]).returncode == 0
+    assert run_bin(["get", url, "cls/f001.txt"]).stdout.startswith(b"CCC")
+
+
+def test_a_compressed_s3_pack_replaced_under_a_reader_is_replaced_not_damaged(s3, staging, tmp_path):
+    fs, endpoint = s3
+    a, c = tmp_path / "a", tmp_path / "c"
+    for root, tag in ((a, "AAA"), (c, "CCC")):  # compressible, and well past the first 64 KiB read
+        rng = random.Random(tag)
+        for i in range(200):
+            p = root / "cls" / f"f{i:03d}.txt"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(tag + rng.randbytes(3000).hex())
+    url = s3_url(endpoint, "zrep/p.hframe")
+    assert run_bin(["pack", str(a), "-o", url, "--compress", "zstd:1"]).returncode == 0
+    with h.open_pack(url) as p:
+        assert p.compressed and p.checks_md5 and p[1].startswith(b"AAA")
+        assert run_bin(["pack", str(c), "-o", url, "--force", "--compress", "zstd:19"]).returncode == 0
+        for read in (lambda: p[130], lambda: p.read_stored(131), lambda: p.read_many([5, 132]), lambda: p.head(134, 8)):
+            with pytest.raises(PackReplaced):
+                read()
+
+
+@pytest.mark.parametrize(
+    "location, words",
+    [
+        ("s3://no-such-bucket/x.hframe?endpoint_override={e}&scheme=http", "the bucket no-such-bucket does not exist"),
+        ("s3://bkt/x.hframe?endpoint_override={e}&scheme=ftp", "scheme must be http or https"),
+        ("s3://bkt/x.hframe?endpoint_override={e}&scheme=http&anonymous=maybe", "anonymous='maybe'"),
+        ("s3://bkt//x.hframe?endpoint_override={e}&scheme=http", "no empty path parts"),
+        ("s3://bkt/x.hframe?endpoint_override={e}&scheme=http&secret=S3CR3T", "unknown option secret"),
+    ],
+)
+def test_a_location_that_cannot_be_written_is_refused_before_building(s3, staging, tmp_path, location, words):
+    _, endpoint = s3
+    src = write_texts(tmp_path / "src", "X", 3)
+    t0 = time.monotonic()
+    r = run_bin(["pack", str(src), "-o", location.format(e=endpoint)], env={"HFRAME_IO_ATTEMPTS": "5"})
+    err = r.stderr.decode()
+    assert r.returncode == 2 and words in err and len(err.strip().splitlines()) == 1, err
+    assert "S3CR3T" not in err and endpoint not in err  # the query is never printed
+    assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_verify_finds_a_shard_that_is_not_the_one_its_manifest_names(s3, staging, tmp_path, remote):
+    fs, endpoint = s3
+    a = write_texts(tmp_path / "a", "AAA")
+    (tmp_path / "ds").mkdir()
+    h.pack([a], tmp_path / "ds" / "d.hframe", max_pack_bytes=40_000)
+    h.pack([write_texts(tmp_path / "o", "OTHER", 5)], tmp_path / "o.hframe")
+    for suffix in ("", ".index.parquet"):  # a shard swapped for another pack (index and all)
+        shutil.copy(tmp_path / f"o.hframe{suffix}", tmp_path / "ds" / f"d-00001.hframe{suffix}")
+    target = str(tmp_path / "ds" / "d.hframe")
+    if remote:
+        upload(fs, sorted((tmp_path / "ds").iterdir()), "bkt/swapped")
+        target = s3_url(endpoint, "swapped/d.hframe")
+    r = run_bin(["verify", target, "--json"])
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and not doc["ok"], r.stderr
+    found = [p for pack in doc["packs"] for p in pack["problems"] if p["check"] == "manifest"]
+    assert len(found) == 1 and "d-00001.hframe" in found[0]["message"]
