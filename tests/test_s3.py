@@ -306,6 +306,21 @@ def test_a_pack_on_gcs_reads_verifies_and_is_pinned_to_its_generation(local, tmp
                 assert hashlib.md5(data).hexdigest() == want[250]
 
 
+def test_pack_to_gcs_publishes_and_reads_back(local, tmp_path, monkeypatch):
+    monkeypatch.setenv("HFRAME_STAGE", str(tmp_path / "stage"))
+    with gcs_emulator(tmp_path / "gcs", "wbkt") as endpoint:
+        url = f"gs://wbkt/sub/p.hframe?endpoint_override={endpoint}&scheme=http&anonymous=true"
+        r = run_bin(["pack", str(local / "src"), "-o", url])
+        assert r.returncode == 0, r.stderr
+        with h.open_pack(url) as p, h.open_pack(local / "p.hframe") as here:
+            assert sorted(hashlib.md5(f).hexdigest() for f in p.read_many(list(range(len(p))))) == sorted(
+                md5s(local / "p.hframe")
+            )
+            assert len(p) == len(here)
+        fs = pafs.GcsFileSystem(anonymous=True, endpoint_override=endpoint, scheme="http")
+        assert keys(fs, "wbkt/sub") == ["wbkt/sub/p.hframe", "wbkt/sub/p.hframe.index.parquet"]
+
+
 def test_hdfs_without_libhdfs_is_refused_in_one_line(tmp_path):
     try:
         pafs.HadoopFileSystem("127.0.0.1", 1)
