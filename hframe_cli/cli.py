@@ -261,8 +261,8 @@ def pack(
         Optional[str],
         typer.Option(
             "--shard-of",
-            metavar="I/N",
-            help="Pack only part I of N of the sorted inputs, as NAME-0000I.hframe (job arrays; merge with 'hframe index NAME --merge').",
+            metavar="I/N|env|env/N",
+            help="Pack only part I of N of the sorted inputs, as NAME-0000I.hframe (job arrays; merge with 'hframe index NAME --merge'). env: I and N from a Slurm array; env/N: I from Slurm or a Kubernetes Indexed Job (JOB_COMPLETION_INDEX).",
         ),
     ] = None,
     update: Annotated[

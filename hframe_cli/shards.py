@@ -100,15 +100,63 @@ def plan_shards(
     return ranges
 
 
-def parse_shard_of(text: str) -> tuple[int, int]:
-    """``"3/8"`` → (3, 8): worker 3 of 8, counting from 0."""
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise InputError(f"--shard-of: {text!r} is not I/N (for example 3/8)") from None
+def parse_shard_of(text: str, environ: Any = None) -> tuple[int, int]:
+    """``"3/8"`` → (3, 8): worker 3 of 8, counting from 0. ``"env"`` takes both from a Slurm
+    job array (``SLURM_ARRAY_TASK_ID`` minus ``SLURM_ARRAY_TASK_MIN``, ``SLURM_ARRAY_TASK_COUNT``);
+    ``"env/N"`` takes I from Slurm or from a Kubernetes Indexed Job (``JOB_COMPLETION_INDEX``),
+    which gives no count, and N as written."""
+    env = os.environ if environ is None else environ
+    head, sep, tail = text.partition("/")
+    if head == "env":
+        i, n = _job_array_index(env, tail if sep else None, text)
+    else:
+        try:
+            i, n = (int(x) for x in text.split("/"))
+        except ValueError:
+            raise InputError(f"--shard-of: {text!r} is not I/N (for example 3/8), env or env/N") from None
     if n < 1 or not 0 <= i < n:
-        raise InputError(f"--shard-of {text}: I must be in 0..N-1 and N at least 1")
+        raise InputError(f"--shard-of {text}: I must be in 0..N-1 and N at least 1 (got {i}/{n})")
     return i, n
+
+
+def _job_array_index(env: Any, count: str | None, text: str) -> tuple[int, int]:
+    """(I, N) from the job array's environment (``parse_shard_of``)."""
+
+    def number(name: str) -> int:
+        try:
+            return int(env[name])
+        except ValueError:
+            raise InputError(f"--shard-of {text}: {name}={env[name]!r} is not a number") from None
+
+    n = None
+    if count is not None:
+        try:
+            n = int(count)
+        except ValueError:
+            raise InputError(f"--shard-of {text}: N must be a number (env/N)") from None
+    if "SLURM_ARRAY_TASK_ID" in env:
+        i = number("SLURM_ARRAY_TASK_ID") - (number("SLURM_ARRAY_TASK_MIN") if "SLURM_ARRAY_TASK_MIN" in env else 0)
+        if "SLURM_ARRAY_TASK_COUNT" in env:
+            slurm_n = number("SLURM_ARRAY_TASK_COUNT")
+            if n is not None and n != slurm_n:
+                raise InputError(f"--shard-of {text}: the Slurm array has {slurm_n} tasks, not {n}")
+            n = slurm_n
+        if n is None:
+            raise InputError(f"--shard-of {text}: SLURM_ARRAY_TASK_COUNT is not set; give the count as env/N")
+        if i >= n:
+            raise InputError(
+                f"--shard-of {text}: task {i} of {n}: a Slurm array with a step (--array=0-15:2) cannot "
+                "name parts; use --array=0-(N-1)"
+            )
+        return i, n
+    if "JOB_COMPLETION_INDEX" in env:
+        if n is None:
+            raise InputError(f"--shard-of {text}: a Kubernetes Indexed Job gives no count; use env/N (N = completions)")
+        return number("JOB_COMPLETION_INDEX"), n
+    raise InputError(
+        f"--shard-of {text}: no job-array index in the environment (Slurm: SLURM_ARRAY_TASK_ID and "
+        "SLURM_ARRAY_TASK_COUNT; Kubernetes Indexed Job: JOB_COMPLETION_INDEX, with env/N)"
+    )
 
 
 def pack_part(sources: SourceList, output: str | os.PathLike[str], shard_of: str, **options: Any) -> PackResult:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
 from pathlib import Path
 
-from conftest import run_bin
+import pytest
+from conftest import hframe_bin, run_bin
 
 import hframe_cli as h
 from hframe_cli.dataset import DatasetReader
+from hframe_cli.errors import InputError
 from hframe_cli.inputs import Source
 from hframe_cli.shards import parse_shard_of, plan_shards, split_for_worker
 
@@ -78,3 +82,77 @@ def test_interrupted_sharded_run_resumes_to_the_same_bytes(photos, tmp_path):
     assert b"already complete" in r.stderr and b"resuming" in r.stderr
     assert files_of(out) == files_of(clean)
     assert sorted(p.name for p in out.parent.iterdir()) == sorted(p.name for p in clean.parent.iterdir())
+
+
+@pytest.mark.parametrize(
+    "env, text, want",
+    [
+        ({"SLURM_ARRAY_TASK_ID": "12", "SLURM_ARRAY_TASK_MIN": "10", "SLURM_ARRAY_TASK_COUNT": "4"}, "env", (2, 4)),
+        ({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "8"}, "env/8", (3, 8)),
+        ({"JOB_COMPLETION_INDEX": "5"}, "env/6", (5, 6)),
+    ],
+)
+def test_shard_of_env_reads_the_job_array(env, text, want):
+    assert parse_shard_of(text, env) == want
+
+
+@pytest.mark.parametrize(
+    "env, text, words",
+    [
+        ({}, "env", "no job-array index in the environment"),
+        ({"JOB_COMPLETION_INDEX": "1"}, "env", "gives no count; use env/N"),
+        ({"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "4"}, "env/5", "has 4 tasks, not 5"),
+        (
+            {"SLURM_ARRAY_TASK_ID": "14", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_COUNT": "8"},
+            "env",
+            "with a step",
+        ),
+        ({"JOB_COMPLETION_INDEX": "x"}, "env/4", "is not a number"),
+        ({"JOB_COMPLETION_INDEX": "4"}, "env/4", "I must be in 0..N-1"),
+    ],
+)
+def test_shard_of_env_refusals_are_one_clear_line(env, text, words):
+    with pytest.raises(InputError, match=words):
+        parse_shard_of(text, env)
+
+
+@pytest.mark.parametrize("engine", ["slurm", "kubernetes"])
+def test_a_job_array_of_subprocesses_packs_what_one_process_packs(photos, tmp_path, engine):
+    """Three parts as separate processes, each told its index only by the job array's
+    environment, then the merge: the same frames, in the same order, as one pack of it all."""
+    single = tmp_path / "single.hframe"
+    h.pack([photos], single, created_us=1_700_000_000_000_000)
+    (tmp_path / "parts").mkdir()
+    out = tmp_path / "parts" / "ds.hframe"
+    procs = []
+    for i in range(3):
+        env = {**os.environ}
+        if engine == "slurm":
+            env.update(SLURM_ARRAY_TASK_ID=str(100 + i), SLURM_ARRAY_TASK_MIN="100", SLURM_ARRAY_TASK_COUNT="3")
+            spec = "env"
+        else:
+            env.update(JOB_COMPLETION_INDEX=str(i))
+            spec = "env/3"
+        argv = [
+            hframe_bin(),
+            "pack",
+            str(photos),
+            "-o",
+            str(out),
+            "--shard-of",
+            spec,
+            "--created",
+            "2023-11-14T22:13:20Z",
+        ]
+        procs.append(subprocess.Popen(argv, env=env, stderr=subprocess.PIPE))
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    assert sorted(x.name for x in (tmp_path / "parts").glob("ds-*.hframe")) == [f"ds-0000{i}.hframe" for i in range(3)]
+    r = run_bin(["index", str(out), "--merge", str(tmp_path / "parts" / "ds-*.hframe")])
+    assert r.returncode == 0, r.stderr
+    with h.open_pack(out) as merged, h.open_pack(single) as one:
+        cols = ["name", "md5", "length"]
+        assert merged.table.select(cols).to_pylist() == one.table.select(cols).to_pylist()
+        assert merged.read_many(list(range(len(one)))) == one.read_many(list(range(len(one))))
+    assert run_bin(["verify", str(out)]).returncode == 0
