@@ -249,6 +249,11 @@ class DatasetReader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def shard_starts(self) -> list[int]:
+        """The global id of each shard's frame 0, in order."""
+        return list(self._starts)
+
     def locate(self, frame_id: int) -> tuple[int, int]:
         """(shard number, frame id inside the shard) of a global frame id."""
         k = bisect.bisect_right(self._starts, frame_id) - 1
