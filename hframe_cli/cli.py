@@ -21,6 +21,7 @@ from .errors import (
     EXIT_OK,
     EXIT_USAGE,
     HframeError,
+    InputError,
 )
 from .signals import pending_signal
 
@@ -501,6 +502,20 @@ def verify(
             min=1,
         ),
     ] = None,
+    shard_of: Annotated[
+        Optional[str],
+        typer.Option(
+            "--shard-of",
+            metavar="I/N|env|env/N",
+            help="Check only part I of N of the packs (shards of a dataset, globs), balanced by bytes: one job-array task each; merge their --json reports with --merge.",
+        ),
+    ] = None,
+    merge: Annotated[
+        bool,
+        typer.Option(
+            "--merge", help="PACK... are --json reports of verify runs (the parts of a --shard-of run): one verdict."
+        ),
+    ] = False,
     junit: Annotated[
         Optional[Path],
         typer.Option("--junit", metavar="FILE", help="Also write a JUnit XML report (one testcase per pack)."),
@@ -510,19 +525,27 @@ def verify(
     quiet: QuietOpt = False,
 ) -> None:
     """Check packs: header, trailer, index, layout and every frame's md5 (exit 1 on any problem)."""
-    from .verify import parse_frames, parse_sample, verify_packs
+    from .verify import merge_reports, parse_frames, parse_sample, verify_packs
 
-    report = verify_packs(
-        packs,
-        use_index=not no_index,
-        sample=parse_sample(sample) if sample else None,
-        seed=seed,
-        frames=parse_frames(frames) if frames else None,
-        decode=decode,
-        max_errors=max_errors,
-        workers=workers,
-        progress=render.progress_factory(quiet or json_out or jsonl, label="verifying"),
-    )
+    if merge:
+        if sample or frames or decode or no_index or workers or shard_of or max_errors:
+            raise InputError("--merge reads reports: it takes no checking options")
+        report = merge_reports(packs)
+    else:
+        from .shards import parse_shard_of
+
+        report = verify_packs(
+            packs,
+            use_index=not no_index,
+            sample=parse_sample(sample) if sample else None,
+            seed=seed,
+            frames=parse_frames(frames) if frames else None,
+            decode=decode,
+            max_errors=max_errors,
+            workers=workers,
+            progress=render.progress_factory(quiet or json_out or jsonl, label="verifying"),
+            part=parse_shard_of(shard_of) if shard_of else None,
+        )
     render.verify_outcome(
         report, junit=os.fspath(junit) if junit else None, as_json=json_out, as_jsonl=jsonl, quiet=quiet
     )

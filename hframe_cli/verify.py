@@ -1446,16 +1446,25 @@ def verify_packs(
     on_pack: Callable[[PackReport], None] | None = None,
     max_errors: int | None = None,
     progress: Callable[[int, int], contextlib.AbstractContextManager[Callable[[int, int], None] | None]] | None = None,
+    part: tuple[int, int] | None = None,
     **options: Any,
 ) -> VerifyReport:
     """Verify several packs (glob patterns expanded); ``max_errors`` counts across all of them.
 
     ``progress``, if given, is called once with the frames and bytes to check in all
     (``planned_work``) and returns a context manager yielding a callback for the running totals
-    ``(frames, bytes)`` (or None), as ``pack``'s ``progress`` does."""
+    ``(frames, bytes)`` (or None), as ``pack``'s ``progress`` does.
+
+    ``part`` = (I, N): only part I of N of the packs (after globs and datasets are expanded, in
+    order): contiguous, balanced by bytes, the same split in every part (``--shard-of``);
+    ``VerifyReport.merged`` joins the parts' reports."""
     reports: list[PackReport] = []
     left = max_errors
     targets = list(_expand([os.fspath(x) for x in paths]))
+    everything = len(targets)
+    if part is not None:
+        lo, hi = _part_of([_weight(p, entry) for p, _, entry in targets], *part)
+        targets = targets[lo:hi]
     plans = [planned_work(p, **options) if why is None else (0, 0) for p, why, _ in targets] if progress else []
     total = (sum(f for f, _ in plans), sum(b for _, b in plans))
     with progress(*total) if progress is not None else contextlib.nullcontext(None) as update:
@@ -1479,7 +1488,52 @@ def verify_packs(
                 left -= len(rep.problems)
                 if left <= 0:
                     break
-    return VerifyReport(reports)
+    return VerifyReport(reports, part=(part[0], part[1], everything) if part is not None else None)
+
+
+def merge_reports(files: Sequence[str]) -> VerifyReport:
+    """One verdict from the ``verify --json`` reports in ``files`` (``-`` for stdin)."""
+    import json
+    import sys
+
+    docs = []
+    for f in files:
+        try:
+            text = sys.stdin.read() if f == "-" else open(f, encoding="utf-8").read()
+            docs.append((f, json.loads(text)))
+        except OSError as e:
+            raise InputError(f"{f}: cannot read: {e.strerror or e}") from None
+        except ValueError as e:
+            raise InputError(f"{f}: not a JSON report ({e})") from None
+        if not isinstance(docs[-1][1], dict):
+            raise InputError(f"{f}: not a verify --json report")
+    return VerifyReport.merged(docs)
+
+
+def _weight(path: str, entry: Any) -> int:
+    """What a pack weighs in a split: its size (from the manifest, or the file), else 1."""
+    if entry is not None:
+        return max(1, int(entry.pack_bytes))
+    try:
+        return max(1, os.path.getsize(path)) if not is_remote(path) else 1
+    except OSError:
+        return 1
+
+
+def _part_of(weights: Sequence[int], i: int, n: int) -> tuple[int, int]:
+    """The [lo, hi) of part ``i`` of ``n``: contiguous, every item in exactly one part, each part
+    ending where the running weight first reaches its share (so parts weigh about the same)."""
+    total = sum(weights)
+    bounds = [0]
+    run, k = 0, 0
+    for j in range(1, n):
+        goal = total * j / n
+        while k < len(weights) and run + weights[k] / 2 <= goal:
+            run += weights[k]
+            k += 1
+        bounds.append(max(k, bounds[-1]))
+    bounds.append(len(weights))
+    return bounds[i], bounds[i + 1]
 
 
 # -- the packing self-check ---------------------------------------------------------------

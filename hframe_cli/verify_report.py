@@ -67,6 +67,28 @@ class PackReport:
     def bad_frames(self) -> list[int]:
         return sorted({p.frame_id for p in self.problems if p.frame_id is not None})
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PackReport:
+        """A pack's report read back from its ``to_dict`` (``VerifyReport.merged``)."""
+        problems = [Problem(**p) for p in d["problems"]]
+        error = d.get("error")
+        return cls(
+            d["pack"],
+            d.get("index"),
+            d["mode"],
+            d["selection"],
+            int(d["frames_total"]),
+            int(d["frames_checked"]),
+            int(d["bytes_checked"]),
+            float(d["elapsed_s"]),
+            problems,
+            error,
+            # a storage error is the one a report cannot say but by its exit code (see merged)
+            bool(d.get("error_is_storage", False)),
+            bool(d.get("stopped_early", False)),
+            d.get("remote"),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         rate = self.bytes_checked / self.elapsed_s if self.elapsed_s > 0 else 0.0
         return {
@@ -83,6 +105,7 @@ class PackReport:
             "bytes_per_s": round(rate),
             "bad_frames": self.bad_frames,
             "error": self.error,
+            "error_is_storage": self.error_is_storage,
             "stopped_early": self.stopped_early,
             "problems": [p.to_dict() for p in self.problems],
             **({"remote": self.remote} if self.remote is not None else {}),
@@ -91,9 +114,11 @@ class PackReport:
 
 @dataclass
 class VerifyReport:
-    """The outcome of verifying several packs."""
+    """The outcome of verifying several packs; ``part`` = (I, N, packs in all parts) for one
+    part of a job array (``verify --shard-of``)."""
 
     packs: list[PackReport]
+    part: tuple[int, int, int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -127,8 +152,58 @@ class VerifyReport:
             "elapsed_s": round(elapsed, 6),
             "bytes_per_s": round(checked / elapsed) if elapsed > 0 else 0,
             "problems": sum(len(p.problems) for p in self.packs),
+            **(
+                {"part": {"index": self.part[0], "count": self.part[1], "packs_in_all_parts": self.part[2]}}
+                if self.part is not None
+                else {}
+            ),
             "packs": [p.to_dict() for p in self.packs],
         }
+
+    @classmethod
+    def merged(cls, docs: list[tuple[str, dict[str, Any]]]) -> VerifyReport:
+        """One verdict from several ``verify --json`` documents (``(file, document)``): the packs
+        of all of them. The parts of a job array (``verify --shard-of``) must all be there, each
+        once, from one split; a part missing is refused, never a clean verdict."""
+        parts = [(where, d.get("part")) for where, d in docs]
+        with_part = [(w, p) for w, p in parts if p is not None]
+        if with_part:
+            if len(with_part) != len(parts):
+                raise InputError(
+                    f"{parts[[p for _, p in parts].index(None)][0]}: not a part of a verify --shard-of run"
+                )
+            counts = {(p["count"], p["packs_in_all_parts"]) for _, p in with_part}
+            if len(counts) > 1:
+                raise InputError(f"reports from different splits ({sorted(counts)}): merge the parts of one run")
+            (count, total), seen = counts.pop(), sorted(p["index"] for _, p in with_part)
+            if seen != list(range(count)):
+                missing = sorted(set(range(count)) - set(seen))
+                twice = sorted({i for i in seen if seen.count(i) > 1})
+                raise InputError(
+                    f"parts of {count}: "
+                    + "; ".join(
+                        x
+                        for x in (
+                            f"part{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} missing"
+                            if missing
+                            else "",
+                            f"part{'s' if len(twice) > 1 else ''} {', '.join(map(str, twice))} given twice"
+                            if twice
+                            else "",
+                        )
+                        if x
+                    )
+                )
+        packs: list[PackReport] = []
+        for where, d in docs:
+            try:
+                packs += [PackReport.from_dict(p) for p in d["packs"]]
+            except (KeyError, TypeError, ValueError) as e:
+                raise InputError(f"{where}: not a verify --json report ({e.__class__.__name__}: {e})") from None
+        merged = cls(packs)
+        if with_part and len(packs) != total:
+            raise InputError(f"the parts hold {len(packs)} packs; the split had {total}")
+        return merged
 
 
 def parse_sample(text: str) -> tuple[str, float]:

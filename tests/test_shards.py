@@ -156,3 +156,61 @@ def test_a_job_array_of_subprocesses_packs_what_one_process_packs(photos, tmp_pa
         assert merged.table.select(cols).to_pylist() == one.table.select(cols).to_pylist()
         assert merged.read_many(list(range(len(one)))) == one.read_many(list(range(len(one))))
     assert run_bin(["verify", str(out)]).returncode == 0
+
+
+def test_verify_as_a_job_array_then_merge_is_one_verdict(photos, tmp_path):
+    """Three verify parts, each told its index by Slurm's variables, each writing its own JSON
+    and JUnit; the merge gives the verdict one run would: clean, then exit 1 once a frame of any
+    shard is damaged, and a missing part is refused rather than passed."""
+    out = tmp_path / "ds.hframe"
+    h.pack([photos], out, max_pack_bytes=12_000)
+    shards = sorted(tmp_path.glob("ds-*.hframe"))
+    assert len(shards) >= 4
+
+    def run_parts(tag: str) -> list[Path]:
+        reports, procs = [], []
+        for i in range(3):
+            env = {**os.environ, "SLURM_ARRAY_TASK_ID": str(i), "SLURM_ARRAY_TASK_COUNT": "3"}
+            rep = tmp_path / f"{tag}-{i}.json"
+            argv = [hframe_bin(), "verify", str(out), "--shard-of", "env", "--json", "--junit", f"{rep}.xml"]
+            procs.append((subprocess.Popen(argv, env=env, stdout=rep.open("wb"), stderr=subprocess.PIPE), rep))
+        for p, rep in procs:
+            p.wait(timeout=120)
+            reports.append(rep)
+        return reports
+
+    parts = run_parts("clean")
+    docs = [json.loads(r.read_text()) for r in parts]
+    names = [p["pack"] for d in docs for p in d["packs"]]
+    assert sorted(names) == sorted(map(str, shards)) and len(set(names)) == len(names)  # each shard once
+    assert all(d["part"]["count"] == 3 and d["part"]["packs_in_all_parts"] == len(shards) for d in docs)
+    r = run_bin(["verify", "--merge", *map(str, parts), "--json", "--junit", str(tmp_path / "all.xml")])
+    assert r.returncode == 0 and json.loads(r.stdout)["packs_ok"] == len(shards), r.stderr
+    assert (tmp_path / "all.xml").read_text().count("<testcase") == len(shards)
+
+    victim = shards[-1]
+    with h.open_pack(victim) as p:
+        off, _ = p.range_of(0)
+    data = bytearray(victim.read_bytes())
+    data[off + 3] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    parts = run_parts("damaged")
+    r = run_bin(["verify", "--merge", *map(str, parts)])
+    assert r.returncode == 1 and victim.name.encode() in r.stdout + r.stderr
+    r = run_bin(["verify", "--merge", str(parts[0]), str(parts[2])])
+    assert r.returncode == 2 and r.stderr == b"hframe: error: parts of 3: part 1 missing\n"
+    r = run_bin(["verify", "--merge", str(parts[0]), str(parts[0]), str(parts[1]), str(parts[2])])
+    assert r.returncode == 2 and b"part 0 given twice" in r.stderr
+
+
+def test_verify_parts_are_contiguous_balanced_and_cover_every_pack():
+    from hframe_cli.verify import _part_of
+
+    for weights in ([1] * 10, [5, 1, 1, 1, 1, 1], [1, 1], [10, 1, 1, 1], [3, 9, 2, 7, 7, 1, 4], [1]):
+        for n in (1, 2, 3, 4, 7):
+            spans = [_part_of(weights, i, n) for i in range(n)]
+            assert spans[0][0] == 0 and spans[-1][1] == len(weights)
+            assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # contiguous, disjoint, in order
+            if n <= len(weights) and len(set(weights)) == 1:
+                sizes = [b - a for a, b in spans]
+                assert max(sizes) - min(sizes) <= 1  # equal weights: equal counts
