@@ -136,6 +136,10 @@ def pack(
     if is_remote(out):
         return _pack_remote([os.fspath(p) for p in paths], out, opts)
     target = out
+    if opts.shard_of is not None and opts.update:
+        from .errors import InputError
+
+        raise InputError("--shard-of packs a new part; it cannot be combined with --update")
     if opts.shard_of is not None:  # a job-array part writes (and locks) its own shard
         from .dataset import shard_path
         from .shards import parse_shard_of

@@ -205,7 +205,15 @@ class DatasetReader:
     def shard(self, k: int) -> PackReader:
         r = self._readers[k]
         if r is None:
-            r = PackReader(self.shard_paths[k], **self._options)
+            try:
+                r = PackReader(self.shard_paths[k], **self._options)
+            except InputError:
+                if self._rebuilt():  # its shard files were replaced or removed by a repack
+                    raise PackReplaced(
+                        f"{self.shown}: the dataset was rebuilt since this reader opened it (shard "
+                        f"{shown_url(self.shard_paths[k])} is gone); open it again"
+                    ) from None
+                raise
             entry = self.manifest.shards[k]
             if r.info.uuid != entry.uuid or len(r) != entry.frame_count:
                 r.close()

@@ -29,10 +29,12 @@ twice); with ``drop_last=True`` the last ``len % world_size`` items of the order
 that epoch. Either way every rank gets the same number of items and, without padding, every
 item is in exactly one rank's part.
 
-Resuming: ``state_dict(consumed=N)`` records how far this rank got (N items; a DataLoader reads
-ahead of the batches it has handed out, so pass ``batches_done * batch_size``; without it, the
-items this sampler yielded are counted). ``load_state_dict`` makes the next ``__iter__`` go on
-with exactly the items that rank had not seen, then epochs start from the beginning again.
+Resuming: ``state_dict(consumed=N)`` records how far this rank got: N items taken by the
+training loop since this iteration began (a DataLoader reads ahead of the batches it has handed
+out, so pass ``batches_done * batch_size`` of the current loop; without it, the items this
+sampler yielded are counted). ``load_state_dict`` makes the next ``__iter__`` go on with exactly
+the items that rank had not seen (``len()`` is then what is left), then epochs start from the
+beginning again; ``set_epoch`` to another epoch starts that one from its beginning.
 torch is optional: the class derives from ``torch.utils.data.Sampler`` when torch is there.
 """
 
@@ -102,7 +104,8 @@ class BlockShuffleSampler(_Base):
         #: item ranges [start, end) that blocks never straddle (a sharded dataset's shards)
         self.groups = _groups(data_source, self.n)
         self.epoch = 0
-        self._yielded = 0  # items handed out by the current (or last) iteration
+        self._yielded = 0  # items of the epoch's part handed out (a resumed iteration's skip included)
+        self._start = 0  # where the current iteration began in the part (after a resume: its offset)
         self._resume_at = 0  # items of this rank's part the next iteration skips (load_state_dict)
 
     # -- the order -----------------------------------------------------------------------------
@@ -130,19 +133,23 @@ class BlockShuffleSampler(_Base):
     def part(self, epoch: int | None = None) -> list[int]:
         """This rank's items of the epoch, in order."""
         order = self.order(epoch)
-        per = len(self)
+        per = self._part_len()
         if not self.drop_last and per * self.world_size > self.n:
             pad = per * self.world_size - self.n
             order += (order * (pad // self.n + 1))[:pad]
         return order[self.rank * per : (self.rank + 1) * per]
 
-    def __len__(self) -> int:
+    def _part_len(self) -> int:
         return self.n // self.world_size if self.drop_last else -(-self.n // self.world_size)
+
+    def __len__(self) -> int:
+        """The items the next iteration yields: this rank's part, less what a resume skips."""
+        return self._part_len() - self._resume_at
 
     def __iter__(self) -> Iterator[int]:
         items = self.part()
         start, self._resume_at = self._resume_at, 0
-        self._yielded = start  # from now: state_dict() counts this iteration
+        self._start = self._yielded = start  # from now: state_dict() counts this iteration
         return self._walk(items, start)
 
     def _walk(self, items: list[int], start: int) -> Iterator[int]:
@@ -151,17 +158,22 @@ class BlockShuffleSampler(_Base):
             yield i
 
     def set_epoch(self, epoch: int) -> None:
-        """Use this epoch's order from the next iteration on (call it before each epoch)."""
+        """Use this epoch's order from the next iteration on (call it before each epoch). Another
+        epoch than a resumed state's starts from its beginning."""
+        if epoch != self.epoch:
+            self._resume_at = self._yielded = self._start = 0
         self.epoch = epoch
 
     # -- resuming ------------------------------------------------------------------------------
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-        """Where this rank is: ``consumed`` items of this epoch's part (default: the items this
-        sampler yielded, which a DataLoader's read-ahead makes more than were trained on)."""
-        done = self._yielded if consumed is None else consumed
-        if not 0 <= done <= len(self):
-            raise InputError(f"consumed must be in 0..{len(self)} (got {done})")
+        """Where this rank is in the epoch. ``consumed``: the items the training loop took since
+        this iteration began (``batches_done * batch_size`` of this loop; a resumed iteration's
+        skipped items are added here). Default: the items this sampler yielded, which a
+        DataLoader's read-ahead makes more than were trained on."""
+        done = self._yielded if consumed is None else self._start + consumed
+        if consumed is not None and consumed < 0 or not 0 <= done <= self._part_len():
+            raise InputError(f"consumed must be in 0..{self._part_len() - self._start} (got {consumed})")
         return {
             "version": STATE_VERSION,
             "epoch": self.epoch,
@@ -193,9 +205,11 @@ class BlockShuffleSampler(_Base):
                 + ", ".join(f"{k} {state.get(k)!r} vs {mine[k]!r}" for k in differ)
                 + "): the order would not be the same"
             )
+        consumed = int(state["consumed"])
+        if not 0 <= consumed <= self._part_len():
+            raise InputError(f"sampler state: consumed {consumed} is not in 0..{self._part_len()}")
         self.epoch = int(state["epoch"])
-        self._resume_at = int(state["consumed"])
-        self._yielded = self._resume_at
+        self._resume_at = self._yielded = self._start = consumed
 
 
 def _distributed(rank: int | None, world_size: int | None) -> tuple[int, int]:

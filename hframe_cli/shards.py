@@ -136,6 +136,16 @@ def _job_array_index(env: Any, count: str | None, text: str) -> tuple[int, int]:
             raise InputError(f"--shard-of {text}: N must be a number (env/N)") from None
     if "SLURM_ARRAY_TASK_ID" in env:
         i = number("SLURM_ARRAY_TASK_ID") - (number("SLURM_ARRAY_TASK_MIN") if "SLURM_ARRAY_TASK_MIN" in env else 0)
+        if env.get("SLURM_ARRAY_TASK_STEP", "1") != "1" or (
+            "SLURM_ARRAY_TASK_MAX" in env
+            and "SLURM_ARRAY_TASK_COUNT" in env
+            and number("SLURM_ARRAY_TASK_MAX") - (number("SLURM_ARRAY_TASK_MIN") if "SLURM_ARRAY_TASK_MIN" in env else 0) + 1
+            != number("SLURM_ARRAY_TASK_COUNT")
+        ):
+            raise InputError(
+                f"--shard-of {text}: a Slurm array with a step or a list (--array=0-15:2, --array=1,3,5) "
+                "cannot name parts; use --array=0-(N-1)"
+            )
         if "SLURM_ARRAY_TASK_COUNT" in env:
             slurm_n = number("SLURM_ARRAY_TASK_COUNT")
             if n is not None and n != slurm_n:
@@ -227,6 +237,10 @@ def pack_sharded(
 
     out = os.fspath(output)
     ranges = plan_shards(sources.sources, max_pack_bytes, alignment, *media_allowances(options.get("media")))
+    mpath = get_manifest_path(out)
+    if not force and (mpath.exists() if len(ranges) == 1 else os.path.exists(out)):
+        other = "a dataset (its manifest)" if len(ranges) == 1 else "a single pack"
+        raise InputError(f"{out}: already exists as {other} (use --force to replace it)")
     if len(ranges) == 1:
         result = pack_sources(
             sources, out, alignment=alignment, created_us=created_us, force=force, on_event=on_event, **options
@@ -309,7 +323,9 @@ def run_shards(
 
 
 def _shards_of(out: str) -> list[str]:
-    """The shard files the manifest at ``out`` names now (none without a readable one)."""
+    """The shard files of ``out``'s own naming (``NAME-NNNNN.hframe`` beside it) that the
+    manifest at ``out`` names now: packs a ``--merge`` gathered from elsewhere are never
+    counted (none without a readable manifest)."""
     from .dataset import Manifest
     from .errors import HframeError
 
@@ -317,9 +333,28 @@ def _shards_of(out: str) -> list[str]:
     if not mpath.exists():
         return []
     try:
-        return [os.fspath(p) for p in Manifest.load(mpath).shard_paths(mpath)]
+        named = [os.fspath(p) for p in Manifest.load(mpath).shard_paths(mpath)]
     except HframeError:
         return []
+    return [p for p in named if own_shard(out, p)]
+
+
+def own_shard(out: str, path: str) -> bool:
+    """Whether ``path`` is named as ``out``'s shards are (``shard_path``), in its folder (both
+    local paths, or both URLs: compared without their queries)."""
+    import posixpath
+    import re
+
+    if "://" in out:
+        out, path = out.partition("?")[0], path.partition("?")[0]
+        split, folder_of = posixpath.split, posixpath.dirname
+    else:
+        out, path = os.path.abspath(out), os.path.abspath(path)
+        split, folder_of = os.path.split, os.path.dirname
+    stem, dot, suffix = split(out)[1].rpartition(".")
+    pattern = re.escape(stem) + r"-\d{5}\." + re.escape(suffix) if dot else re.escape(suffix) + r"-\d{5}"
+    folder, name = split(path)
+    return folder == folder_of(out) and re.fullmatch(pattern, name) is not None
 
 
 def retire_other_form(out: str, *, dataset: bool, stale_shards: Sequence[str] = ()) -> None:

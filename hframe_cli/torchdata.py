@@ -62,6 +62,10 @@ class FrameDataset(_Base):
         match: keep only frames whose name matches this glob.
         decode: ``"bytes"`` (default), ``"pil"``, or a callable ``decode(data) -> sample``.
         mode: with ``decode="pil"``, convert every image to this Pillow mode (for example "RGB").
+        size: with ``decode="pil"``, resize every image: an int makes its shorter side that long
+            (aspect kept, as torchvision's ``Resize(int)``), a (width, height) pair makes it that
+            size. A JPEG to be shrunk is decoded at a reduced scale first (Pillow's draft mode:
+            1/2, 1/4 or 1/8, never below the size asked), which is most of the decoding saved.
         transform: applied to each sample after decoding.
         target: ``"label"`` (class index), ``None`` (samples only) or an index column name.
         target_transform: applied to each target.
@@ -82,6 +86,7 @@ class FrameDataset(_Base):
         match: str | None = None,
         decode: str | Callable[[bytes], Any] | None = None,
         mode: str | None = None,
+        size: int | tuple[int, int] | None = None,
         transform: Callable[[Any], Any] | None = None,
         target: str | None = "label",
         target_transform: Callable[[Any], Any] | None = None,
@@ -89,8 +94,13 @@ class FrameDataset(_Base):
     ) -> None:
         if decode is not None and not callable(decode) and decode not in _DECODERS:
             raise InputError(f"decode must be one of {', '.join(_DECODERS)} or a callable (got {decode!r})")
-        if mode is not None and decode != "pil":
-            raise InputError('mode applies to decode="pil" only')
+        if (mode is not None or size is not None) and decode != "pil":
+            raise InputError('mode and size apply to decode="pil" only')
+        if size is not None and not (
+            (isinstance(size, int) and size > 0)
+            or (isinstance(size, tuple) and len(size) == 2 and all(isinstance(x, int) and x > 0 for x in size))
+        ):
+            raise InputError(f"size must be a positive int or a (width, height) pair (got {size!r})")
         self.path = os.fspath(path)
         self.reader = open_pack(path, workers=workers)
         table = self.reader.table
@@ -128,6 +138,7 @@ class FrameDataset(_Base):
             self.targets = chosen.column(target).to_pylist()
         self.decode = decode
         self.mode = mode
+        self.size = size
         self.transform = transform
         self.target_transform = target_transform
 
@@ -146,7 +157,9 @@ class FrameDataset(_Base):
             from PIL import Image
 
             img = Image.open(io.BytesIO(data))
-            sample = img.convert(self.mode) if self.mode is not None else img
+            if self.size is not None:
+                img = _resized(img, self.size, self.mode)
+            sample = img.convert(self.mode) if self.mode is not None and img.mode != self.mode else img
             sample.load()
         elif callable(self.decode):
             sample = self.decode(data)
@@ -171,3 +184,18 @@ class FrameDataset(_Base):
 
     def __repr__(self) -> str:
         return f"FrameDataset({self.path!r}, {len(self)} frames, {len(self.classes)} classes)"
+
+
+def _resized(img: Any, size: int | tuple[int, int], mode: str | None) -> Any:
+    """``img`` at ``size`` (see ``FrameDataset``): decoded at the smallest JPEG scale that is
+    still at least that big (``draft``), then resized exactly."""
+    w, h = img.size
+    if isinstance(size, int):
+        scale = size / min(w, h)
+        target = (max(1, round(w * scale)), max(1, round(h * scale)))
+    else:
+        target = size
+    if target[0] < w and target[1] < h:
+        img.draft(mode or img.mode, target)  # JPEG only; other formats ignore it
+    img = img.convert(mode) if mode is not None and img.mode != mode else img
+    return img if img.size == target else img.resize(target, reducing_gap=None)

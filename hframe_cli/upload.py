@@ -252,13 +252,16 @@ def _index_pack_uuid(url: str) -> str | None:
 
 
 def _remote_shards(url: str) -> list[str]:
-    """The shard locations of the dataset published at ``url`` (none if there is none)."""
+    """The shard locations of the dataset published at ``url`` named as its own shards are
+    (none if there is none)."""
     from .dataset import Manifest, is_dataset, manifest_location
+
+    from .shards import own_shard
 
     if not is_dataset(url):
         return []
     murl = manifest_location(url)
-    return Manifest.load(murl).shard_paths(murl)
+    return [s for s in Manifest.load(murl).shard_paths(murl) if own_shard(url, s)]  # never packs merged from elsewhere
 
 
 def _size(n: float) -> str:

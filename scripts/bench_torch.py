@@ -2,7 +2,7 @@
 """Benchmark a PyTorch DataLoader over ``FrameDataset`` against the same loader over loose files.
 
 Usage: python scripts/bench_torch.py DATA_DIR [--frames 8192] [--batch 256] [--workers 2]
-       [--repeat 3] [--seed 1] [--decode]
+       [--repeat 3] [--seed 1] [--decode] [--decode-size 224]
 
 DATA_DIR holds ``jpegs/`` (``scripts/make_bench_data.py``) and ``_bench_out/jpegs.hframe``,
 the pack of that folder (``scripts/bench_pack.py``). ``--frames`` frames are drawn at random
@@ -23,8 +23,14 @@ Cold: before every timed run the pack, its index and every loose file are evicte
 cache (``posix_fadvise(DONTNEED)``); warm: one untimed run first. Methods alternate run by run;
 the median is reported. Correctness: both loaders return the same bytes (checked once).
 
-Target (reported, not enforced): cold frames/s, hframe ÷ loose ≥ 2 (the product's reason to be);
-warm is reported without one.
+* ``hframe_block_local``: as many frames in ``BlockShuffleSampler``'s order (block 64, window 4),
+  against ``hframe`` (a random sample): what a block-local shuffle buys a cold epoch.
+
+With ``--decode-size N``, also (warm) JPEGs decoded to N px (shorter side) by
+``FrameDataset(decode="pil", size=N)`` (Pillow's draft mode) against a full decode and resize.
+
+Targets (reported, not enforced): cold frames/s, hframe ÷ loose ≥ 2 (the product's reason to be),
+block-local ÷ random ≥ 1.5; warm is reported without one.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from typing import Any
 
 from bench_pack import verdict
 
+from hframe_cli.sampler import BlockShuffleSampler
 from hframe_cli.storage import evict_from_page_cache
 from hframe_cli.torchdata import FrameDataset
 
@@ -95,6 +102,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--decode", action="store_true", help="decode JPEGs with Pillow in both")
+    ap.add_argument(
+        "--decode-size", type=int, default=0, help="also: decode to this size, draft mode vs full decode (warm)"
+    )
     args = ap.parse_args()
     pack = os.path.join(args.data_dir, "_bench_out", "jpegs.hframe")
     folder = os.path.join(args.data_dir, "jpegs")
@@ -118,8 +128,13 @@ def main() -> int:
     )
     files = [pack, pack + ".index.parquet", *[paths[k] for k in order]]
     batches = [order[i : i + args.batch] for i in range(0, len(order), args.batch)]
+    # the same number of frames in a block-local order (BlockShuffleSampler's defaults: one rank's
+    # contiguous share of an epoch), against the random order above
+    block_order = BlockShuffleSampler(ds, seed=args.seed, rank=0, world_size=1).part()[: len(order)]
+    files += [paths[k] for k in block_order]
     methods: dict[str, Callable[[], list[Any]]] = {
         "hframe": lambda: epoch(ds, order, args.batch, args.workers),
+        "hframe_block_local": lambda: epoch(ds, block_order, args.batch, args.workers),
         "loose": lambda: epoch(loose, order, args.batch, args.workers),
         # the same batches without a DataLoader (no worker processes, no IPC): the read path alone
         "hframe_in_process": lambda: [x for b in batches for x in ds.__getitems__(b)],
@@ -150,11 +165,70 @@ def main() -> int:
                 flush=True,
             )
     verdict("hframe_vs_loose", med["cold", "loose"] / med["cold", "hframe"], 2.0, True, " mode=cold")
+    verdict(
+        "block_local_vs_random_sampler",
+        med["cold", "hframe"] / med["cold", "hframe_block_local"],
+        1.5,
+        True,
+        " mode=cold",
+    )
     print(f"hframe_vs_loose={med['warm', 'loose'] / med['warm', 'hframe']:.3f} mode=warm target=none")
     for mode in ("cold", "warm"):
         ratio = med[mode, "loose_in_process"] / med[mode, "hframe_in_process"]
         print(f"hframe_vs_loose_in_process={ratio:.3f} mode={mode} target=none (no DataLoader: the read path alone)")
+    if args.decode_size:
+        decode_sizes(pack, order, args)
     return 0
+
+
+def _full_then_resize(size: int) -> Callable[[bytes], Any]:
+    def decode(data: bytes) -> Any:
+        from PIL import Image
+
+        img = Image.open(io.BytesIO(data)).convert("RGB")
+        w, h = img.size
+        scale = size / min(w, h)
+        return img.resize((max(1, round(w * scale)), max(1, round(h * scale)))).size
+
+    return decode
+
+
+class _Sizes:
+    """Items as their decoded size only (what crosses the worker queue stays small)."""
+
+    def __init__(self, ds: Any) -> None:
+        self.ds = ds
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, k: int) -> Any:
+        return self.ds[k].size
+
+
+def decode_sizes(pack: str, order: list[int], args: Any) -> None:
+    """Warm: frames/s decoding every JPEG to --decode-size (shorter side) with draft mode
+    (``FrameDataset(size=...)``) against a full decode then the same resize."""
+    draft = _Sizes(FrameDataset(pack, target=None, decode="pil", mode="RGB", size=args.decode_size))
+    full = FrameDataset(pack, target=None, decode=_full_then_resize(args.decode_size))
+    some = order[: min(len(order), 2048)]
+    runs: dict[str, list[float]] = {"draft": [], "full": []}
+    for ds in (draft, full):
+        epoch(ds, some[:256], args.batch, args.workers)  # warm
+    for _ in range(args.repeat):
+        for name, ds in (("draft", draft), ("full", full)):
+            t0 = time.perf_counter()
+            got = epoch(ds, some, args.batch, args.workers)
+            runs[name].append(time.perf_counter() - t0)
+            assert len(got) == len(some)
+    for name, w in runs.items():
+        print(
+            f"bench=torch mode=warm decode={name} size={args.decode_size} frames_per_s={len(some) / statistics.median(w):.0f}"
+        )
+    print(
+        f"draft_vs_full_decode={statistics.median(runs['full']) / statistics.median(runs['draft']):.3f} "
+        f"size={args.decode_size} target=none"
+    )
 
 
 if __name__ == "__main__":

@@ -180,3 +180,32 @@ def test_two_ranks_read_every_frame_exactly_once_with_the_right_bytes(photos, tm
     resumed = _run_ranks(out, tmp_path, skip=2)  # restarted after 2 batches: exactly the rest
     for before, after in zip(ranks, resumed):
         assert after["items"] == before["items"][8:] and after["md5"] == before["md5"][8:]
+
+
+def test_set_epoch_after_a_resume_starts_that_epoch_whole():
+    s = BlockShuffleSampler(100, seed=1, rank=0, world_size=1)
+    s.set_epoch(3)
+    list(s)
+    state = s.state_dict()  # taken at the end of epoch 3
+    t = BlockShuffleSampler(100, seed=1, rank=0, world_size=1)
+    t.load_state_dict(state)
+    assert list(t) == []  # epoch 3 was done
+    t.set_epoch(4)
+    assert sorted(t) == list(range(100))
+
+
+def test_consumed_counts_from_where_a_resumed_iteration_began():
+    full = list(BlockShuffleSampler(100, seed=2, rank=0, world_size=1))
+    s = BlockShuffleSampler(100, seed=2, rank=0, world_size=1)
+    s.load_state_dict({**s.state_dict(0), "consumed": 40})
+    assert len(s) == 60  # what the resumed iteration yields
+    it = iter(s)
+    got = [next(it) for _ in range(20)]  # two batches of 10 of this loop
+    state = s.state_dict(consumed=20)
+    assert state["consumed"] == 60 and got == full[40:60]
+    u = BlockShuffleSampler(100, seed=2, rank=0, world_size=1)
+    u.load_state_dict(state)
+    assert list(u) == full[60:]
+    for bad in (-5, 101):
+        with pytest.raises(InputError, match="consumed"):
+            BlockShuffleSampler(100, seed=2, rank=0, world_size=1).load_state_dict({**state, "consumed": bad})

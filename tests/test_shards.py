@@ -214,3 +214,72 @@ def test_verify_parts_are_contiguous_balanced_and_cover_every_pack():
             if n <= len(weights) and len(set(weights)) == 1:
                 sizes = [b - a for a, b in spans]
                 assert max(sizes) - min(sizes) <= 1  # equal weights: equal counts
+
+
+def test_a_dataset_and_a_single_pack_do_not_replace_each_other_without_force(photos, tmp_path):
+    out = tmp_path / "u.hframe"
+    h.pack([photos], out, max_pack_bytes=20_000)
+    before = files_of(out)
+    with pytest.raises(InputError, match="already exists as a dataset"):
+        h.pack([photos / "cats"], out)
+    assert files_of(out) == before  # nothing deleted
+    other = tmp_path / "v.hframe"
+    h.pack([photos / "cats"], other)
+    with pytest.raises(InputError, match="already exists as a single pack"):
+        h.pack([photos], other, max_pack_bytes=20_000)
+    assert other.exists()
+
+
+def test_a_repack_never_deletes_packs_a_merge_gathered_from_elsewhere(photos, tmp_path):
+    (tmp_path / "keep").mkdir()
+    for name in ("cats", "dogs"):
+        h.pack([photos / name], tmp_path / "keep" / f"{name}.hframe")
+    kept = sorted(p.name for p in (tmp_path / "keep").iterdir())
+    r = run_bin(["index", str(tmp_path / "all.hframe"), "--merge", str(tmp_path / "keep" / "*.hframe")])
+    assert r.returncode == 0, r.stderr
+    h.pack([photos], tmp_path / "all.hframe", force=True)  # the dataset replaced by one pack
+    assert sorted(p.name for p in (tmp_path / "keep").iterdir()) == kept
+    assert not (tmp_path / "all.hframe.dataset.json").exists()
+    with h.open_pack(tmp_path / "all.hframe") as p:
+        assert len(p) == 30
+
+
+def test_slurm_arrays_with_a_step_or_a_list_are_refused_on_every_task():
+    for task in ("0", "2", "4", "6"):  # --array=0-6:2
+        env = {
+            "SLURM_ARRAY_TASK_ID": task,
+            "SLURM_ARRAY_TASK_MIN": "0",
+            "SLURM_ARRAY_TASK_MAX": "6",
+            "SLURM_ARRAY_TASK_STEP": "2",
+            "SLURM_ARRAY_TASK_COUNT": "4",
+        }
+        with pytest.raises(InputError, match="step or a list"):
+            parse_shard_of("env", env)
+    for task in ("1", "3", "5"):  # --array=1,3,5 (no step variable; max - min + 1 != count)
+        env = {
+            "SLURM_ARRAY_TASK_ID": task,
+            "SLURM_ARRAY_TASK_MIN": "1",
+            "SLURM_ARRAY_TASK_MAX": "5",
+            "SLURM_ARRAY_TASK_COUNT": "3",
+        }
+        with pytest.raises(InputError, match="step or a list"):
+            parse_shard_of("env", env)
+
+
+def test_shard_of_cannot_be_combined_with_update(photos, tmp_path):
+    with pytest.raises(InputError, match="--update"):
+        h.pack([photos], tmp_path / "p.hframe", shard_of="0/2", update=True)
+
+
+def test_a_reader_whose_dataset_lost_shards_to_a_repack_is_told_it_was_rebuilt(photos, tmp_path):
+    out = tmp_path / "ds.hframe"
+    h.pack([photos], out, max_pack_bytes=12_000)
+    n_before = len(list(tmp_path.glob("ds-*.hframe")))
+    with h.open_pack(out) as d:
+        d[0]
+        h.pack([photos / "cats"], out, max_pack_bytes=12_000, force=True)  # fewer shards now
+        assert len(list(tmp_path.glob("ds-*.hframe"))) < n_before
+        from hframe_cli.errors import PackReplaced
+
+        with pytest.raises(PackReplaced, match="rebuilt"):
+            d[len(d) - 1]

@@ -90,7 +90,7 @@ def test_filters_targets_and_decoders(split_pack, photos):
     assert img.mode == "L" and t % 10 == 0
     for kwargs, message in (
         ({"decode": "jpeg"}, "decode must be one of"),
-        ({"mode": "RGB"}, 'mode applies to decode="pil" only'),
+        ({"mode": "RGB"}, 'mode and size apply to decode="pil" only'),
         ({"target": "nope"}, "target: unknown column 'nope'"),
         ({"split": "test"}, "no frames selected (split='test')"),
     ):
@@ -149,3 +149,31 @@ def test_dataloader_over_http_reads_every_frame_once_with_the_right_md5(photos, 
         )
         got = [hashlib.md5(sample).hexdigest() for batch in loader for sample in batch]
     assert sorted(got) == sorted(want.values()) and len(got) == len(want)
+
+
+def test_size_decodes_jpegs_at_a_reduced_scale_and_resizes_exactly(tmp_path):
+    """size=: a JPEG much larger than asked is decoded in draft mode (1/4 here: Pillow reports
+    the reduced size before decoding) and comes out at exactly the size asked, close to a full
+    decode resized; a PNG (no draft mode) is decoded whole and resized alike."""
+    from conftest import make_image
+
+    from hframe_cli.torchdata import _resized
+
+    src = tmp_path / "src"
+    make_image(src / "big.jpg", (800, 600), "RGB", 1)
+    make_image(src / "big.png", (800, 600), "RGB", 2)
+    img = Image.open(src / "big.jpg")
+    out = _resized(img, 100, "RGB")
+    assert img.size == (200, 150) and out.size == (133, 100)  # decoded at 1/4 (1/8 is too small); shorter side 100
+    h.pack([src], tmp_path / "p.hframe")
+    ds = FrameDataset(tmp_path / "p.hframe", decode="pil", mode="RGB", size=(64, 48), target=None)
+    for k in range(len(ds)):
+        got = ds[k]
+        assert got.size == (64, 48) and got.mode == "RGB"
+        full = Image.open(src / ds.reader.row(ds.frame_ids[k])["name"]).convert("RGB").resize((64, 48))
+        diff = sum(abs(a - b) for a, b in zip(got.tobytes(), full.tobytes())) / len(full.tobytes())
+        assert diff < 12, diff  # the same picture (draft decoding differs in detail only)
+    with pytest.raises(InputError, match="size"):
+        FrameDataset(tmp_path / "p.hframe", decode="pil", size=0)
+    with pytest.raises(InputError, match='decode="pil"'):
+        FrameDataset(tmp_path / "p.hframe", size=64)
