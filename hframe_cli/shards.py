@@ -139,7 +139,9 @@ def _job_array_index(env: Any, count: str | None, text: str) -> tuple[int, int]:
         if env.get("SLURM_ARRAY_TASK_STEP", "1") != "1" or (
             "SLURM_ARRAY_TASK_MAX" in env
             and "SLURM_ARRAY_TASK_COUNT" in env
-            and number("SLURM_ARRAY_TASK_MAX") - (number("SLURM_ARRAY_TASK_MIN") if "SLURM_ARRAY_TASK_MIN" in env else 0) + 1
+            and number("SLURM_ARRAY_TASK_MAX")
+            - (number("SLURM_ARRAY_TASK_MIN") if "SLURM_ARRAY_TASK_MIN" in env else 0)
+            + 1
             != number("SLURM_ARRAY_TASK_COUNT")
         ):
             raise InputError(

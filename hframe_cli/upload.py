@@ -255,7 +255,6 @@ def _remote_shards(url: str) -> list[str]:
     """The shard locations of the dataset published at ``url`` named as its own shards are
     (none if there is none)."""
     from .dataset import Manifest, is_dataset, manifest_location
-
     from .shards import own_shard
 
     if not is_dataset(url):
