@@ -16,6 +16,8 @@ installed, by nginx without added latency (for the verify comparison). Measured 
   median seconds per batch (target <= 0.5 s at 20 ms), GETs per batch against the reads
   planned (target: exactly one GET per planned read), bytes received / bytes wanted (<= 1.1);
 * neighbours: ``--frames`` consecutive frames in one ``read_many`` (target <= 3 GETs);
+* block-local: ``--batches`` batches in ``BlockShuffleSampler``'s order (defaults: blocks of 64,
+  windows of 4), median seconds per batch against the random batches (target >= 1.5x);
 * verify: ``verify_pack`` of the pack over nginx against the local warm verify of the same
   file (target >= 0.7x the local bytes/s);
 * every frame read is checked against its index md5 (a mismatch fails the run).
@@ -44,6 +46,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from range_server import RangeServer  # noqa: E402
 
 import hframe_cli as h  # noqa: E402
+from hframe_cli.sampler import BlockShuffleSampler  # noqa: E402
 from hframe_cli.verify import verify_pack  # noqa: E402
 
 
@@ -93,6 +96,21 @@ def _measure(
         out["neighbours_gets"] = srv.total_requests()
         if [hashlib.md5(f).hexdigest() for f in frames] != [md5s[i] for i in ids]:
             sys.exit(f"WRONG BYTES in the neighbour batch from {url}")
+        # the same number of batches in BlockShuffleSampler's order (one rank's share of an epoch)
+        order = BlockShuffleSampler(p, seed=1, rank=0, world_size=1).part()
+        times, gets = [], []
+        for k in range(len(batches)):
+            ids = order[k * frames_per_batch : (k + 1) * frames_per_batch]
+            srv.reset_counts()
+            t = time.perf_counter()
+            frames = p.read_many(ids)
+            times.append(time.perf_counter() - t)
+            gets.append(srv.total_requests())
+            if [hashlib.md5(f).hexdigest() for f in frames] != [md5s[i] for i in ids]:
+                sys.exit(f"WRONG BYTES in a block-local batch from {url}")
+        out["block_local_batch_s_median"] = round(statistics.median(times), 3)
+        out["block_local_gets_per_batch"] = gets
+        out["block_local_vs_random"] = round(out["random_batch_s_median"] / out["block_local_batch_s_median"], 2)
         out["counters"] = p.storage_counters().to_dict()
         out["checks_md5"] = p.checks_md5
     return out
@@ -163,6 +181,8 @@ def main() -> int:
         ("random: one GET per planned read", "one_get", "True"),
         ("random: bytes received / wanted", "random_bytes_ratio", "<= 1.1"),
         (f"neighbours {args.frames}: GETs", "neighbours_gets", "<= 3"),
+        (f"block-local {args.frames}: median s per batch", "block_local_batch_s_median", ""),
+        ("block-local sampler vs random, batch time", "block_local_vs_random", ">= 1.5"),
     ]
     for label, key, target in rows:
         print(f"  {label:<44} {out['http'][key]!s:>10} {out['s3'][key]!s:>10}   {target}")

@@ -132,12 +132,14 @@ def main() -> int:
     # contiguous share of an epoch), against the random order above
     block_order = BlockShuffleSampler(ds, seed=args.seed, rank=0, world_size=1).part()[: len(order)]
     files += [paths[k] for k in block_order]
+    block_batches = [block_order[i : i + args.batch] for i in range(0, len(block_order), args.batch)]
     methods: dict[str, Callable[[], list[Any]]] = {
         "hframe": lambda: epoch(ds, order, args.batch, args.workers),
         "hframe_block_local": lambda: epoch(ds, block_order, args.batch, args.workers),
         "loose": lambda: epoch(loose, order, args.batch, args.workers),
         # the same batches without a DataLoader (no worker processes, no IPC): the read path alone
         "hframe_in_process": lambda: [x for b in batches for x in ds.__getitems__(b)],
+        "hframe_block_local_in_process": lambda: [x for b in block_batches for x in ds.__getitems__(b)],
         "loose_in_process": lambda: [loose[k] for b in batches for k in b],
     }
     med: dict[tuple[str, str], float] = {}
@@ -176,6 +178,8 @@ def main() -> int:
     for mode in ("cold", "warm"):
         ratio = med[mode, "loose_in_process"] / med[mode, "hframe_in_process"]
         print(f"hframe_vs_loose_in_process={ratio:.3f} mode={mode} target=none (no DataLoader: the read path alone)")
+        ratio = med[mode, "hframe_in_process"] / med[mode, "hframe_block_local_in_process"]
+        print(f"block_local_vs_random_in_process={ratio:.3f} mode={mode} target=none (no DataLoader)")
     if args.decode_size:
         decode_sizes(pack, order, args)
     return 0
