@@ -171,10 +171,19 @@ def source_fingerprint(sources: list[Source]) -> str:
 
 def save_sources(output: str | os.PathLike[str], sources: SourceList) -> None:
     """Keep the run's sorted source list (and what was rejected up front) beside the output."""
+    write_source_list(checkpoint_paths(output).sources, sources)
+
+
+def load_sources(output: str | os.PathLike[str]) -> SourceList:
+    return read_source_list(checkpoint_paths(output).sources, "the saved source list")
+
+
+def write_source_list(path: str | os.PathLike[str], sources: SourceList) -> None:
+    """A sorted source list as Parquet (path, name, size, mtime_ns; the rejected inputs in the
+    metadata), written whole or not at all: a run's saved list, or a job array's plan."""
     import pyarrow as pa  # here: the lock and checkpoint files must not need pyarrow
     import pyarrow.parquet as pq
 
-    paths = checkpoint_paths(output)
     table = pa.table(
         {
             "path": pa.array([os.fsencode(s.path) for s in sources.sources], pa.binary()),
@@ -184,32 +193,31 @@ def save_sources(output: str | os.PathLike[str], sources: SourceList) -> None:
         }
     )
     rejected = json.dumps([[r.path, r.reason] for r in sources.rejected])
-    table = table.replace_schema_metadata({b"hframe.rejected": rejected.encode()})
-    tmp = Path(os.fspath(paths.sources) + ".tmp")
+    table = table.replace_schema_metadata({b"hframe.rejected": rejected.encode(), b"hframe.source_list": b"1"})
+    tmp = Path(os.fspath(path) + ".tmp")
     try:
         with open(tmp, "wb") as f:
             pq.write_table(table, f, compression="zstd")
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, paths.sources)
+        os.replace(tmp, path)
     except OSError as e:
-        raise StorageError(f"{paths.sources}: cannot write: {e.strerror}") from e
+        raise StorageError(f"{os.fspath(path)}: cannot write: {e.strerror}") from e
 
 
-def load_sources(output: str | os.PathLike[str]) -> SourceList:
+def read_source_list(path: str | os.PathLike[str], what: str = "the source list") -> SourceList:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    paths = checkpoint_paths(output)
     try:
-        t = pq.read_table(paths.sources)
-    except (OSError, pa.ArrowInvalid) as e:
-        raise FormatError(f"{paths.sources}: the saved source list is missing or unreadable ({e})") from e
-    cols = t.to_pydict()
-    srcs = [
-        Source(os.fsdecode(p), n, s, m)
-        for p, n, s, m in zip(cols["path"], cols["name"], cols["size"], cols["mtime_ns"])
-    ]
+        t = pq.read_table(path)
+        cols = t.to_pydict()
+        srcs = [
+            Source(os.fsdecode(p), n, s, m)
+            for p, n, s, m in zip(cols["path"], cols["name"], cols["size"], cols["mtime_ns"])
+        ]
+    except (OSError, pa.ArrowInvalid, KeyError) as e:
+        raise FormatError(f"{os.fspath(path)}: {what} is missing or unreadable ({e})") from e
     rej = json.loads((t.schema.metadata or {}).get(b"hframe.rejected", b"[]"))
     return SourceList(srcs, [Rejected(p, r) for p, r in rej])
 

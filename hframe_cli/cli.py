@@ -175,7 +175,10 @@ def _frame_key(frame: str, by_name: bool) -> int | str:
 @_command("pack", "Pack files into one pack and its Parquet index.")
 def pack(
     sources: Annotated[
-        list[str], typer.Argument(metavar="SOURCE...", help="Files, folders (recursive), or - for a list on stdin.")
+        list[str],
+        typer.Argument(
+            metavar="SOURCE...", help="Files, folders (recursive), or - for a list on stdin (with --plan: the plan)."
+        ),
     ],
     output: Annotated[str, typer.Option("--output", "-o", metavar="FILE", help="The pack to write (.hframe).")],
     force: Annotated[bool, typer.Option("--force", help="Replace an existing pack.")] = False,
@@ -266,6 +269,20 @@ def pack(
             help="Pack only part I of N of the sorted inputs, as NAME-0000I.hframe (job arrays; merge with 'hframe index NAME --merge'). env: I and N from a Slurm array; env/N: I from Slurm or a Kubernetes Indexed Job (JOB_COMPLETION_INDEX).",
         ),
     ] = None,
+    plan_only: Annotated[
+        bool,
+        typer.Option(
+            "--plan-only",
+            help="List the sources once and write them, sorted and checked, to OUT.plan.parquet; pack nothing (job arrays: every part then reads it with --plan).",
+        ),
+    ] = False,
+    plan: Annotated[
+        bool,
+        typer.Option(
+            "--plan",
+            help="SOURCE is a plan written by --plan-only: take the sources from it instead of listing them.",
+        ),
+    ] = False,
     update: Annotated[
         bool,
         typer.Option(
@@ -396,6 +413,8 @@ def pack(
         max_pack_bytes=parse_size(max_pack_bytes, "--max-pack-bytes"),
         shard_of=shard_of,
         update=update,
+        plan_only=plan_only,
+        plan=_one_plan(sources) if plan else None,
         checksum=checksum,
         dry_run=dry_run,
         media=media,
@@ -406,7 +425,13 @@ def pack(
         progress=lambda frames, nbytes: render.progress(frames, nbytes, quiet or json_out),
         skip_if_locked=skip_if_locked,
     )
-    render.pack_outcome(pack_files(sources, output, options), json_out, quiet)
+    render.pack_outcome(pack_files([] if plan else sources, output, options), json_out, quiet)
+
+
+def _one_plan(sources: list[str]) -> str:
+    if len(sources) != 1:
+        raise InputError(f"--plan takes one SOURCE, the plan file (got {len(sources)})")
+    return sources[0]
 
 
 def _checkpoint_policy(every: int, every_bytes: str, seconds: float, off: bool) -> Any:

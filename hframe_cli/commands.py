@@ -65,6 +65,10 @@ class PackOptions:
     max_pack_bytes: int | None = None
     shard_of: str | None = None
     update: bool = False
+    #: list the sources once and write them (sorted, checked) to ``OUT.plan.parquet``, nothing else
+    plan_only: bool = False
+    #: take the sources from this plan file (``plan_only`` wrote it) instead of listing them
+    plan: str | None = None
     checksum: bool = False
     dry_run: bool = False  # with update: the plan, nothing written or locked (mode "dry-run")
     media: MediaOptions | None = None
@@ -93,6 +97,9 @@ class PackOutcome:
     skipped: str | None = None
     #: an object-store output: what was uploaded (``upload.PublishReport``)
     published: PublishReport | None = None
+    #: mode "plan": the plan file written, and how many files and bytes it lists
+    plan_file: str | None = None
+    planned: tuple[int, int] | None = None
 
     @property
     def result(self) -> PackResult | None:
@@ -136,10 +143,10 @@ def pack(
     if is_remote(out):
         return _pack_remote([os.fspath(p) for p in paths], out, opts)
     target = out
-    if opts.shard_of is not None and opts.update:
+    if opts.shard_of is not None and (opts.update or opts.plan_only):
         from .errors import InputError
 
-        raise InputError("--shard-of packs a new part; it cannot be combined with --update")
+        raise InputError(f"--shard-of packs a new part; it cannot be combined with {'--update' if opts.update else '--plan-only'}")
     if opts.shard_of is not None:  # a job-array part writes (and locks) its own shard
         from .dataset import shard_path
         from .shards import parse_shard_of
@@ -260,12 +267,28 @@ def _resume_remote(url: str, on_event: EventFn | None, **kw: Any) -> ResumeResul
     return result
 
 
+def plan_location(output: str) -> str:
+    """Where ``pack --plan-only`` writes the plan of ``output``."""
+    from .locations import with_suffix
+
+    return with_suffix(output, ".plan.parquet")
+
+
 def _media_and_sources(paths: list[str], out: str, opts: PackOptions) -> tuple[MediaOptions, SourceList]:
+    from .errors import InputError
     from .inputs import collect_sources
     from .media import MediaOptions
 
     media = opts.media or MediaOptions()
     media.check()
+    if opts.plan is not None:  # listed once by --plan-only; every part reads the same list
+        from .checkpoint import read_source_list
+
+        if paths:
+            raise InputError("give the sources or a plan, not both")
+        if not os.path.isfile(opts.plan):
+            raise InputError(f"{opts.plan}: no such plan (write one with 'hframe pack SOURCE... -o OUT --plan-only')")
+        return media, read_source_list(opts.plan, "the plan")
     return media, collect_sources(
         paths,
         stdin=opts.stdin,
@@ -285,6 +308,12 @@ def _pack_locked(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
     from .errors import InputError
 
     media, srcs = _media_and_sources(paths, out, opts)
+    if opts.plan_only:
+        from .checkpoint import write_source_list
+
+        where = plan_location(out)
+        write_source_list(where, srcs)
+        return PackOutcome("plan", out, plan_file=where, planned=(len(srcs.sources), srcs.total_bytes))
     if opts.dry_run:  # holding the lock, as the update would: its plan is the update's plan
         from .update import dry_run
 

@@ -176,7 +176,16 @@ def pack_outcome(outcome: Any, as_json: bool, quiet: bool) -> None:
     object-store output, what was uploaded (JSON: ``published``; else one more line)."""
     published = getattr(outcome, "published", None)
     extra = {"published": published.to_dict()} if published is not None else None
-    if outcome.mode == "skipped":
+    if outcome.mode == "plan":
+        files, nbytes = outcome.planned
+        if as_json:
+            print_json({"ok": True, "plan": outcome.plan_file, "files": files, "bytes": nbytes})
+        elif not quiet:
+            note(
+                f"planned {files} files ({format_bytes(nbytes)}) for {outcome.output}: {outcome.plan_file}; "
+                f"pack the parts with 'hframe pack --plan {outcome.plan_file} -o {outcome.output} --shard-of I/N'"
+            )
+    elif outcome.mode == "skipped":
         locked_skip(outcome.output, outcome.skipped, as_json, quiet)
     elif outcome.mode == "dry-run":
         dry_run(outcome.plan, outcome.output, as_json, quiet)

@@ -27,6 +27,7 @@ from .inputs import Source, SourceList
 from .lock import OutputLock
 from .media import MediaOptions
 from .packing import CheckpointPolicy, EventFn, PackResult, ProgressFn, ResumeResult, note, pack_sources, resume_pack
+from .parts import balanced_part
 
 __all__ = [
     "DEFAULT_MAX_PACK_BYTES",
@@ -181,9 +182,10 @@ def pack_part(sources: SourceList, output: str | os.PathLike[str], shard_of: str
 
 
 def split_for_worker(sources: Sequence[Source], i: int, n: int) -> list[Source]:
-    """Part ``i`` of ``n`` of the sorted sources: contiguous, disjoint, covering all of them."""
-    total = len(sources)
-    return list(sources[i * total // n : (i + 1) * total // n])
+    """Part ``i`` of ``n`` of the sorted sources: contiguous, disjoint, covering all of them,
+    balanced by bytes (``parts.balanced_part``; an empty file weighs as one byte)."""
+    lo, hi = balanced_part([max(1, s.size) for s in sources], i, n)
+    return list(sources[lo:hi])
 
 
 def save_plan(output: str | os.PathLike[str], ranges: list[tuple[int, int]], options: dict[str, Any]) -> None:

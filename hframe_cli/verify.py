@@ -76,6 +76,7 @@ from .imagehead import pillow_message
 from .index import IndexMeta, file_digest_problem, format_time_us, index_location, int64_column, read_index_meta
 from .inputs import expand_globs
 from .locations import is_remote, shown_url
+from .parts import balanced_part
 from .reader import read_dictionary
 from .storage import Storage, evict_from_page_cache, open_storage
 from .verify_index import IndexCols, wrong_frame_ids
@@ -1463,7 +1464,7 @@ def verify_packs(
     targets = list(_expand([os.fspath(x) for x in paths]))
     everything = len(targets)
     if part is not None:
-        lo, hi = _part_of([_weight(p, entry) for p, _, entry in targets], *part)
+        lo, hi = balanced_part([_weight(p, entry) for p, _, entry in targets], *part)
         targets = targets[lo:hi]
     plans = [planned_work(p, **options) if why is None else (0, 0) for p, why, _ in targets] if progress else []
     total = (sum(f for f, _ in plans), sum(b for _, b in plans))
@@ -1518,22 +1519,6 @@ def _weight(path: str, entry: Any) -> int:
         return max(1, os.path.getsize(path)) if not is_remote(path) else 1
     except OSError:
         return 1
-
-
-def _part_of(weights: Sequence[int], i: int, n: int) -> tuple[int, int]:
-    """The [lo, hi) of part ``i`` of ``n``: contiguous, every item in exactly one part, each part
-    ending where the running weight first reaches its share (so parts weigh about the same)."""
-    total = sum(weights)
-    bounds = [0]
-    run, k = 0, 0
-    for j in range(1, n):
-        goal = total * j / n
-        while k < len(weights) and run + weights[k] / 2 <= goal:
-            run += weights[k]
-            k += 1
-        bounds.append(max(k, bounds[-1]))
-    bounds.append(len(weights))
-    return bounds[i], bounds[i + 1]
 
 
 # -- the packing self-check ---------------------------------------------------------------

@@ -204,7 +204,7 @@ def test_verify_as_a_job_array_then_merge_is_one_verdict(photos, tmp_path):
 
 
 def test_verify_parts_are_contiguous_balanced_and_cover_every_pack():
-    from hframe_cli.verify import _part_of
+    from hframe_cli.parts import balanced_part as _part_of
 
     for weights in ([1] * 10, [5, 1, 1, 1, 1, 1], [1, 1], [10, 1, 1, 1], [3, 9, 2, 7, 7, 1, 4], [1]):
         for n in (1, 2, 3, 4, 7):
@@ -283,3 +283,46 @@ def test_a_reader_whose_dataset_lost_shards_to_a_repack_is_told_it_was_rebuilt(p
 
         with pytest.raises(PackReplaced, match="rebuilt"):
             d[len(d) - 1]
+
+
+def test_a_plan_lists_once_and_parts_read_it_reproducibly_balanced_by_bytes(tmp_path):
+    """--plan-only writes the sorted source list; parts packed from it (as subprocesses told
+    their index by Slurm's variables) are balanced by bytes, merge into what one pack of it all
+    holds, and a part packed again is the same bytes."""
+    import random
+
+    rng = random.Random(4)
+    src = tmp_path / "src"
+    for i in range(60):  # sizes spread widely, so that a split by count would be unbalanced
+        p = src / f"d{i % 3}" / f"{i:03d}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rng.randbytes(200 if i < 40 else 20_000))
+    out = tmp_path / "ds.hframe"
+    r = run_bin(["pack", str(src), "-o", str(out), "--plan-only", "--json"])
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    plan = tmp_path / "ds.hframe.plan.parquet"
+    assert doc["plan"] == str(plan) and doc["files"] == 60 and not list(tmp_path.glob("ds-*"))
+    (src / "d0" / "late.bin").write_bytes(b"added after the plan")  # parts must not see it
+    created = "2024-01-01T00:00:00Z"
+    procs = []
+    for i in range(3):
+        env = {**os.environ, "SLURM_ARRAY_TASK_ID": str(i), "SLURM_ARRAY_TASK_COUNT": "3"}
+        argv = [hframe_bin(), "pack", "--plan", str(plan), "-o", str(out), "--shard-of", "env", "--created", created]
+        procs.append(subprocess.Popen(argv, env=env, stderr=subprocess.PIPE))
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    sizes = [(tmp_path / f"ds-0000{i}.hframe").stat().st_size for i in range(3)]
+    assert max(sizes) < 2 * min(sizes), sizes  # by bytes: a split by count would give 8 KB vs 800 KB
+    first = (tmp_path / "ds-00001.hframe").read_bytes()
+    r = run_bin(["pack", "--plan", str(plan), "-o", str(out), "--shard-of", "1/3", "--created", created, "--force"])
+    assert r.returncode == 0 and (tmp_path / "ds-00001.hframe").read_bytes() == first  # re-run: same bytes
+    assert run_bin(["index", str(out), "--merge", str(tmp_path / "ds-*.hframe")]).returncode == 0
+    (src / "d0" / "late.bin").unlink()
+    h.pack([src], tmp_path / "one.hframe")
+    with h.open_pack(out) as merged, h.open_pack(tmp_path / "one.hframe") as one:
+        cols = ["name", "md5"]
+        assert merged.table.select(cols).to_pylist() == one.table.select(cols).to_pylist()
+    r = run_bin(["pack", "--plan", str(plan), "x", "-o", str(tmp_path / "y.hframe")])
+    assert r.returncode == 2 and b"one SOURCE" in r.stderr
