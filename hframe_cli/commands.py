@@ -146,7 +146,9 @@ def pack(
     if opts.shard_of is not None and (opts.update or opts.plan_only):
         from .errors import InputError
 
-        raise InputError(f"--shard-of packs a new part; it cannot be combined with {'--update' if opts.update else '--plan-only'}")
+        raise InputError(
+            f"--shard-of packs a new part; it cannot be combined with {'--update' if opts.update else '--plan-only'}"
+        )
     if opts.shard_of is not None:  # a job-array part writes (and locks) its own shard
         from .dataset import shard_path
         from .shards import parse_shard_of
