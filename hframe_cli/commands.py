@@ -203,7 +203,7 @@ def _pack_remote(paths: list[str], url: str, opts: PackOptions) -> PackOutcome:
             elif not opts.force and published_version(url):
                 raise InputError(f"{shown}: already exists (--force replaces it, --update adds to it)")
             local = pack(paths, stage, replace(opts, force=opts.force or not opts.update, skip_if_locked=False))
-            if local.mode == "dry-run":
+            if local.mode in ("dry-run", "plan"):  # nothing built to publish (a plan stays staged)
                 return replace(local, output=shown)
             report = publish(stage, url, opts.on_event)
     except PackLocked as e:

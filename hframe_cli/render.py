@@ -183,7 +183,7 @@ def pack_outcome(outcome: Any, as_json: bool, quiet: bool) -> None:
         elif not quiet:
             note(
                 f"planned {files} files ({format_bytes(nbytes)}) for {outcome.output}: {outcome.plan_file}; "
-                f"pack the parts with 'hframe pack --plan {outcome.plan_file} -o {outcome.output} --shard-of I/N'"
+                f"pack from it with 'hframe pack --plan {outcome.plan_file} -o OUT' (with --shard-of I/N, one part)"
             )
     elif outcome.mode == "skipped":
         locked_skip(outcome.output, outcome.skipped, as_json, quiet)
