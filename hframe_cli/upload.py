@@ -170,8 +170,11 @@ def _index_in_place(local_index: str, url: str) -> bool:
             remote = hashlib.md5(s.read_all() if hasattr(s, "read_all") else s.read_at(0, s.size())).digest()
     except HframeError:
         return False
+    digest = hashlib.md5()
     with open(local_index, "rb") as f:
-        return hashlib.file_digest(f, "md5").digest() == remote
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.digest() == remote
 
 
 def publish(stage: str, url: str, on_event: EventFn | None = None) -> PublishReport:
