@@ -303,6 +303,11 @@ class RemoteFile:
                     f"in {time.monotonic() - t0:.1f} s{why}"
                 ) from None
             except Permanent as e:
+                if e.kind == "missing" and self._version is not None:  # it was there when opened
+                    raise PackReplaced(
+                        f"{self.location}: the object was removed or replaced since this reader opened it ({e}); "
+                        "open it again"
+                    ) from None
                 if e.kind == "missing":
                     raise InputError(f"{self.location}: no such file ({e})") from None
                 if e.kind == "replaced":

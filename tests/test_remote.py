@@ -503,3 +503,21 @@ def test_readers_over_http_while_another_process_republishes_never_get_wrong_byt
         out, _ = writer.communicate(timeout=30)
     assert writer.returncode == 0 and int(out) >= 3  # it did republish, several times
     assert reads > 0, (reads, replaced)
+
+
+def test_a_pack_deleted_under_an_open_reader_is_replaced_not_missing(tmp_path):
+    """A 404 for an object that answered when it was opened is the pack removed or replaced
+    (exit 3), not a location that never existed (exit 2)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = random.Random(5)
+    for i in range(100):  # well past the first 64 KiB read
+        (src / f"{i:03d}.bin").write_bytes(rng.randbytes(3000))
+    site = tmp_path / "site"
+    site.mkdir()
+    h.pack([src], site / "p.hframe")
+    with RangeServer(site) as srv, h.open_pack(srv.url("p.hframe")) as p:
+        far = max(range(len(p)), key=lambda i: p.range_of(i)[0])  # past the first 64 KiB read
+        (site / "p.hframe").unlink()
+        with pytest.raises(PackReplaced, match="removed or replaced"):
+            p[far]
