@@ -14,6 +14,7 @@ from .errors import FormatError, HframeError, IncompletePack
 from .format import FLAG_COMPRESSED, FLAG_DICT, HEADER_SIZE, MAGIC, TRAILER_SIZE, Header, Trailer, sniff_media_type
 from .generation import pinned_index, until_settled
 from .index import format_time_us, index_location
+from .locations import shown_url
 from .reader import FrameKey, PackReader, read_dictionary
 from .storage import open_storage
 
@@ -33,8 +34,8 @@ def describe_pack(path: str | os.PathLike[str], index_path: str | os.PathLike[st
         manifest = Manifest.load(manifest_path)
         return {
             "ok": True,
-            "dataset": os.fspath(path),
-            "manifest": os.fspath(manifest_path),
+            "dataset": shown_url(os.fspath(path)),  # a URL's query (a signature?) is not printed
+            "manifest": shown_url(os.fspath(manifest_path)),
             "manifest_version": manifest.version,
             "frame_count": manifest.frame_count,
             "shards": [e.__dict__ for e in manifest.shards],

@@ -19,7 +19,7 @@ from .errors import FormatError, HframeError, InputError, PackReplaced, StorageE
 from .format import HEADER_SIZE, TRAILER_SIZE, Header, Trailer
 from .index import IndexMeta, format_time_us, read_index_meta
 from .locations import with_suffix
-from .storage import LocalFile, Storage, open_storage
+from .storage import LocalFile, Storage, open_storage, unpinned_and_moved
 
 T = TypeVar("T")
 
@@ -95,7 +95,7 @@ def open_generation(
             info = read_pack_info(storage)
             index, meta = pinned_index(storage, index_path, {info.uuid})
         except FormatError:
-            replaced = _unpinned_and_moved(storage)
+            replaced = unpinned_and_moved(storage)
             storage.close()
             if replaced:  # its reads met a newer object than its size came from: open it again
                 raise Overtaken from None
@@ -201,13 +201,6 @@ def _reopen_generation(
     return storage, info, index, meta
 
 
-def _unpinned_and_moved(storage: Storage) -> bool:
-    """Whether ``storage`` is a remote object whose reads are not tied to one version
-    (``RemoteFile.pinned``: S3 through pyarrow) and that object changed since it was opened:
-    then bytes that make no pack are a publish met half-way, not damage."""
-    return not getattr(storage, "pinned", True) and not storage.is_at_path()
-
-
 class Overtaken(Exception):
     """The pack at the path was replaced after it was opened and before its index was."""
 
@@ -225,7 +218,7 @@ def pinned_index(storage: Storage, ipath: str, uuids: set[str]) -> tuple[Storage
         try:
             meta = read_index_meta(ipath, stream=index.stream())
         except FormatError:
-            replaced = _unpinned_and_moved(index)
+            replaced = unpinned_and_moved(index)
             index.close()
             if replaced:
                 raise Overtaken from None

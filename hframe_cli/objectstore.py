@@ -201,24 +201,24 @@ class ObjectBackend:
 
     def __init__(self, url: str, policy: RequestPolicy) -> None:
         self.url = url
-        self.scheme, self.path, self.query = split_location(url)
-        self.netloc = self.path.partition("/")[0]
-        self.key = self.path if self.scheme != "hdfs" else "/" + self.path.partition("/")[2]
+        self.pinned = split_location(url)[0] == "gs"  # (a bad location is refused here)
         self.policy = policy
-        self.pinned = self.scheme == "gs"
         self._lock = threading.Lock()
         self._handle: tuple[int, Any, int, str | None] | None = None  # (pid, file, size, etag)
 
     def _open(self) -> tuple[Any, int, str | None, int]:
         """This process's handle on the object: (file, size, etag, requests made to get it)."""
+        pid = os.getpid()
         handle = self._handle
-        if handle is not None and handle[0] == os.getpid():
-            return handle[1], handle[2], handle[3], 0
-        with self._lock:
-            fs = filesystem(self.scheme, self.netloc, self.query, self.policy)
-            f = fs.open_input_file(self.key)
-            self._handle = (os.getpid(), f, f.size(), _tag(f))
-            return f, f.size(), self._handle[3], 1
+        if handle is None or handle[0] != pid:
+            with self._lock:
+                handle = self._handle
+                if handle is None or handle[0] != pid:  # one opening, however many threads ask
+                    fs, key = object_at(self.url, self.policy)
+                    f = fs.open_input_file(key)
+                    self._handle = (pid, f, f.size(), _tag(f))
+                    return f, f.size(), self._handle[3], 1
+        return handle[1], handle[2], handle[3], 0
 
     def get(self, start: int, length: int | None, etag: str | None, deadline: float | None = None) -> Response:
         if deadline is not None and deadline <= time.monotonic():
@@ -244,7 +244,8 @@ class ObjectBackend:
     def version(self) -> tuple[str | None, int]:
         """(ETag or generation, size) of the object at the location now (one metadata request)."""
         try:
-            f = filesystem(self.scheme, self.netloc, self.query, self.policy).open_input_file(self.key)
+            fs, key = object_at(self.url, self.policy)
+            f = fs.open_input_file(key)
             try:
                 return _tag(f), f.size()
             finally:

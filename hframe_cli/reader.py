@@ -49,7 +49,7 @@ from .format import (
 from .generation import PackInfo, generation_checks, open_generation
 from .index import index_location, int64_column, read_index
 from .locations import shown_url
-from .storage import Storage
+from .storage import Storage, unpinned_and_moved
 
 __all__ = [
     "DEFAULT_COALESCE_GAP",
@@ -421,7 +421,7 @@ class PackReader:
         try:
             yield
         except (FormatError, IntegrityError) as e:
-            if not self._storage.is_at_path():
+            if unpinned_and_moved(self._storage):
                 raise PackReplaced(
                     f"{self.shown}: the pack was replaced since this reader opened it ({e}); open it again"
                 ) from None

@@ -22,7 +22,15 @@ from typing import Any, Protocol
 from .errors import HframeError, InputError, OutOfMemory, PackReplaced, StorageError
 from .locations import is_remote
 
-__all__ = ["LocalFile", "Storage", "evict_from_page_cache", "is_remote", "open_storage", "register_scheme"]
+__all__ = [
+    "LocalFile",
+    "Storage",
+    "evict_from_page_cache",
+    "is_remote",
+    "open_storage",
+    "register_scheme",
+    "unpinned_and_moved",
+]
 
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "http", "https", "abfs", "az")
 
@@ -60,6 +68,13 @@ class Storage(Protocol):
     def __enter__(self) -> Any: ...
 
     def __exit__(self, *exc: object) -> None: ...
+
+
+def unpinned_and_moved(storage: Storage) -> bool:
+    """Whether ``storage`` is a remote object whose reads are not tied to one version (its
+    ``pinned`` is False: S3 through pyarrow, a server without a strong ETag) and the object
+    changed since it was opened: then bytes that fail a check are that change, not damage."""
+    return not getattr(storage, "pinned", True) and not storage.is_at_path()
 
 
 def _storage_error(location: str, err: OSError) -> StorageError:

@@ -31,6 +31,7 @@ from typing import Any
 from .errors import HframeError, InputError, PackReplaced, StorageError
 from .locations import shown_url, with_suffix
 from .putobject import copy_object, delete_object, put_objects
+from .units import format_bytes
 
 __all__ = [
     "PublishReport",
@@ -95,13 +96,15 @@ class PublishReport:
     def summary(self, url: str) -> str:
         """One line for the log: what went where, how fast."""
         rate = self.bytes / self.seconds if self.seconds > 0 else 0.0
-        done = f"uploaded {len(self.uploaded)} object{'s' if len(self.uploaded) != 1 else ''}, {_size(self.bytes)}"
+        done = (
+            f"uploaded {len(self.uploaded)} object{'s' if len(self.uploaded) != 1 else ''}, {format_bytes(self.bytes)}"
+        )
         kept = (
             f"; {len(self.in_place)} pack{'s' if len(self.in_place) != 1 else ''} already there"
             if self.in_place
             else ""
         )
-        return f"published {shown_url(url)}: {done} in {self.seconds:.1f} s ({_size(rate)}/s){kept}"
+        return f"published {shown_url(url)}: {done} in {self.seconds:.1f} s ({format_bytes(rate)}/s){kept}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -190,8 +193,9 @@ def publish(stage: str, url: str, on_event: EventFn | None = None) -> PublishRep
     for local, remote in pairs:
         lindex, rindex = index_location(local), index_location(remote)
         report.locations.update({local: remote, lindex: rindex})
-        finish_interrupted_publish(remote, on_event)
-        if _remote_uuid(remote) == _local_uuid(local) and _index_in_place(lindex, rindex):
+        there = _remote_uuid(remote)
+        _finish_interrupted(remote, there, on_event)
+        if there == _local_uuid(local) and _index_in_place(lindex, rindex):
             report.in_place.append(remote)
             continue
         partial = with_suffix(rindex, ".partial")
@@ -200,7 +204,7 @@ def publish(stage: str, url: str, on_event: EventFn | None = None) -> PublishRep
         report.uploaded += [(target, os.path.getsize(path)) for path, target in order]
         delete_object(partial)
         if on_event is not None:
-            on_event(f"uploaded {shown_url(remote)} and its index ({_size(os.path.getsize(local))})")
+            on_event(f"uploaded {shown_url(remote)} and its index ({format_bytes(os.path.getsize(local))})")
     if manifest is not None:
         put_objects([manifest])
         report.uploaded.append((manifest[1], os.path.getsize(manifest[0])))
@@ -226,9 +230,13 @@ def finish_interrupted_publish(url: str, on_event: EventFn | None = None) -> boo
     at ``INDEX.partial``, which readers use (hframe.5): put that index in place before anything
     else is uploaded over it, as a local writer finishes a publish left between its renames.
     True when there was one to finish."""
+    return _finish_interrupted(url, _remote_uuid(url), on_event)
+
+
+def _finish_interrupted(url: str, pack: tuple[str, int] | None, on_event: EventFn | None) -> bool:
+    """``finish_interrupted_publish`` for the pack (UUID, size) the caller found at ``url``."""
     from .index import index_location
 
-    pack = _remote_uuid(url)
     rindex = index_location(url)
     partial = with_suffix(rindex, ".partial")
     if pack is None or _index_pack_uuid(partial) != pack[0]:
@@ -264,12 +272,6 @@ def _remote_shards(url: str) -> list[str]:
         return []
     murl = manifest_location(url)
     return [s for s in Manifest.load(murl).shard_paths(murl) if own_shard(url, s)]  # never packs merged from elsewhere
-
-
-def _size(n: float) -> str:
-    from .units import format_bytes
-
-    return format_bytes(n)
 
 
 def fetch_for_update(url: str, stage: str, on_event: EventFn | None = None) -> bool:

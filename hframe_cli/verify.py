@@ -78,7 +78,7 @@ from .inputs import expand_globs
 from .locations import is_remote, shown_url
 from .parts import balanced_part
 from .reader import read_dictionary
-from .storage import Storage, evict_from_page_cache, open_storage
+from .storage import Storage, evict_from_page_cache, open_storage, unpinned_and_moved
 from .verify_index import IndexCols, wrong_frame_ids
 from .verify_report import PackReport, Problem, VerifyReport, parse_frames, parse_sample
 
@@ -986,7 +986,7 @@ def _replaced_while_read(report: PackReport, storage: Storage) -> None:
     """A remote pack whose reads are not pinned to a version (``RemoteFile.pinned``) and that
     shows problems may have been replaced while it was read: then that is the finding (exit 3),
     not damage."""
-    if (report.problems or report.error) and not getattr(storage, "pinned", True) and not storage.is_at_path():
+    if (report.problems or report.error) and unpinned_and_moved(storage):
         report.problems.clear()
         report.error = f"{report.pack}: the pack was replaced while it was verified; verify it again"
         report.error_is_storage = True

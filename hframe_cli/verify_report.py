@@ -172,10 +172,14 @@ class VerifyReport:
                 raise InputError(
                     f"{parts[[p for _, p in parts].index(None)][0]}: not a part of a verify --shard-of run"
                 )
-            counts = {(p["count"], p["packs_in_all_parts"]) for _, p in with_part}
+            try:
+                counts = {(int(p["count"]), int(p["packs_in_all_parts"])) for _, p in with_part}
+                indices = [int(p["index"]) for _, p in with_part]
+            except (KeyError, TypeError, ValueError) as e:
+                raise InputError(f'a report\'s "part" is not one verify --shard-of writes ({e!r})') from None
             if len(counts) > 1:
                 raise InputError(f"reports from different splits ({sorted(counts)}): merge the parts of one run")
-            (count, total), seen = counts.pop(), sorted(p["index"] for _, p in with_part)
+            (count, total), seen = counts.pop(), sorted(indices)
             if seen != list(range(count)):
                 missing = sorted(set(range(count)) - set(seen))
                 twice = sorted({i for i in seen if seen.count(i) > 1})

@@ -276,3 +276,16 @@ def assert_ctrl_c_ends_a_stuck_read(server, args: list[str]) -> None:
     assert proc.wait(timeout=10) == 130
     assert time.monotonic() - t0 < 1.5
     assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()
+
+
+def assert_commands_agree(remote: str, local: str | os.PathLike[str], commands: list[list[str]]) -> None:
+    """Each command (``{}`` standing for the pack) gives on ``remote`` exactly what it gives on
+    ``local``, the locations aside (a URL is shown without its query, as ``...``)."""
+    here = os.fspath(local)
+    base = remote.partition("?")[0]
+    for args in commands:
+        got = run_bin([a.format(remote) for a in args])
+        want = run_bin([a.format(here) for a in args])
+        assert got.returncode == 0, got.stderr
+        shown = got.stdout.replace(remote.encode(), b"P").replace(base.encode(), b"P").replace(b"?...", b"")
+        assert shown == want.stdout.replace(here.encode(), b"P"), args

@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -22,7 +21,15 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
-from conftest import assert_ctrl_c_ends_a_stuck_read, gcs_emulator, hframe_bin, make_photos, moto_s3, run_bin
+from conftest import (
+    assert_commands_agree,
+    assert_ctrl_c_ends_a_stuck_read,
+    gcs_emulator,
+    hframe_bin,
+    make_photos,
+    moto_s3,
+    run_bin,
+)
 from range_server import RangeServer
 
 import hframe_cli as h
@@ -79,11 +86,9 @@ def s3_url(endpoint: str, key: str) -> str:
 def test_every_command_works_on_s3_as_on_the_file(s3, local):
     _, endpoint = s3
     url, pack = s3_url(endpoint, "p.hframe"), local / "p.hframe"
-    for args in (["get", "{}", "7"], ["index", "{}", "-c", "name,md5"], ["dump-header", "{}", "--frame", "3"]):
-        remote = run_bin([a.format(url) for a in args])
-        here = run_bin([a.format(pack) for a in args])
-        assert remote.returncode == 0, remote.stderr
-        assert remote.stdout.replace(url.encode(), b"P") == here.stdout.replace(str(pack).encode(), b"P")
+    assert_commands_agree(
+        url, pack, [["get", "{}", "7"], ["index", "{}", "-c", "name,md5"], ["dump-header", "{}", "--frame", "3"]]
+    )
     r = run_bin(["verify", url, "--json"])
     doc = json.loads(r.stdout)
     assert r.returncode == 0 and doc["ok"] and doc["frames_checked"] == len(md5s(pack))
@@ -175,16 +180,11 @@ def test_a_sharded_dataset_in_a_bucket_reads_as_one_pack(s3, local):
     r = run_bin(["verify", manifest, "--json"])
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["frames_checked"] == len(md5s(local / "p.hframe"))
-    for args in (
-        ["index", "{}", "-c", "name,md5"],
-        ["get", "{}", "0", "250", "429", "--format", "tar"],
-        ["dump-header", "{}"],
-    ):
-        remote = run_bin([a.format(manifest) for a in args])
-        local_run = run_bin([a.format(here) for a in args])
-        assert remote.returncode == 0, remote.stderr
-        shown = re.sub(rb"s3://bkt/ds/d\.hframe([^\s?]*)\?[^\s]*", rb"P\1", remote.stdout)  # the query is not shown
-        assert shown == local_run.stdout.replace(str(here).encode(), b"P")
+    assert_commands_agree(
+        manifest,
+        here,
+        [["index", "{}", "-c", "name,md5"], ["get", "{}", "0", "250", "429", "--format", "tar"], ["dump-header", "{}"]],
+    )
     r = run_bin(["bench-warm", manifest, "--frames", "16", "--batches", "2", "--md5", "--json"])
     assert r.returncode == 0 and json.loads(r.stdout)["ok"], r.stderr
     with h.open_pack(manifest) as d, h.open_pack(here) as ref:

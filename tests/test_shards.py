@@ -201,6 +201,11 @@ def test_verify_as_a_job_array_then_merge_is_one_verdict(photos, tmp_path):
     assert r.returncode == 2 and r.stderr == b"hframe: error: parts of 3: part 1 missing\n"
     r = run_bin(["verify", "--merge", str(parts[0]), str(parts[0]), str(parts[1]), str(parts[2])])
     assert r.returncode == 2 and b"part 0 given twice" in r.stderr
+    broken = json.loads(parts[1].read_text())
+    del broken["part"]["count"]
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    r = run_bin(["verify", "--merge", str(parts[0]), str(tmp_path / "broken.json"), str(parts[2])])
+    assert r.returncode == 2 and b"is not one verify --shard-of writes" in r.stderr and b"Traceback" not in r.stderr
 
 
 def test_verify_parts_are_contiguous_balanced_and_cover_every_pack():
@@ -277,7 +282,9 @@ def test_a_reader_whose_dataset_lost_shards_to_a_repack_is_told_it_was_rebuilt(p
     n_before = len(list(tmp_path.glob("ds-*.hframe")))
     with h.open_pack(out) as d:
         d[0]
-        h.pack([photos / "cats"], out, max_pack_bytes=12_000, force=True)  # fewer shards now
+        # another process repacks it, with fewer shards
+        r = run_bin(["pack", str(photos / "cats"), "-o", str(out), "--max-pack-bytes", "12000", "--force"])
+        assert r.returncode == 0, r.stderr
         assert len(list(tmp_path.glob("ds-*.hframe"))) < n_before
         from hframe_cli.errors import PackReplaced
 
