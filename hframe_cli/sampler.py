@@ -35,6 +35,9 @@ out, so pass ``batches_done * batch_size`` of the current loop; without it, the 
 sampler yielded are counted). ``load_state_dict`` makes the next ``__iter__`` go on with exactly
 the items that rank had not seen (``len()`` is then what is left), then epochs start from the
 beginning again; ``set_epoch`` to another epoch starts that one from its beginning.
+torchdata's ``StatefulDataLoader`` calls ``state_dict()`` and ``load_state_dict`` itself, as
+the batch it hands out was drawn (so without the read-ahead): ``loader.state_dict()`` is all a
+checkpoint needs.
 torch is optional: the class derives from ``torch.utils.data.Sampler`` when torch is there.
 """
 

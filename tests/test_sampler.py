@@ -209,3 +209,57 @@ def test_consumed_counts_from_where_a_resumed_iteration_began():
     for bad in (-5, 101):
         with pytest.raises(InputError, match="consumed"):
             BlockShuffleSampler(100, seed=2, rank=0, world_size=1).load_state_dict({**state, "consumed": bad})
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_torchdata_stateful_dataloader_resumes_with_exactly_the_rest(tmp_path, workers):
+    """StatefulDataLoader takes the sampler's state itself (no ``consumed=``): the state of the
+    batch it last handed out, not of its workers' read-ahead; a restart twice over still fits."""
+    pytest.importorskip("torchdata.stateful_dataloader")
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from hframe_cli.torchdata import FrameDataset
+
+    rng = random.Random(3)
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(300):
+        (src / f"{i:04d}.bin").write_bytes(rng.randbytes(rng.randrange(100, 2000)))
+    h.pack([src], tmp_path / "p.hframe")
+
+    def loader():
+        ds = FrameDataset(tmp_path / "p.hframe", target=None)
+        sampler = BlockShuffleSampler(ds, block=8, window=2, seed=5, rank=0, world_size=1)
+        sampler.set_epoch(2)
+        dl = StatefulDataLoader(ds, batch_size=10, sampler=sampler, num_workers=workers, collate_fn=_as_list)
+        return sampler, dl
+
+    def take(dl, batches=None):
+        it = iter(dl)
+        got = []
+        for k, batch in enumerate(it):
+            got += batch
+            if batches is not None and k + 1 == batches:
+                break
+        return got, dl.state_dict()
+
+    sampler, dl = loader()
+    full, _ = take(dl)
+    assert sorted(full) == sorted((src / f).read_bytes() for f in sorted(p.name for p in src.iterdir()))
+    _, dl = loader()
+    first, state = take(dl, 7)  # a job stopped after 7 batches
+    _, dl = loader()
+    dl.load_state_dict(state)
+    second, state = take(dl, 5)  # restarted, stopped again after 5 more
+    sampler, dl = loader()
+    dl.load_state_dict(state)
+    rest, _ = take(dl)
+    assert first + second + rest == full  # exactly the frames not yet seen, in the epoch's order
+    assert len(first) == 70 and len(second) == 50
+    sampler.set_epoch(3)  # the next epoch is whole again
+    nxt, _ = take(dl)
+    assert sorted(nxt) == sorted(full) and nxt != full
+
+
+def _as_list(batch):
+    return batch
