@@ -16,7 +16,7 @@ the sources are read once first (warm page cache), then each of these runs ``--r
   the self-check), with its peak RSS from ``/usr/bin/time`` (or ``getrusage``);
 * ``hframe_nockpt``: the same with ``--no-checkpoint`` (to a separate output, removed at the
   end), for the cost of checkpoints (default: on);
-* ``hframe_update_noop`` (blobs only): ``hframe pack SRC -o OUT.hframe --update`` on the pack
+* ``hframe_update_noop``: ``hframe pack SRC -o OUT.hframe --update`` on the pack
   the ``hframe`` run just wrote, nothing having changed (no rewrite expected; the script fails
   if the pack's size or mtime changes).
 
@@ -28,7 +28,7 @@ followed by list indexing and a linear name search.
 Targets (reported, not enforced; the exit status is 0 unless something errors):
   pack_vs_tar_sync <= 1.5, pack_vs_seed <= 1.0, rss_200k_vs_20k <= 2.0,
   index_lookup_speedup_vs_json >= 10, checkpoint_overhead (hframe / hframe_nockpt - 1) <= 0.05
-  on both sets, update_noop_vs_full (hframe_update_noop / hframe on blobs) <= 0.10.
+  on both sets, update_noop_vs_full (hframe_update_noop / hframe, both sets) <= 0.10.
 The first line names the ``hframe_cli`` the ``hframe`` command imports (PYTHONPATH applies).
 Output: one ``key=value`` line per measurement, then one line per ratio with PASS/FAIL.
 """
@@ -50,7 +50,7 @@ import time
 HFRAME = os.path.join(os.path.dirname(sys.executable), "hframe")
 GNU_TIME = "/usr/bin/time"
 DATASETS = ("jpegs", "blobs")
-UPDATE_DATASETS = ("blobs",)  # where the no-op ``--update`` is timed
+UPDATE_DATASETS = ("jpegs", "blobs")  # where the no-op ``--update`` is timed
 INDEX_FRAMES = 1_000_000
 
 
