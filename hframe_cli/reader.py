@@ -164,6 +164,8 @@ class PackReader:
         self._decompressor: Decompressor | None = None
         if self.info.header.flags & FLAG_COMPRESSED:
             self._load_codecs()
+        #: ``read`` of an id needs one read and nothing else (no range check, decompression or md5)
+        self._plain = self._all_in_range and self._codecs is None and not self.checks_md5
         self._table: pa.Table | None = None
         self._names: tuple[pa.Array, pa.Array] | None = None
         self._pool_pid = -1
@@ -235,9 +237,6 @@ class PackReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def __getitem__(self, key: FrameKey) -> bytes:
-        return self.read(key)
 
     def __iter__(self) -> Iterator[bytes]:
         for i in range(len(self)):
@@ -320,6 +319,12 @@ class PackReader:
 
     def read(self, key: FrameKey) -> bytes:
         """The exact bytes of one frame (decompressed if it is stored compressed)."""
+        if type(key) is int and self._plain and 0 <= key < len(self._offsets):
+            length = self._lengths[key]
+            if length <= self.max_read:
+                data = self._storage.read_at(self._offsets[key], length)
+                if len(data) == length:
+                    return data
         i = self.frame_id(key)
         if not self.checks_md5:
             return self._decode(i, self._read_stored(i))
@@ -327,6 +332,8 @@ class PackReader:
             data = self._decode(i, self._read_stored(i))
             self._check_md5([i], [data])
         return data
+
+    __getitem__ = read  # ``p[i]``: the same method, not a call more per frame
 
     def read_stored(self, key: FrameKey) -> bytes:
         """The bytes of one frame exactly as stored in the pack (still compressed, if it is)."""
@@ -443,11 +450,14 @@ class PackReader:
     ) -> list[bytes]:
         """``read_many_stored`` without the md5 check.
 
-        The steps: look the ranges up (checked against the pack's data section); if the frames
-        are scattered (the usual random sample) and one thread reads, one ``pread`` each;
-        otherwise merge neighbouring ranges into runs and read them (on this thread when the
-        batch is warm and small, else a contiguous share per worker), cutting each run's frames
-        out as it arrives.
+        The steps: look the ranges up (checked against the pack's data section); a local pack
+        reads the first frame, timed, to tell whether the batch is in the page cache. A warm
+        batch is only memory copies: one ``pread`` per frame on this thread, unless its frames
+        are small and close enough for merged reads to save calls. A cold (or remote) batch
+        whose frames are scattered (the usual random sample) and that one thread reads: one
+        ``pread`` each; otherwise merge neighbouring ranges into runs and read them (on this
+        thread when the batch is warm and small, else a contiguous share per worker), cutting
+        each run's frames out as it arrives.
         """
         if not keys:
             return []
@@ -458,11 +468,25 @@ class PackReader:
             out, seconds = self._read_runs_timed(runs, w, offs, lens)
             stats.add(runs, seconds, lens, self.max_read)
             return out
-        if w <= 1 and self._scattered(offs, lens):
-            each = self._read_each(offs, lens)
+        if self.remote:
+            if w <= 1 and self._scattered(offs, lens):
+                each = self._read_each(offs, lens)
+                if each is not None:
+                    return each
+            return self._read_runs(self._coalesce(offs, lens), w, offs, lens)
+        first, cold = self._read_first(offs[0], lens[0])
+        if first is None:  # a failed or split read: the checked path says why, or reads it in pieces
+            return self._read_runs(self._coalesce(offs, lens), w, offs, lens)
+        if cold:
+            each_pays = w <= 1 and self._scattered(offs, lens)
+        else:  # merged reads save calls but copy every frame once more: worth it for small frames only
+            big = sum(lens) >= _WARM_EACH_BYTES * len(lens) and max(lens) <= self.max_read
+            each_pays = big or self._scattered(offs, lens)
+        if each_pays:
+            each = self._read_each(offs, lens, first, cold)
             if each is not None:
                 return each
-        return self._read_runs(self._coalesce(offs, lens), w, offs, lens)
+        return self._read_runs(self._coalesce(offs, lens), w, offs, lens, cold)
 
     def _ranges(self, keys: Sequence[FrameKey]) -> tuple[Sequence[int], list[int], list[int]]:
         """Frame ids, offsets and lengths of ``keys``, each range checked against the pack."""
@@ -491,21 +515,38 @@ class PackReader:
         longest = max(lens)
         if longest > self.max_read:
             return False
-        starts = sorted(offs)
-        near = sum(map((self.coalesce_gap + longest).__ge__, map(int.__sub__, starts[1:], starts)))
-        return near * 16 <= len(offs)
+        # frames in the same slot of ``reach`` bytes are close; a close pair across two slots is
+        # missed half the time (hence 32, not 16): half the cost of sorting, at every batch
+        reach = self.coalesce_gap + longest
+        near = len(offs) - len(set(map(reach.__rfloordiv__, offs)))
+        return near * 32 <= len(offs)
 
-    def _read_each(self, offs: list[int], lens: list[int]) -> list[bytes] | None:
+    def _read_first(self, offset: int, length: int) -> tuple[bytes | None, bool]:
+        """A local batch's first frame (None when it fails or needs more than one read) and
+        whether that read looked cold (the batch is probably not in the page cache)."""
+        if length > self.max_read:
+            return None, False
+        t0 = time.perf_counter()
+        try:
+            data = self._storage.preader()(length, offset)
+        except OSError:
+            return None, False
+        return data, _looks_cold(time.perf_counter() - t0, length)
+
+    def _read_each(
+        self, offs: list[int], lens: list[int], first: bytes | None = None, cold: bool = False
+    ) -> list[bytes] | None:
         """One ``pread`` per frame, in the order asked (None after a short read or an error:
-        the caller reads again through the checked path)."""
+        the caller reads again through the checked path). ``first``: the first frame, already
+        read; ``cold``: the batch is not in the page cache (the rest is asked for at once)."""
         pread = self._storage.preader()
         try:
-            t0 = time.perf_counter()
             if self.remote and len(offs) > 1:  # all requests at once, then take them in order
                 self._storage.prefetch(offs, lens)
-            first = pread(lens[0], offs[0])
-            if not self.remote and len(offs) > 2 and _looks_cold(time.perf_counter() - t0, lens[0]):
+            elif cold and len(offs) > 2:
                 self._storage.prefetch(offs[1:], lens[1:])
+            if first is None:
+                first = pread(lens[0], offs[0])
             blobs = [first, *map(pread, lens[1:], offs[1:])]
         except OSError:  # read_at, on the checked path, says which file and why
             return None
@@ -535,10 +576,12 @@ class PackReader:
         runs.append((run_off, run_end - run_off, members))
         return runs
 
-    def _read_runs(self, runs: list[Run], workers: int, offs: list[int], lens: list[int]) -> list[bytes]:
+    def _read_runs(
+        self, runs: list[Run], workers: int, offs: list[int], lens: list[int], cold: bool | None = None
+    ) -> list[bytes]:
         """Every frame's bytes, read run by run and cut out at once (while the run is in the CPU
-        cache): the first run on this thread (is the batch cold?); the rest here too when the
-        batch is warm and small, else a contiguous share of the runs per worker."""
+        cache): the first run on this thread (is the batch cold?) unless ``cold`` says; the rest
+        here too when the batch is warm and small, else a contiguous share of the runs per worker."""
         out: list[bytes] = [b""] * len(offs)
         read_at, pread, cap = self._storage.read_at, self._storage.preader(), self.max_read
 
@@ -555,13 +598,15 @@ class PackReader:
 
         if self.remote and len(runs) > 1:  # all requests at once: the shares below wait for theirs
             self._storage.prefetch([r[0] for r in runs if r[1] <= cap], [r[1] for r in runs if r[1] <= cap])
-        t0 = time.perf_counter()
-        read_share(runs[:1])
-        cold = self.remote or _looks_cold(time.perf_counter() - t0, runs[0][1])
-        rest = runs[1:]
+        rest = runs
+        if cold is None:
+            t0 = time.perf_counter()
+            read_share(runs[:1])
+            cold = self.remote or _looks_cold(time.perf_counter() - t0, runs[0][1])
+            rest = runs[1:]
         if len(rest) > 1 and cold and not self.remote:
             self._storage.prefetch([r[0] for r in rest], [r[1] for r in rest])
-        if workers <= 1 or (not cold and sum(r[1] for r in runs) <= _INLINE_WARM_BYTES):
+        if workers <= 1 or len(rest) <= 1 or (not cold and sum(r[1] for r in runs) <= _INLINE_WARM_BYTES):
             # warm and small: handing reads to threads would cost more than the copies themselves
             read_share(rest)
         elif rest:
@@ -659,6 +704,9 @@ class PackReader:
 _COLD_FIXED_S = 100e-6
 #: A warm batch up to this size is read on the calling thread (no pool hand-off).
 _INLINE_WARM_BYTES = 2 << 20
+#: A warm local batch whose frames average this size or more is read one ``pread`` per frame
+#: (a merged read would save a call per frame and cost a copy per frame: more, from here up).
+_WARM_EACH_BYTES = 16 << 10
 _COLD_BYTES_PER_S = 2e9
 
 
