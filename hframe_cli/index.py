@@ -162,6 +162,9 @@ def display_name(name: bytes) -> str:
     return name.decode("utf-8", "backslashreplace")
 
 
+_MEDIA_CODE = {m: i for i, m in enumerate(MEDIA_TYPES)}
+
+
 class IndexBuilder:
     """Accumulates index rows in typed arrays and turns them into an Arrow table."""
 
@@ -174,6 +177,8 @@ class IndexBuilder:
         }
         self._md5 = bytearray()
         self._codes = {k: array("b") for k in ("media_type", "kind", "codec")}
+        self._int_columns = tuple(self._ints.values())  # the same arrays, for append
+        self._code_columns = tuple(self._codes.values())
         self._labels: dict[bytes, int] = {}
         self._label_idx = array("i")
         # per-frame metadata (images, video frames, labels, splits): filled only when some frame
@@ -212,19 +217,20 @@ class IndexBuilder:
             name.decode("utf-8")
         except UnicodeDecodeError:
             self._invalid_names[row] = name
-        ints = self._ints
-        ints["offset"].append(offset)
-        ints["length"].append(length)
-        ints["raw_length"].append(raw_length)
-        ints["source_size"].append(meta["source_size"] if meta and "source_size" in meta else source_size)
-        ints["mtime_us"].append(mtime_ns // 1000)
-        ints["record_offset"].append(record_offset)
+        offsets, lengths, raw_lengths, source_sizes, mtimes_us, record_offsets = self._int_columns
+        offsets.append(offset)
+        lengths.append(length)
+        raw_lengths.append(raw_length)
+        source_sizes.append(meta["source_size"] if meta and "source_size" in meta else source_size)
+        mtimes_us.append(mtime_ns // 1000)
+        record_offsets.append(record_offset)
         self._md5 += md5
         if meta and "media_type" in meta and meta["media_type"] in MEDIA_TYPES:
             media_type = meta["media_type"]  # a compressed frame's type, sniffed before compression
-        self._codes["media_type"].append(MEDIA_TYPES.index(media_type))
-        self._codes["kind"].append(kind)
-        self._codes["codec"].append(codec)
+        media_types, kinds, codecs = self._code_columns
+        media_types.append(_MEDIA_CODE[media_type])
+        kinds.append(kind)
+        codecs.append(codec)
         if meta and "label" in meta:
             value = meta["label"]
             label = None if value is None else str(value).encode()

@@ -390,8 +390,15 @@ class PackWriter:
             meta=meta,
             extra=extra,
         )
-        self._write(encode_record(hdr_size, frame_id, length, raw, md5, mtime_ns, codec, kind, name, extra, flags))
-        self._write(data)
+        record = encode_record(hdr_size, frame_id, length, raw, md5, mtime_ns, codec, kind, name, extra, flags)
+        chunks = self._chunks  # as _write(record) then _write(data), in one step
+        chunks.append(record)
+        chunks.append(data)
+        n = len(record) + length
+        self._pending += n
+        self._pos += n
+        if self._pending >= _FLUSH_BYTES or len(chunks) >= _MAX_IOV:
+            self._flush()
         return frame_id
 
     def mark(self) -> tuple[Any, ...]:
