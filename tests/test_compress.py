@@ -197,7 +197,7 @@ def test_parallel_verify_parts_decompress_in_the_children(records, tmp_path, mon
 
     out = tmp_path / "p.hframe"
     pack(records, out, "--compress", "zstd", "--zstd-dict", "auto")
-    monkeypatch.setattr(verify_mod, "_PARALLEL_ABOVE", 0)  # walk even this small pack in parts
+    monkeypatch.setattr(verify_mod, "_PART_MIN_BYTES", 1)  # walk even this small pack in parts
     walks = []
     real_walk = verify_mod._Verifier.walk
     monkeypatch.setattr(

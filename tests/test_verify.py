@@ -260,7 +260,7 @@ def test_bad_flags_and_quiet(vpack, cli):
 def test_large_pack_is_checked_in_parallel_parts_with_exact_results(tmp_path):
     out = tmp_path / "big.hframe"
     rng = random.Random(11)
-    with PackWriter(out) as w:  # 72 frames of ~1 MiB: above the 64 MiB parallel threshold
+    with PackWriter(out) as w:  # 72 frames of ~1 MiB: parts of at least 8 MiB, up to 3 of them
         for i in range(72):
             w.add(b"%03d.bin" % i, rng.randbytes(1_000_000 + rng.randrange(100_000)))
         w.seal()
@@ -371,7 +371,7 @@ def test_parallel_parts_and_small_chunks_report_exactly_what_one_walk_does(tmp_p
     damaged = _damage(pack, kind, random.Random(seed))
     one = verify_pack(pack, workers=1)
     assert set(one.bad_frames) == damaged, one.problems
-    monkeypatch.setattr(verify_mod, "_PARALLEL_ABOVE", 0)
+    monkeypatch.setattr(verify_mod, "_PART_MIN_BYTES", 1)
     monkeypatch.setattr(verify_mod, "CHUNK_BYTES", 5000)  # frames straddle chunk ends all the time
     for workers in (1, 2, 3):
         rep = verify_pack(pack, workers=workers)
@@ -424,7 +424,7 @@ def test_parallel_parts_at_damaged_seams_match_one_walk(tmp_path, monkeypatch, d
         )
     one = verify_pack(pack, workers=1)
     assert one.problems and all(p.name != "" for p in one.problems)
-    monkeypatch.setattr(verify_mod, "_PARALLEL_ABOVE", 0)
+    monkeypatch.setattr(verify_mod, "_PART_MIN_BYTES", 1)
     for workers in (2, 3):
         rep = verify_pack(pack, workers=workers)
         assert _problems(rep) == _problems(one), workers
@@ -468,7 +468,7 @@ def test_max_errors_gives_the_same_problems_whatever_the_workers(tmp_path, monke
     pack, rs = _small_big_small(tmp_path)
     flip(pack, rs[3]["offset"] + 5)
     flip(pack, rs[15]["record_offset"] + 9)
-    monkeypatch.setattr(verify_mod, "_PARALLEL_ABOVE", 0)
+    monkeypatch.setattr(verify_mod, "_PART_MIN_BYTES", 1)
     for n in (1, 2):
         reps = [verify_pack(pack, workers=w, max_errors=n) for w in (1, 2, 3)]
         assert len({(tuple(_problems(r)), r.frames_checked, r.bytes_checked) for r in reps}) == 1, n
@@ -493,7 +493,7 @@ def test_a_frame_shorter_than_its_magic_is_judged_on_its_own_bytes(tmp_path, mon
         t.set_column(t.schema.get_field_index("media_type"), field, pa.array(media, field.type)),
         f"{pack}.index.parquet",
     )
-    monkeypatch.setattr(verify_mod, "_PARALLEL_ABOVE", 0)
+    monkeypatch.setattr(verify_mod, "_PART_MIN_BYTES", 1)
     for workers in (1, 3):
         rep = verify_pack(pack, workers=workers)
         assert [(p.check, p.frame_id, p.found) for p in rep.problems] == [("magic", 7, "61 62 63")], workers
@@ -570,7 +570,7 @@ def test_progress_has_the_right_total_for_globs_datasets_samples_and_parallel_pa
     """The bar showed '0/0 frames' on datasets and globs and the file size as total with --sample."""
     import hframe_cli.verify as verify_mod
 
-    monkeypatch.setattr(verify_mod, "_PARALLEL_ABOVE", 0)  # big packs' parts report from forked walkers
+    monkeypatch.setattr(verify_mod, "_PART_MIN_BYTES", 1)  # big packs' parts report from forked walkers
     a = make_pack(tmp_path, photos, "a.hframe", blobs=300)
     b = make_pack(tmp_path, photos, "b.hframe", blobs=10)
     h.pack([photos], tmp_path / "ds.hframe", max_pack_bytes=20_000)
@@ -630,3 +630,30 @@ def test_progress_of_a_truncated_pack_without_index_still_moves(tmp_path, photos
     assert rep.exit_code == 1 and rep.packs[0].frames_checked > 0
     assert bar.total == (0, cut.stat().st_size - HEADER_SIZE)  # frames unknown, bytes bounded by the file
     assert bar.updates[-1][0] == rep.packs[0].frames_checked and bar.updates[-1][1] > 0
+
+
+@pytest.mark.parametrize(("frames", "forks"), [(7, 0), (17, 1), (40, 1)])
+def test_a_pack_is_split_into_parts_of_at_least_8_mib(tmp_path, monkeypatch, frames, forks):
+    """Parts pay from 16 MiB of data on (forking a walker costs what hashing a few MiB does):
+    a 7 MiB pack is walked in one process, 17 MiB in two parts, and never more parts than
+    workers; every frame is checked either way."""
+    import hframe_cli.verify as verify_mod
+
+    pack = tmp_path / "p.hframe"
+    rng = random.Random(frames)
+    with PackWriter(pack) as w:
+        for i in range(frames):
+            w.add(f"{i:03d}.bin".encode(), rng.randbytes(1 << 20))
+        w.seal()
+        w.publish()
+    calls = []
+    real_fork = os.fork
+
+    def fork():
+        calls.append(1)
+        return real_fork()
+
+    monkeypatch.setattr(verify_mod.os, "fork", fork)
+    rep = verify_pack(pack, workers=2)
+    assert not rep.problems and rep.frames_checked == frames
+    assert len(calls) == forks
