@@ -226,7 +226,14 @@ def pack(
         int, typer.Option("--self-check", metavar="N", help="Frames read back from disk and checked before publishing.")
     ] = 20,
     workers: Annotated[
-        Optional[int], typer.Option("--workers", metavar="N", help="Threads reading and hashing sources.", min=1)
+        Optional[int],
+        typer.Option(
+            "--workers",
+            metavar="N",
+            help="Threads reading and hashing sources (default: chosen by file size; many small files: "
+            "one forked loader process).",
+            min=1,
+        ),
     ] = None,
     checkpoint_every: Annotated[
         int,

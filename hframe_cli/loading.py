@@ -6,21 +6,32 @@ packed), sniffed for video when videos are cut into frames, and prepared (image 
 compression) by ``media.FramePrep`` on the same thread. ``loaded_in_order`` keeps only a few
 batches in flight, so memory stays flat however many files there are; sources above
 ``STREAM_ABOVE`` are not read here at all (the writer streams them).
+
+Small files are another matter: there the cost is per file (four system calls and a few Python
+objects each), which holds the GIL, so a second thread only contends for it. ``loaded_by_child``
+does the same work in a forked process that sends each batch back through a pipe as one message,
+while this process writes: two cores, and the output is the same bytes in the same order.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
+import pickle
+import signal
+import struct
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from .inputs import Source
 from .media import FramePrep, PreparedFrame
 
-__all__ = ["STREAM_ABOVE", "Loaded", "load_prepared", "loaded_in_order"]
+__all__ = ["STREAM_ABOVE", "Loaded", "load_prepared", "loaded_by_child", "loaded_in_order"]
 
 STREAM_ABOVE = 32 << 20
 _O_READ = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
@@ -114,7 +125,7 @@ def _batches(sources: Sequence[Source]) -> Iterator[list[Source]]:
 
 def loaded_in_order(
     sources: Sequence[Source], workers: int, prep: FramePrep | None = None, videos: bool = False
-) -> Iterator[Loaded]:
+) -> Generator[Loaded, None, None]:
     """Load (and prepare) sources on ``workers`` threads, yielding them in order, few batches
     in flight."""
     if workers <= 1:
@@ -134,3 +145,128 @@ def loaded_in_order(
         finally:
             for f in pending:
                 f.cancel()
+
+
+_LEN = struct.Struct("<Q")
+_COUNT = struct.Struct("<I")
+_HEAD = struct.Struct("<BQ16s")
+_PIPE_BYTES = 1 << 20
+
+
+def loaded_by_child(
+    sources: Sequence[Source], prep: FramePrep | None = None, videos: bool = False
+) -> Generator[Loaded, None, None]:
+    """``loaded_in_order``, with the loading done by one forked child process.
+
+    The child walks the batches in order, loads each source exactly as ``load_prepared`` does,
+    and writes one message per batch: the pickled ``(data, md5, error, stream, video, frame)`` of
+    each source. The pipe's buffer holds back a child that is ahead (one batch in hand, one in
+    the pipe: memory stays flat). The child ignores SIGINT (the parent decides what a signal
+    stops), dies by SIGTERM, writes nothing after a broken pipe, and never runs the parent's
+    exit handlers. Should it die or send something unreadable, the parent loads the rest itself:
+    the frames are the same either way. Closing the iterator early kills the child.
+    """
+    if not sources:
+        return
+    batches = list(_batches(sources))
+    r, w = os.pipe()
+    with contextlib.suppress(OSError, AttributeError):  # room for a few batches: the child runs ahead
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 0
+        try:
+            os.close(r)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            for batch in batches:
+                view = memoryview(_encode([load_prepared(src, prep, videos) for src in batch]))
+                while view:
+                    view = view[os.write(w, view) :]
+        except BaseException:  # noqa: BLE001 - a broken pipe or anything else: the parent carries on
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    done = 0  # batches taken from the child
+    try:
+        for batch in batches:
+            fields = _receive(r)
+            if fields is None or len(fields) != len(batch):
+                break
+            for src, (data, md5, error, stream, video, frame) in zip(batch, fields):
+                yield Loaded(src, data, md5, error, stream, video, frame)
+            del fields
+            done += 1
+    finally:
+        os.close(r)
+        if done < len(batches):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os.waitpid(pid, 0)
+    for batch in batches[done:]:  # the child died or sent garbage: load the rest here
+        for src in batch:
+            yield load_prepared(src, prep, videos)
+
+
+def _encode(items: list[Loaded]) -> bytes:
+    """One batch as a message: its length, the item count, a head per item (0: a plain file, with
+    its length and md5; 1: anything else, pickled), then the items' bytes back to back. Plain
+    files (most small files) cost a struct and no pickling."""
+    heads, bodies = [_COUNT.pack(len(items))], []
+    for it in items:
+        if it.data is not None and it.md5 is not None and it.frame is None and it.error is None and not it.video:
+            heads.append(_HEAD.pack(0, len(it.data), it.md5))
+            bodies.append(it.data)
+        else:
+            blob = pickle.dumps((it.data, it.md5, it.error, it.stream, it.video, it.frame), pickle.HIGHEST_PROTOCOL)
+            heads.append(_HEAD.pack(1, len(blob), bytes(16)))
+            bodies.append(blob)
+    msg = b"".join(heads + bodies)
+    return _LEN.pack(len(msg)) + msg
+
+
+def _receive(fd: int) -> list[tuple[Any, ...]] | None:
+    """One message from the child, decoded, or None at the end of the pipe or a broken message."""
+    head = _read_exactly(fd, _LEN.size)
+    if head is None:
+        return None
+    body = _read_exactly(fd, _LEN.unpack(head)[0])
+    if body is None:
+        return None
+    try:
+        view = memoryview(body)
+        (n,) = _COUNT.unpack_from(view, 0)
+        at, pos = _COUNT.size, _COUNT.size + n * _HEAD.size
+        fields: list[tuple[Any, ...]] = []
+        for _ in range(n):
+            kind, length, md5 = _HEAD.unpack_from(view, at)
+            at += _HEAD.size
+            chunk = view[pos : pos + length]
+            pos += length
+            if len(chunk) != length:
+                return None
+            if kind == 0:
+                fields.append((bytes(chunk), md5, None, False, False, None))
+            else:
+                item = pickle.loads(chunk)
+                if not isinstance(item, tuple) or len(item) != 6:
+                    return None
+                fields.append(item)
+        return fields if pos == len(view) else None
+    except Exception:  # noqa: BLE001 - a broken message: the parent loads the rest itself
+        return None
+
+
+def _read_exactly(fd: int, n: int) -> bytearray | None:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = os.readv(fd, [view[got:]])
+        if k == 0:
+            return None
+        got += k
+    return buf

@@ -13,8 +13,8 @@ import os
 import signal
 import time
 import uuid as uuid_mod
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,7 @@ from .format import HEADER_SIZE
 from .guard import StopSignals, stop_signals, writer_run
 from .index import get_index_path
 from .inputs import Rejected, Source, SourceList
-from .loading import STREAM_ABOVE, Loaded, loaded_in_order
+from .loading import STREAM_ABOVE, Loaded, loaded_by_child, loaded_in_order
 from .media import FramePrep, MediaOptions, PreparedFrame
 from .units import format_bytes, format_duration, parse_created
 from .verify import DEFAULT_SELF_CHECK, self_check
@@ -55,6 +55,8 @@ __all__ = [
 ]
 
 _THREADS_ABOVE_MEAN = 16 << 10
+#: With fewer small files than this, forking a loader costs more than it saves.
+_CHILD_ABOVE_FILES = 2000
 
 ProgressFn = Callable[[int, int], None]
 EventFn = Callable[[str], None]
@@ -370,16 +372,38 @@ class _Run:
         a signal stops the loop after the current source (``Interrupted``)."""
         settings = self.settings
         workers = settings.workers
+        todo = self.sources.sources[start_source:]
         if workers is None:
             # threads pay off when hashing and copying dominate; for small files the per-file
-            # Python work dominates and a second thread only contends for the GIL
+            # Python work dominates and a second thread only contends for the GIL: a forked
+            # process loads them instead, while this one writes
             mean = self.sources.total_bytes // max(1, len(self.sources.sources))
             workers = 1 if mean < _THREADS_ABOVE_MEAN else min(2, os.cpu_count() or 1)
-        todo = self.sources.sources[start_source:]
+            by_child = (
+                mean < _THREADS_ABOVE_MEAN
+                and (os.cpu_count() or 1) > 1
+                and hasattr(os, "fork")
+                and not self.videos
+                and len(todo) >= _CHILD_ABOVE_FILES
+            )
+        else:
+            by_child = False
+        loaded = (
+            loaded_by_child(todo, self.prep, self.videos)
+            if by_child
+            else loaded_in_order(todo, workers, self.prep, self.videos)
+        )
         self.done_bytes = sum(s.size for s in self.sources.sources[:start_source])
         self.started = (time.monotonic(), self.done_bytes)
         faults = bool(os.environ.get("HFRAME_FAULT"))  # fault injection (tests): looked up once, not per frame
-        for k, item in enumerate(loaded_in_order(todo, workers, self.prep, self.videos), start=start_source):
+        with closing(loaded):  # an error or a signal below ends the loader (and its child) at once
+            self._write_loaded(loaded, start_source, stop, faults)
+
+    def _write_loaded(
+        self, loaded: Generator[Loaded, None, None], start_source: int, stop: StopSignals, faults: bool
+    ) -> None:
+        settings = self.settings
+        for k, item in enumerate(loaded, start=start_source):
             self.add(k, item, stop)
             if item.error is not None:
                 if not settings.skip_bad:

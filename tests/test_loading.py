@@ -1,0 +1,145 @@
+"""The forked loader of small files (``loading.loaded_by_child``): the same items, in the same
+order, as loading them here, whatever happens to the child; and ``pack`` through it gives the
+same bytes as one thread, and survives a signal."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import hframe_bin, make_image, run_bin
+
+import hframe_cli.loading as loading
+from hframe_cli.inputs import collect_sources
+from hframe_cli.media import FramePrep, MediaOptions
+
+CREATED = ["--created", "1700000000"]
+
+
+def small_tree(root: Path, n: int = 2500, seed: int = 0) -> Path:
+    """``n`` tiny blobs in folders of 500, plus two real images (they take the pickled path)."""
+    rng = random.Random(seed)
+    for i in range(n):
+        p = root / f"d{i // 500}" / f"{i:05d}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rng.randbytes(rng.randrange(1, 3000)))
+    make_image(root / "d0" / "img.png", (40, 30), "RGB", 1)
+    make_image(root / "d1" / "img.jpg", (64, 48), "RGB", 2)
+    return root
+
+
+def fields(items) -> list[tuple]:
+    return [(i.source.name, i.data, i.md5, i.error, i.stream, i.video, i.frame) for i in items]
+
+
+def test_the_child_yields_what_loading_here_does_vanished_grown_and_big_files_included(tmp_path, monkeypatch):
+    src = small_tree(tmp_path / "src", 1200)
+    big = src / "d1" / "big.bin"
+    big.write_bytes(os.urandom(5000))
+    sources = collect_sources([str(src)]).sources
+    (src / "d0" / "00003.bin").unlink()  # vanished since the listing
+    with open(src / "d1" / "00600.bin", "ab") as f:  # grew since the listing
+        f.write(b"more")
+    monkeypatch.setattr(loading, "STREAM_ABOVE", 4000)  # big.bin is streamed by the writer
+    prep = FramePrep(MediaOptions())
+    here = fields(loading.loaded_in_order(sources, 1, prep))
+    assert fields(loading.loaded_by_child(sources, prep)) == here
+    kinds = {(i[3] is not None, i[4], i[6] is not None) for i in here}
+    assert kinds == {(False, False, False), (True, False, False), (False, True, False), (False, False, True)}
+
+
+def test_a_child_that_dies_leaves_the_rest_to_the_parent(tmp_path, monkeypatch):
+    sources = collect_sources([str(small_tree(tmp_path / "src", 1000))]).sources
+    prep = FramePrep(MediaOptions())
+    want = fields(loading.loaded_in_order(sources, 1, prep))
+    parent, real = os.getpid(), loading.load_prepared
+
+    def dies_in_the_child(src, prep, videos):
+        if os.getpid() != parent and src.name.endswith(b"00700.bin"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(src, prep, videos)
+
+    monkeypatch.setattr(loading, "load_prepared", dies_in_the_child)
+    assert fields(loading.loaded_by_child(sources, prep)) == want
+
+
+def test_closing_the_loader_early_ends_its_child(tmp_path, monkeypatch):
+    sources = collect_sources([str(small_tree(tmp_path / "src", 3000))]).sources
+    pids = []
+    real_fork = os.fork
+
+    def fork():
+        pid = real_fork()
+        if pid:
+            pids.append(pid)
+        return pid
+
+    monkeypatch.setattr(loading.os, "fork", fork)
+    items = loading.loaded_by_child(sources, FramePrep(MediaOptions()))
+    first = [next(items) for _ in range(10)]
+    assert [i.source for i in first] == sources[:10] and len(pids) == 1
+    items.close()  # the child is killed and reaped: no process of that pid is left
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)
+
+
+def test_pack_of_many_small_files_is_byte_identical_to_one_thread(tmp_path):
+    src = small_tree(tmp_path / "src")
+    one, two = tmp_path / "one.hframe", tmp_path / "two.hframe"
+    assert run_bin(["pack", str(src), "-o", str(one), "-q", "--workers", "1", *CREATED]).returncode == 0
+    r = run_bin(["pack", str(src), "-o", str(two), "-q", *CREATED])  # default: a forked loader
+    assert r.returncode == 0, r.stderr
+    assert one.read_bytes() == two.read_bytes()
+    assert Path(f"{one}.index.parquet").read_bytes() == Path(f"{two}.index.parquet").read_bytes()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_mid_pack_ends_the_loader_and_resume_gives_the_same_pack(tmp_path, sig):
+    src = small_tree(tmp_path / "src")
+    clean = tmp_path / "clean.hframe"
+    assert run_bin(["pack", str(src), "-o", str(clean), "-q", "--workers", "1", *CREATED]).returncode == 0
+    out = tmp_path / "s.hframe"
+    env = {**os.environ, "HFRAME_TTY": "0", "HFRAME_FAULT": "after-frame:1200:stop"}
+    proc = subprocess.Popen(
+        [hframe_bin(), "pack", str(src), "-o", str(out), "--checkpoint-every", "500", *CREATED],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    deadline = time.monotonic() + 60
+    while True:  # until it stops itself after frame 1,200 (state T)
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        with open(f"/proc/{proc.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                break
+        time.sleep(0.01)
+    loaders = _children(proc.pid)
+    assert len(loaders) == 1  # the forked loader, still there
+    proc.send_signal(sig)
+    proc.send_signal(signal.SIGCONT)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130 and b"Traceback" not in err, err
+    for pid in loaders:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    r = run_bin(["resume", str(out)])
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == clean.read_bytes()
