@@ -151,8 +151,10 @@ def main() -> int:
     for label, key, where, show, goal in ROWS:
         cells = []
         for dataset in ("jpegs", "blobs"):
-            want = {"dataset": dataset, **where}
+            want = {**where, "dataset": dataset}
             got = [v for k, v, f in results if k == key and all(f.get(a) == b for a, b in want.items())]
+            if where.get("dataset", dataset) != dataset:
+                got = []  # a row for one data set only
             if not got:
                 cells.append("—")
                 continue

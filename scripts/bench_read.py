@@ -28,7 +28,9 @@ cache dropped first) on the hframe pack, for its IOPS: ``fio_Njobs`` reads as ma
 method does here (batches x frames, capped at ``--fio-runtime`` seconds), the ratio's basis;
 ``fio_Njobs_timed`` reads for ``--fio-runtime`` seconds (information: it warms the cache as it goes).
 
-Warm (default): each batch is read once untimed by every method, then timed. ``--cold``:
+Warm (default): each batch is read once untimed by every method, then timed; this is done in
+``WARM_ROUNDS`` (5) rounds with the methods' order turned at every batch and round, and each
+method's median round is reported. ``--cold``:
 before each timed method and batch the page cache is emptied with ``sync; echo 3 >
 /proc/sys/vm/drop_caches`` (needs root; else the pack files and the batch's loose files are
 evicted with ``posix_fadvise(DONTNEED)``; on a VM the host may still cache them).
@@ -152,23 +154,34 @@ def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int, seed_
     return methods
 
 
+WARM_ROUNDS = 5
+
+
 def time_methods(methods: dict[str, Method], batches: list[list[int]], reader: hframe_cli.PackReader,
                  cold_paths: list[str], paths: list[str], cold: bool) -> tuple[dict[str, float], int]:
     """Seconds per method over all batches (cold: evicted before each method and batch), bytes per pass."""
-    seconds = dict.fromkeys(methods, 0.0)
     nbytes = 0
-    for ids in batches:
+    names = list(methods)
+    rounds = 1 if cold else WARM_ROUNDS
+    totals = {m: [0.0] * rounds for m in names}
+    for k, ids in enumerate(batches):
         ranges = [reader.range_of(i) for i in ids]
         nbytes += sum(n for _, n in ranges)
-        for method, fn in methods.items():
-            if cold:
-                make_cold([*cold_paths, *(paths[i] for i in ids)])
-            else:
-                fn(ids, ranges)  # untimed warm-up read of this batch
-            t0 = time.perf_counter()
-            fn(ids, ranges)
-            seconds[method] += time.perf_counter() - t0
-    return seconds, nbytes
+        for r in range(rounds):
+            # warm: the order of the methods turns with every batch and round, so that none
+            # always runs after the same other one (what a method leaves in the allocator and
+            # the CPU caches changes the next one's time by up to 25 %)
+            turn = (k + r) % len(names)
+            for method in names[turn:] + names[:turn]:
+                fn = methods[method]
+                if cold:
+                    make_cold([*cold_paths, *(paths[i] for i in ids)])
+                else:
+                    fn(ids, ranges)  # untimed warm-up read of this batch
+                t0 = time.perf_counter()
+                fn(ids, ranges)
+                totals[method][r] += time.perf_counter() - t0
+    return {m: statistics.median(t) for m, t in totals.items()}, nbytes
 
 
 def fio_iops(path: str, bs: int, jobs: int, runtime: int, seed: int, ios: int | None) -> float | None:
