@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import hashlib
 import os
 import pickle
 import signal
 import struct
+import threading
 from collections import deque
 from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,7 +33,15 @@ from typing import Any
 from .inputs import Source
 from .media import FramePrep, PreparedFrame
 
-__all__ = ["STREAM_ABOVE", "Loaded", "load_prepared", "loaded_by_child", "loaded_in_order"]
+__all__ = [
+    "STREAM_ABOVE",
+    "Loaded",
+    "child_may_load",
+    "load_prepared",
+    "loaded_by_child",
+    "loaded_in_order",
+    "usable_cpus",
+]
 
 STREAM_ABOVE = 32 << 20
 _O_READ = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
@@ -151,6 +161,7 @@ _LEN = struct.Struct("<Q")
 _COUNT = struct.Struct("<I")
 _HEAD = struct.Struct("<BQ16s")
 _PIPE_BYTES = 1 << 20
+_MAX_FD = max(1 << 16, os.sysconf("SC_OPEN_MAX")) if hasattr(os, "sysconf") else 1 << 16
 
 
 def loaded_by_child(
@@ -159,12 +170,13 @@ def loaded_by_child(
     """``loaded_in_order``, with the loading done by one forked child process.
 
     The child walks the batches in order, loads each source exactly as ``load_prepared`` does,
-    and writes one message per batch: the pickled ``(data, md5, error, stream, video, frame)`` of
-    each source. The pipe's buffer holds back a child that is ahead (one batch in hand, one in
-    the pipe: memory stays flat). The child ignores SIGINT (the parent decides what a signal
-    stops), dies by SIGTERM, writes nothing after a broken pipe, and never runs the parent's
-    exit handlers. Should it die or send something unreadable, the parent loads the rest itself:
-    the frames are the same either way. Closing the iterator early kills the child.
+    and writes one message per batch (``_encode``). The pipe's buffer holds back a child that
+    is ahead (a batch in hand, a few in the pipe: memory stays flat). The child ignores SIGINT (the parent decides what a signal
+    stops), dies by SIGTERM, writes nothing after a broken pipe, keeps no other descriptor of
+    the parent's open (the output's lock), and never runs the parent's exit handlers or
+    finalizers. Should it die or send something unreadable, the parent loads the rest itself;
+    should the fork fail, the parent loads everything: the frames are the same either way.
+    Closing the iterator early kills the child.
     """
     if not sources:
         return
@@ -172,11 +184,21 @@ def loaded_by_child(
     r, w = os.pipe()
     with contextlib.suppress(OSError, AttributeError):  # room for a few batches: the child runs ahead
         fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # EAGAIN (a limit on processes), ENOMEM (no overcommit): load here instead
+        os.close(r)
+        os.close(w)
+        yield from loaded_in_order(sources, 1, prep, videos)
+        return
     if pid == 0:  # the child
         code = 0
         try:
-            os.close(r)
+            gc.disable()  # no finalizers of the parent's objects run here
+            # the pipe and stdio stay open, nothing else: an orphaned child must not keep the
+            # output's lock
+            os.closerange(3, w)
+            os.closerange(max(3, w + 1), _MAX_FD)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             for batch in batches:
@@ -205,7 +227,8 @@ def loaded_by_child(
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        os.waitpid(pid, 0)
+        with contextlib.suppress(ChildProcessError):  # SIGCHLD ignored by the host program: reaped already
+            os.waitpid(pid, 0)
     for batch in batches[done:]:  # the child died or sent garbage: load the rest here
         for src in batch:
             yield load_prepared(src, prep, videos)
@@ -270,3 +293,29 @@ def _read_exactly(fd: int, n: int) -> bytearray | None:
             return None
         got += k
     return buf
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask: Slurm, taskset, a cpuset), not all
+    the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def child_may_load() -> bool:
+    """Whether ``loaded_by_child`` may fork here: a second CPU to run on, and no other thread
+    in this process (a thread holding a lock at the fork could leave the child stuck on it; an
+    S3 client's threads, for example, choose the in-process loader)."""
+    if not hasattr(os, "fork") or usable_cpus() < 2:
+        return False
+    try:
+        others = 0
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/comm") as f:
+                # pyarrow's allocator purges on a thread of its own, and prepares itself for a fork
+                others += f.read().strip() not in ("jemalloc_bg_thd",)
+        return others == 1  # this thread
+    except OSError:
+        return threading.active_count() == 1

@@ -34,7 +34,7 @@ from .format import HEADER_SIZE
 from .guard import StopSignals, stop_signals, writer_run
 from .index import get_index_path
 from .inputs import Rejected, Source, SourceList
-from .loading import STREAM_ABOVE, Loaded, loaded_by_child, loaded_in_order
+from .loading import STREAM_ABOVE, Loaded, child_may_load, loaded_by_child, loaded_in_order, usable_cpus
 from .media import FramePrep, MediaOptions, PreparedFrame
 from .units import format_bytes, format_duration, parse_created
 from .verify import DEFAULT_SELF_CHECK, self_check
@@ -378,13 +378,9 @@ class _Run:
             # Python work dominates and a second thread only contends for the GIL: a forked
             # process loads them instead, while this one writes
             mean = self.sources.total_bytes // max(1, len(self.sources.sources))
-            workers = 1 if mean < _THREADS_ABOVE_MEAN else min(2, os.cpu_count() or 1)
+            workers = 1 if mean < _THREADS_ABOVE_MEAN else min(2, usable_cpus())
             by_child = (
-                mean < _THREADS_ABOVE_MEAN
-                and (os.cpu_count() or 1) > 1
-                and hasattr(os, "fork")
-                and not self.videos
-                and len(todo) >= _CHILD_ABOVE_FILES
+                mean < _THREADS_ABOVE_MEAN and not self.videos and len(todo) >= _CHILD_ABOVE_FILES and child_may_load()
             )
         else:
             by_child = False

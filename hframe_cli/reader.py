@@ -517,7 +517,7 @@ class PackReader:
             return False
         # frames in the same slot of ``reach`` bytes are close; a close pair across two slots is
         # missed half the time (hence 32, not 16): half the cost of sorting, at every batch
-        reach = self.coalesce_gap + longest
+        reach = max(1, self.coalesce_gap + longest)  # (empty frames and no gap: 0)
         near = len(offs) - len(set(map(reach.__rfloordiv__, offs)))
         return near * 32 <= len(offs)
 

@@ -34,7 +34,9 @@ training loop since this iteration began (a DataLoader reads ahead of the batche
 out, so pass ``batches_done * batch_size`` of the current loop; without it, the items this
 sampler yielded are counted). ``load_state_dict`` makes the next ``__iter__`` go on with exactly
 the items that rank had not seen (``len()`` is then what is left), then epochs start from the
-beginning again; ``set_epoch`` to another epoch starts that one from its beginning.
+beginning again; ``set_epoch`` to another epoch starts that one from its beginning. The state of
+a finished epoch loads as the start of the next one (epoch + 1, whole), so a checkpoint taken at
+an epoch's end resumes with the next epoch whether ``set_epoch`` comes before or after loading.
 torchdata's ``StatefulDataLoader`` calls ``state_dict()`` and ``load_state_dict`` itself, as
 the batch it hands out was drawn (so without the read-ahead): ``loader.state_dict()`` is all a
 checkpoint needs.
@@ -193,7 +195,8 @@ class BlockShuffleSampler(_Base):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Go on where ``state`` was taken: same epoch, the items not yet consumed next."""
+        """Go on where ``state`` was taken: same epoch, the items not yet consumed next (a finished
+        epoch: the next epoch, whole)."""
         if state.get("version") != STATE_VERSION:
             raise InputError(f"sampler state version {state.get('version')!r}: this release reads {STATE_VERSION}")
         mine = self.state_dict(0)
@@ -211,6 +214,10 @@ class BlockShuffleSampler(_Base):
         consumed = int(state["consumed"])
         if not 0 <= consumed <= self._part_len():
             raise InputError(f"sampler state: consumed {consumed} is not in 0..{self._part_len()}")
+        if consumed == self._part_len():  # that epoch is over: the next one, from its beginning
+            self.epoch = int(state["epoch"]) + 1
+            self._resume_at = self._yielded = self._start = 0
+            return
         self.epoch = int(state["epoch"])
         self._resume_at = self._yielded = self._start = consumed
 

@@ -1289,15 +1289,22 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
                     break
                 chunks.append(data)
             os.close(r)
-            _, status = os.waitpid(pid, 0)
+            try:
+                _, status = os.waitpid(pid, 0)
+            except ChildProcessError:  # SIGCHLD ignored by the host program: no status, the message tells
+                status = 0
             children = [c for c in children if c[0] != pid]
-            if status != 0 or not chunks:  # the child failed: walk its part here
+            try:
+                found = pickle.loads(b"".join(chunks)) if status == 0 and chunks else None
+            except Exception:  # noqa: BLE001 - a message cut short: the child failed
+                found = None
+            if found is None:  # the child failed: walk its part here
                 shared.settle(children_done, 0, 0)
                 children_done += 1
                 pos = v.walk(rofs[a], a, b, end, data_end_known, rows(a, b), report_to=n)
                 nxt = v.next_id
                 continue
-            problems, frames, nbytes, pos, nxt, stopped = pickle.loads(b"".join(chunks))
+            problems, frames, nbytes, pos, nxt, stopped = found
             v.r.frames_checked += frames
             v.r.bytes_checked += nbytes
             shared.settle(children_done, frames, nbytes)

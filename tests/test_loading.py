@@ -8,6 +8,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -133,6 +134,9 @@ def test_a_signal_mid_pack_ends_the_loader_and_resume_gives_the_same_pack(tmp_pa
         time.sleep(0.01)
     loaders = _children(proc.pid)
     assert len(loaders) == 1  # the forked loader, still there
+    # it keeps stdio and its pipe, nothing of the parent's (the output's lock above all)
+    fds = {os.readlink(f"/proc/{loaders[0]}/fd/{fd}") for fd in os.listdir(f"/proc/{loaders[0]}/fd")}
+    assert not any(f.endswith(".lock") for f in fds) and sum(f.startswith("pipe:") for f in fds) <= 3, fds
     proc.send_signal(sig)
     proc.send_signal(signal.SIGCONT)
     err = proc.communicate(timeout=60)[1]
@@ -143,3 +147,48 @@ def test_a_signal_mid_pack_ends_the_loader_and_resume_gives_the_same_pack(tmp_pa
     r = run_bin(["resume", str(out)])
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == clean.read_bytes()
+
+
+def test_a_fork_that_fails_loads_everything_here(tmp_path, monkeypatch):
+    sources = collect_sources([str(small_tree(tmp_path / "src", 300))]).sources
+    prep = FramePrep(MediaOptions())
+    want = fields(loading.loaded_in_order(sources, 1, prep))
+
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")  # a limit on processes
+
+    monkeypatch.setattr(loading.os, "fork", no_fork)
+    before = len(os.listdir("/proc/self/fd"))
+    assert fields(loading.loaded_by_child(sources, prep)) == want
+    assert len(os.listdir("/proc/self/fd")) == before  # the pipe was closed
+
+
+def test_a_host_that_ignores_sigchld_still_gets_its_frames(tmp_path):
+    """With SIGCHLD ignored the kernel reaps children itself: waitpid has nothing to wait for."""
+    sources = collect_sources([str(small_tree(tmp_path / "src", 300))]).sources
+    prep = FramePrep(MediaOptions())
+    want = fields(loading.loaded_in_order(sources, 1, prep))
+    old = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        assert fields(loading.loaded_by_child(sources, prep)) == want
+    finally:
+        signal.signal(signal.SIGCHLD, old)
+
+
+def test_the_child_needs_a_second_cpu_and_no_other_thread(monkeypatch):
+    code = "import pyarrow.parquet, hframe_cli.loading as l; print(l.child_may_load())"
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert fresh.stdout.strip() == "True"  # pyarrow loaded: only jemalloc's own thread besides this one
+    monkeypatch.setattr(loading.os, "sched_getaffinity", lambda pid: {0})  # taskset -c 0, a 1-CPU job
+    assert loading.usable_cpus() == 1 and not loading.child_may_load()
+    monkeypatch.undo()
+    import threading
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert not loading.child_may_load()
+    finally:
+        stop.set()
+        t.join()

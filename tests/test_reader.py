@@ -68,6 +68,17 @@ def test_frames_bigger_than_max_read_are_split(tmp_path):
         assert p[0] == blob and p.read_many([0, 0]) == [blob, blob]
 
 
+@pytest.mark.parametrize("workers", [1, 4])
+def test_empty_frames_without_a_coalescing_gap(tmp_path, workers):
+    src = tmp_path / "s"
+    src.mkdir()
+    for name in ("a", "b", "c"):
+        (src / name).write_bytes(b"")
+    h.pack([src], tmp_path / "e.hframe", allow_empty=True)
+    with h.open_pack(tmp_path / "e.hframe", coalesce_gap=0) as p:
+        assert p.read_many([0, 1, 2, 1], workers=workers) == [b""] * 4 and p[2] == b""
+
+
 def test_out_of_range_index_entry_is_reported_before_reading(packed):
     idx = f"{packed}.index.parquet"
     t = pq.read_table(idx)

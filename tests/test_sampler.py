@@ -182,16 +182,23 @@ def test_two_ranks_read_every_frame_exactly_once_with_the_right_bytes(photos, tm
         assert after["items"] == before["items"][8:] and after["md5"] == before["md5"][8:]
 
 
-def test_set_epoch_after_a_resume_starts_that_epoch_whole():
+def test_the_state_of_a_finished_epoch_resumes_with_the_next_epoch_whole():
     s = BlockShuffleSampler(100, seed=1, rank=0, world_size=1)
     s.set_epoch(3)
     list(s)
     state = s.state_dict()  # taken at the end of epoch 3
+    epoch4 = s.order(4)
+    for set_first in (False, True):  # set_epoch before loading (torchdata loads lazily) or after
+        t = BlockShuffleSampler(100, seed=1, rank=0, world_size=1)
+        if set_first:
+            t.set_epoch(4)
+        t.load_state_dict(state)
+        if not set_first:
+            t.set_epoch(4)
+        assert t.epoch == 4 and list(t) == epoch4
     t = BlockShuffleSampler(100, seed=1, rank=0, world_size=1)
     t.load_state_dict(state)
-    assert list(t) == []  # epoch 3 was done
-    t.set_epoch(4)
-    assert sorted(t) == list(range(100))
+    assert list(t) == epoch4  # without set_epoch too
 
 
 def test_consumed_counts_from_where_a_resumed_iteration_began():
@@ -257,8 +264,16 @@ def test_torchdata_stateful_dataloader_resumes_with_exactly_the_rest(tmp_path, w
     assert first + second + rest == full  # exactly the frames not yet seen, in the epoch's order
     assert len(first) == 70 and len(second) == 50
     sampler.set_epoch(3)  # the next epoch is whole again
-    nxt, _ = take(dl)
+    nxt, state = take(dl)
     assert sorted(nxt) == sorted(full) and nxt != full
+    # a checkpoint at the end of an epoch; the restarted job sets the next epoch, then iterates
+    # (torchdata applies the loaded state only then): that next epoch, whole, in its own order
+    sampler, dl = loader()
+    dl.load_state_dict(state)
+    sampler.set_epoch(4)
+    after, _ = take(dl)
+    want = [(src / f"{i:04d}.bin").read_bytes() for i in BlockShuffleSampler(300, block=8, window=2, seed=5).order(4)]
+    assert after == want
 
 
 def _as_list(batch):

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -657,3 +658,23 @@ def test_a_pack_is_split_into_parts_of_at_least_8_mib(tmp_path, monkeypatch, fra
     rep = verify_pack(pack, workers=2)
     assert not rep.problems and rep.frames_checked == frames
     assert len(calls) == forks
+
+
+def test_parts_are_taken_when_the_host_ignores_sigchld(tmp_path):
+    """With SIGCHLD ignored the kernel reaps the walkers itself (no exit status to wait for):
+    their reports still count, and damage in their parts is still found."""
+    pack = tmp_path / "p.hframe"
+    rng = random.Random(5)
+    with PackWriter(pack) as w:
+        for i in range(20):
+            w.add(f"{i:03d}.bin".encode(), rng.randbytes(1 << 20))
+        w.seal()
+        w.publish()
+    rs = rows(pack)
+    flip(pack, rs[15]["offset"] + 7)  # in the second part
+    old = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        rep = verify_pack(pack, workers=2)
+    finally:
+        signal.signal(signal.SIGCHLD, old)
+    assert rep.frames_checked == 20 and rep.bad_frames == [15], rep.problems
