@@ -171,10 +171,10 @@ def loaded_by_child(
 
     The child walks the batches in order, loads each source exactly as ``load_prepared`` does,
     and writes one message per batch (``_encode``). The pipe's buffer holds back a child that
-    is ahead (a batch in hand, a few in the pipe: memory stays flat). The child ignores SIGINT (the parent decides what a signal
-    stops), dies by SIGTERM, writes nothing after a broken pipe, keeps no other descriptor of
-    the parent's open (the output's lock), and never runs the parent's exit handlers or
-    finalizers. Should it die or send something unreadable, the parent loads the rest itself;
+    is ahead (a batch in hand, a few in the pipe: memory stays flat). The child ignores SIGINT
+    (the parent decides what a signal stops), dies by SIGTERM, writes nothing after a broken
+    pipe, keeps no other descriptor of the parent's open (the output's lock), and never runs the
+    parent's exit handlers or finalizers. Should it die or send something unreadable, the parent loads the rest itself;
     should the fork fail, the parent loads everything: the frames are the same either way.
     Closing the iterator early kills the child.
     """
