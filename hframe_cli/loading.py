@@ -306,16 +306,22 @@ def usable_cpus() -> int:
 
 def child_may_load() -> bool:
     """Whether ``loaded_by_child`` may fork here: a second CPU to run on, and no other thread
-    in this process (a thread holding a lock at the fork could leave the child stuck on it; an
-    S3 client's threads, for example, choose the in-process loader)."""
+    in this process but known harmless ones (a thread holding a lock at the fork could leave the
+    child stuck on it; an S3 client's threads, for example, choose the in-process loader).
+    Harmless: pyarrow's allocator thread (it prepares itself for a fork) and the progress bar's
+    monitor (tqdm's; its lock is one the child never takes)."""
     if not hasattr(os, "fork") or usable_cpus() < 2:
         return False
+    main = threading.main_thread()
+    python_threads = [t for t in threading.enumerate() if t is not main]
+    monitors = [t for t in python_threads if type(t).__name__ == "TMonitor" and type(t).__module__.startswith("tqdm")]
+    if len(monitors) != len(python_threads):
+        return False
     try:
-        others = 0
+        native = 0
         for task in os.listdir("/proc/self/task"):
             with open(f"/proc/self/task/{task}/comm") as f:
-                # pyarrow's allocator purges on a thread of its own, and prepares itself for a fork
-                others += f.read().strip() not in ("jemalloc_bg_thd",)
-        return others == 1  # this thread
+                native += f.read().strip() != "jemalloc_bg_thd"
+        return native == 1 + len(monitors)  # this thread and the monitors: no thread of a C library
     except OSError:
-        return threading.active_count() == 1
+        return True

@@ -179,6 +179,12 @@ def test_the_child_needs_a_second_cpu_and_no_other_thread(monkeypatch):
     code = "import pyarrow.parquet, hframe_cli.loading as l; print(l.child_may_load())"
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert fresh.stdout.strip() == "True"  # pyarrow loaded: only jemalloc's own thread besides this one
+    code = (
+        "import io, threading, tqdm, pyarrow.parquet, hframe_cli.loading as l; bar = tqdm.tqdm(total=9, file=io.StringIO()); "
+        "print(sorted(type(t).__name__ for t in threading.enumerate()), l.child_may_load())"
+    )
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert fresh.stdout.strip() == "['TMonitor', '_MainThread'] True"  # a terminal's progress bar: allowed
     monkeypatch.setattr(loading.os, "sched_getaffinity", lambda pid: {0})  # taskset -c 0, a 1-CPU job
     assert loading.usable_cpus() == 1 and not loading.child_may_load()
     monkeypatch.undo()
