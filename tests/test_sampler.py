@@ -94,13 +94,19 @@ def test_shards_are_blocks_boundaries_in_a_dataset(photos, tmp_path):
         assert sum(a != b for a, b in zip(shard, shard[1:])) == len(starts) - 1
 
 
-def test_block_local_batches_coalesce_into_fewer_reads(tmp_path):
-    rng = random.Random(0)
+def _blob_pack(tmp_path: Path, n: int, sizes: tuple[int, int], seed: int) -> Path:
+    """``n`` random blobs named 0000.bin... packed into ``tmp_path/p.hframe``; their folder."""
+    rng = random.Random(seed)
     src = tmp_path / "src"
     src.mkdir()
-    for i in range(4000):
-        (src / f"{i:05d}.bin").write_bytes(rng.randbytes(rng.randrange(1000, 4000)))
+    for i in range(n):
+        (src / f"{i:04d}.bin").write_bytes(rng.randbytes(rng.randrange(*sizes)))
     h.pack([src], tmp_path / "p.hframe")
+    return src
+
+
+def test_block_local_batches_coalesce_into_fewer_reads(tmp_path):
+    _blob_pack(tmp_path, 4000, (1000, 4000), seed=0)
     with h.open_pack(tmp_path / "p.hframe") as p:
         calls = {}
         for name, sampler in (
@@ -227,12 +233,7 @@ def test_torchdata_stateful_dataloader_resumes_with_exactly_the_rest(tmp_path, w
 
     from hframe_cli.torchdata import FrameDataset
 
-    rng = random.Random(3)
-    src = tmp_path / "src"
-    src.mkdir()
-    for i in range(300):
-        (src / f"{i:04d}.bin").write_bytes(rng.randbytes(rng.randrange(100, 2000)))
-    h.pack([src], tmp_path / "p.hframe")
+    src = _blob_pack(tmp_path, 300, (100, 2000), seed=3)
 
     def loader():
         ds = FrameDataset(tmp_path / "p.hframe", target=None)
