@@ -23,7 +23,6 @@ import os
 import pickle
 import signal
 import struct
-import threading
 from collections import deque
 from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,6 +31,7 @@ from typing import Any
 
 from .inputs import Source
 from .media import FramePrep, PreparedFrame
+from .processes import fork_is_safe, reap, usable_cpus, write_all
 
 __all__ = [
     "STREAM_ABOVE",
@@ -40,7 +40,6 @@ __all__ = [
     "load_prepared",
     "loaded_by_child",
     "loaded_in_order",
-    "usable_cpus",
 ]
 
 STREAM_ABOVE = 32 << 20
@@ -174,9 +173,9 @@ def loaded_by_child(
     is ahead (a batch in hand, a few in the pipe: memory stays flat). The child ignores SIGINT
     (the parent decides what a signal stops), dies by SIGTERM, writes nothing after a broken
     pipe, keeps no other descriptor of the parent's open (the output's lock), and never runs the
-    parent's exit handlers or finalizers. Should it die or send something unreadable, the parent loads the rest itself;
-    should the fork fail, the parent loads everything: the frames are the same either way.
-    Closing the iterator early kills the child.
+    parent's exit handlers or finalizers. Should it die or send something unreadable, the parent
+    loads the rest itself; should the fork fail, the parent loads everything: the frames are the
+    same either way. Closing the iterator early kills the child.
     """
     if not sources:
         return
@@ -191,6 +190,7 @@ def loaded_by_child(
         os.close(w)
         yield from loaded_in_order(sources, 1, prep, videos)
         return
+    taken = 0  # sources yielded from what the child sent
     if pid == 0:  # the child
         code = 0
         try:
@@ -202,15 +202,12 @@ def loaded_by_child(
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             for batch in batches:
-                view = memoryview(_encode([load_prepared(src, prep, videos) for src in batch]))
-                while view:
-                    view = view[os.write(w, view) :]
+                write_all(w, _encode([load_prepared(src, prep, videos) for src in batch]))
         except BaseException:  # noqa: BLE001 - a broken pipe or anything else: the parent carries on
             code = 1
         finally:
             os._exit(code)
     os.close(w)
-    done = 0  # batches taken from the child
     try:
         for batch in batches:
             fields = _receive(r)
@@ -218,20 +215,15 @@ def loaded_by_child(
                 break
             for src, (data, md5, error, stream, video, frame) in zip(batch, fields):
                 yield Loaded(src, data, md5, error, stream, video, frame)
-            del fields
-            done += 1
+            taken += len(batch)
     finally:
         os.close(r)
-        if done < len(batches):
-            try:
+        if taken < len(sources):
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        with contextlib.suppress(ChildProcessError):  # SIGCHLD ignored by the host program: reaped already
-            os.waitpid(pid, 0)
-    for batch in batches[done:]:  # the child died or sent garbage: load the rest here
-        for src in batch:
-            yield load_prepared(src, prep, videos)
+        reap(pid)
+    # the child died or sent garbage: the rest is loaded here
+    yield from loaded_in_order(sources[taken:], 1, prep, videos)
 
 
 def _encode(items: list[Loaded]) -> bytes:
@@ -295,33 +287,7 @@ def _read_exactly(fd: int, n: int) -> bytearray | None:
     return buf
 
 
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask: Slurm, taskset, a cpuset), not all
-    the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def child_may_load() -> bool:
-    """Whether ``loaded_by_child`` may fork here: a second CPU to run on, and no other thread
-    in this process but known harmless ones (a thread holding a lock at the fork could leave the
-    child stuck on it; an S3 client's threads, for example, choose the in-process loader).
-    Harmless: pyarrow's allocator thread (it prepares itself for a fork) and the progress bar's
-    monitor (tqdm's; its lock is one the child never takes)."""
-    if not hasattr(os, "fork") or usable_cpus() < 2:
-        return False
-    main = threading.main_thread()
-    python_threads = [t for t in threading.enumerate() if t is not main]
-    monitors = [t for t in python_threads if type(t).__name__ == "TMonitor" and type(t).__module__.startswith("tqdm")]
-    if len(monitors) != len(python_threads):
-        return False
-    try:
-        native = 0
-        for task in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{task}/comm") as f:
-                native += f.read().strip() != "jemalloc_bg_thd"
-        return native == 1 + len(monitors)  # this thread and the monitors: no thread of a C library
-    except OSError:
-        return True
+    """Whether ``loaded_by_child`` pays and is safe here: a second CPU to run on, and a fork
+    that cannot leave the child stuck (``processes.fork_is_safe``)."""
+    return usable_cpus() >= 2 and fork_is_safe()

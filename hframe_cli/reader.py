@@ -49,6 +49,7 @@ from .format import (
 from .generation import PackInfo, generation_checks, open_generation
 from .index import index_location, int64_column, read_index
 from .locations import shown_url
+from .processes import usable_cpus
 from .storage import Storage, unpinned_and_moved
 
 __all__ = [
@@ -611,7 +612,7 @@ class PackReader:
             read_share(rest)
         elif rest:
             # a warm batch is only memory copies: more threads than cores would just take turns
-            k = min(workers if cold else min(workers, os.cpu_count() or 1), len(rest))
+            k = min(workers if cold else min(workers, usable_cpus()), len(rest))
             shares = [rest[i * len(rest) // k : (i + 1) * len(rest) // k] for i in range(k)]
             for _ in self._get_pool(workers).map(read_share, shares):
                 pass

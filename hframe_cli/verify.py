@@ -77,6 +77,7 @@ from .index import IndexMeta, file_digest_problem, format_time_us, index_locatio
 from .inputs import expand_globs
 from .locations import is_remote, shown_url
 from .parts import balanced_part
+from .processes import reap, usable_cpus, write_all
 from .reader import read_dictionary
 from .storage import Storage, evict_from_page_cache, open_storage, unpinned_and_moved
 from .verify_index import IndexCols, wrong_frame_ids
@@ -955,7 +956,7 @@ def verify_pack(
             return report
         v = _Verifier(report, storage, max_errors, decode, on_progress)
         # a big pack is walked as one part per core (default), in forked processes
-        v.processes = max(1, workers if workers is not None else min(4, os.cpu_count() or 1))
+        v.processes = max(1, workers if workers is not None else min(4, usable_cpus()))
         if getattr(storage, "remote", False):
             v.processes = 1  # a remote pack is read ahead by several requests in flight instead
         try:
@@ -1256,9 +1257,7 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
                             child.r.stopped_early,
                         )
                     )
-                    view = memoryview(payload)
-                    while view:
-                        view = view[os.write(w, view) :]
+                    write_all(w, payload)
                 except BaseException:  # noqa: BLE001 - report by exit status; the parent re-walks the part
                     code = 1
                 finally:
@@ -1289,10 +1288,7 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
                     break
                 chunks.append(data)
             os.close(r)
-            try:
-                _, status = os.waitpid(pid, 0)
-            except ChildProcessError:  # SIGCHLD ignored by the host program: no status, the message tells
-                status = 0
+            status = reap(pid)  # (0 when SIGCHLD is ignored: then the message tells)
             children = [c for c in children if c[0] != pid]
             try:
                 found = pickle.loads(b"".join(chunks)) if status == 0 and chunks else None
@@ -1322,8 +1318,7 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
                 os.close(r)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+            reap(pid)
 
 
 def _check_end(v: _Verifier, pos: int, size: int, end: int, trailer: Trailer | None, data_end_known: bool) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InputError
+from .processes import usable_cpus
 
 __all__ = [
     "VIDEO_EXTENSIONS",
@@ -190,7 +191,7 @@ class VideoFrames:
         start: float | None = None
         self._next_k = 0
         last_t: float | None = None
-        workers = min(_ENCODE_THREADS, os.cpu_count() or 1)
+        workers = min(_ENCODE_THREADS, usable_cpus())
         pool = ThreadPoolExecutor(workers, thread_name_prefix="hframe-video") if workers > 1 else None
         pending: deque[tuple[int, float | None, bool, int, int, Future[bytes] | bytes]] = deque()
 

@@ -62,6 +62,7 @@ from .index import (
 )
 from .lock import OutputLock
 from .media import encode_meta
+from .processes import write_all
 from .scan import record_meta, walk_records
 from .storage import open_storage
 
@@ -253,10 +254,12 @@ class PackWriter:
     def payload_bytes(self) -> int:
         return self._payload_bytes
 
-    def _write(self, data: bytes | memoryview) -> None:
-        self._chunks.append(data)
-        self._pending += len(data)
-        self._pos += len(data)
+    def _write(self, *parts: bytes | memoryview) -> None:
+        """Queue ``parts`` for the next ``writev``; flush when enough is queued."""
+        self._chunks += parts
+        n = sum(map(len, parts))
+        self._pending += n
+        self._pos += n
         if self._pending >= _FLUSH_BYTES or len(self._chunks) >= _MAX_IOV:
             self._flush()
 
@@ -268,9 +271,7 @@ class PackWriter:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(self.partial_path))
             n = os.writev(self._fd, self._chunks)
             if n < self._pending:  # rare short write: finish it plainly
-                view = memoryview(b"".join(self._chunks))[n:]
-                while view:
-                    view = view[os.write(self._fd, view) :]
+                write_all(self._fd, memoryview(b"".join(self._chunks))[n:])
         except OSError as e:
             raise _write_error(self.partial_path, e) from e
         self._flushed += self._pending
@@ -390,15 +391,9 @@ class PackWriter:
             meta=meta,
             extra=extra,
         )
-        record = encode_record(hdr_size, frame_id, length, raw, md5, mtime_ns, codec, kind, name, extra, flags)
-        chunks = self._chunks  # as _write(record) then _write(data), in one step
-        chunks.append(record)
-        chunks.append(data)
-        n = len(record) + length
-        self._pending += n
-        self._pos += n
-        if self._pending >= _FLUSH_BYTES or len(chunks) >= _MAX_IOV:
-            self._flush()
+        self._write(
+            encode_record(hdr_size, frame_id, length, raw, md5, mtime_ns, codec, kind, name, extra, flags), data
+        )
         return frame_id
 
     def mark(self) -> tuple[Any, ...]:

@@ -16,6 +16,7 @@ import pytest
 from conftest import hframe_bin, make_image, run_bin
 
 import hframe_cli.loading as loading
+import hframe_cli.processes as processes
 from hframe_cli.inputs import collect_sources
 from hframe_cli.media import FramePrep, MediaOptions
 
@@ -186,7 +187,7 @@ def test_the_child_needs_a_second_cpu_and_no_other_thread(monkeypatch):
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert fresh.stdout.strip() == "['TMonitor', '_MainThread'] True"  # a terminal's progress bar: allowed
     monkeypatch.setattr(loading.os, "sched_getaffinity", lambda pid: {0})  # taskset -c 0, a 1-CPU job
-    assert loading.usable_cpus() == 1 and not loading.child_may_load()
+    assert processes.usable_cpus() == 1 and not loading.child_may_load()
     monkeypatch.undo()
     import threading
 
