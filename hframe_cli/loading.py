@@ -172,7 +172,7 @@ def loaded_by_child(
     and writes one message per batch (``_encode``). The pipe's buffer holds back a child that
     is ahead (a batch in hand, a few in the pipe: memory stays flat). The child ignores SIGINT
     (the parent decides what a signal stops), dies by SIGTERM, writes nothing after a broken
-    pipe, keeps no other descriptor of the parent's open (the output's lock), and never runs the
+    pipe, keeps no other descriptor of the parent's open (the output's lock, stdio), and never runs the
     parent's exit handlers or finalizers. Should it die or send something unreadable, the parent
     loads the rest itself; should the fork fail, the parent loads everything: the frames are the
     same either way. Closing the iterator early kills the child.
@@ -195,8 +195,12 @@ def loaded_by_child(
         code = 0
         try:
             gc.disable()  # no finalizers of the parent's objects run here
-            # the pipe and stdio stay open, nothing else: an orphaned child must not keep the
-            # output's lock
+            # only the pipe stays open, and stdio on /dev/null: an orphaned child must not keep
+            # the output's lock, nor the caller's pipes waiting for their end
+            null = os.open(os.devnull, os.O_RDWR)
+            for std in (0, 1, 2):
+                if std != w:
+                    os.dup2(null, std)
             os.closerange(3, w)
             os.closerange(max(3, w + 1), _MAX_FD)
             signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -113,8 +113,9 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_mid_pack_ends_the_loader_and_resume_gives_the_same_pack(tmp_path, sig):
+def _paused_pack(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """A clean one-thread pack of a small tree, and a default run of the same (a forked loader)
+    stopped by itself after frame 1,200; (that run, its output, the clean pack)."""
     src = small_tree(tmp_path / "src")
     clean = tmp_path / "clean.hframe"
     assert run_bin(["pack", str(src), "-o", str(clean), "-q", "--workers", "1", *CREATED]).returncode == 0
@@ -131,13 +132,18 @@ def test_a_signal_mid_pack_ends_the_loader_and_resume_gives_the_same_pack(tmp_pa
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         with open(f"/proc/{proc.pid}/stat") as f:
             if f.read().rsplit(")", 1)[1].split()[0] == "T":
-                break
+                return proc, out, clean
         time.sleep(0.01)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_mid_pack_ends_the_loader_and_resume_gives_the_same_pack(tmp_path, sig):
+    proc, out, clean = _paused_pack(tmp_path)
     loaders = _children(proc.pid)
     assert len(loaders) == 1  # the forked loader, still there
-    # it keeps stdio and its pipe, nothing of the parent's (the output's lock above all)
+    # it keeps its pipe and stdio on /dev/null, nothing of the parent's (its lock, its stdio)
     fds = {os.readlink(f"/proc/{loaders[0]}/fd/{fd}") for fd in os.listdir(f"/proc/{loaders[0]}/fd")}
-    assert not any(f.endswith(".lock") for f in fds) and sum(f.startswith("pipe:") for f in fds) <= 3, fds
+    assert not any(f.endswith(".lock") for f in fds) and sum(f.startswith("pipe:") for f in fds) <= 1, fds
     proc.send_signal(sig)
     proc.send_signal(signal.SIGCONT)
     err = proc.communicate(timeout=60)[1]
@@ -148,6 +154,24 @@ def test_a_signal_mid_pack_ends_the_loader_and_resume_gives_the_same_pack(tmp_pa
     r = run_bin(["resume", str(out)])
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == clean.read_bytes()
+
+
+def test_a_run_killed_while_its_loader_lives_on_does_not_keep_the_output_locked(tmp_path):
+    """SIGKILL of the packing process while its loader is stuck (stopped here): the caller sees
+    the end of the run's output (the loader holds none of its pipes), and the next run, a
+    second process, takes the output's lock at once and finishes the same pack."""
+    proc, out, clean = _paused_pack(tmp_path)
+    (loader,) = _children(proc.pid)
+    os.kill(loader, signal.SIGSTOP)  # a loader stuck in a slow read
+    try:
+        proc.kill()
+        proc.communicate(timeout=60)  # would wait for ever if the loader held stdout or stderr
+        os.kill(loader, 0)  # still there, orphaned
+        r = run_bin(["resume", str(out)])
+        assert r.returncode == 0, r.stderr
+        assert out.read_bytes() == clean.read_bytes()
+    finally:
+        os.kill(loader, signal.SIGKILL)
 
 
 def test_a_fork_that_fails_loads_everything_here(tmp_path, monkeypatch):
