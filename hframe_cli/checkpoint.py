@@ -28,8 +28,8 @@ from typing import Any
 
 from .errors import FormatError, StorageError
 from .faults import fault_point
-from .inputs import Rejected, Source, SourceList
 from .lock import OutputLock, lock_path
+from .sources import Rejected, Source, SourceList
 
 __all__ = [
     "CHECKPOINT_VERSION",

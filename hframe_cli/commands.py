@@ -27,9 +27,9 @@ from .locations import is_remote
 
 if TYPE_CHECKING:
     from .dataset import Manifest
-    from .inputs import SourceList
     from .media import MediaOptions
     from .packing import CheckpointPolicy, PackResult, ResumeResult
+    from .sources import SourceList
     from .update import UpdatePlan
     from .upload import PublishReport
 

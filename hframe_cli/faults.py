@@ -25,6 +25,7 @@ POINTS = (
     "publish-between-renames",
     "upload-before-complete",
     "upload-after-object",
+    "listing-helper",
 )
 
 _hits: dict[str, int] = {}

@@ -15,49 +15,15 @@ import os
 import stat
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from .errors import InputError
+from .listing import Folder, walk_in_parallel
+from .sources import Rejected, Source, SourceList
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "expand_globs", "Rejected", "Source", "SourceList", "collect_sources"]
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "expand_globs", "collect_sources"]
 
 DEFAULT_MAX_FRAME_BYTES = 1 << 30  # 1 GiB: 4K wallpapers and raw arrays of tens of MB are normal
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    """One input file: where to read it and the name it gets in the pack."""
-
-    path: str
-    name: bytes
-    size: int
-    mtime_ns: int
-
-
-@dataclass(frozen=True, slots=True)
-class Rejected:
-    """An input left out of the pack, and why."""
-
-    path: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.reason}"
-
-
-@dataclass
-class SourceList:
-    """The sorted sources and what was rejected on the way."""
-
-    sources: list[Source] = field(default_factory=list)
-    rejected: list[Rejected] = field(default_factory=list)
-    #: how the list was collected (folders, globs, limits): ``resume`` walks the folders again
-    collect: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(s.size for s in self.sources)
 
 
 def expand_globs(patterns: Iterable[str]) -> list[str]:
@@ -156,67 +122,98 @@ class _Collector:
         self.out.sources.append(Source(path, os.fsencode(name), st.st_size, st.st_mtime_ns))
 
     def add_tree(self, root: str, base: str) -> None:
-        # Depth-first walk following symlinks, with the chain of real folders kept to spot loops.
-        # Names are built as the folder's relative prefix + the entry name (no per-file relpath).
+        """Add the files under ``root``, named relative to ``base``: a depth-first walk following
+        symlinks, the chain of real folders kept to spot loops. A big tree is listed by several
+        processes (``listing``); the sources, rejections and first error are the same."""
         prefix = os.path.relpath(root, base)
         prefix = "" if prefix == os.curdir else prefix.replace(os.sep, "/") + "/"
-        stack: list[tuple[str, str, tuple[tuple[int, int], ...]]] = []
         st = os.stat(root)
-        stack.append((root, prefix, ((st.st_dev, st.st_ino),)))
+        top: Folder = (root, prefix, ((st.st_dev, st.st_ino),))
+        if not walk_in_parallel(self, top):
+            self.walk([top])
+
+    def scan(self, folder: str) -> list[os.DirEntry[str]] | None:
+        """The entries of ``folder`` sorted by name, or None (rejected) when it cannot be listed."""
+        try:
+            return sorted(os.scandir(folder), key=_entry_name)
+        except OSError as e:
+            self.reject(folder, f"cannot list folder: {e.strerror}")
+            return None
+
+    def walk(self, stack: list[Folder]) -> None:
+        """Walk the folders on ``stack`` depth-first, popping the last first."""
+        while stack:
+            folder = stack.pop()
+            entries = self.scan(folder[0])
+            if entries is not None:
+                self.add_entries(folder, entries, stack)
+
+    def add_entries(self, folder: Folder, entries: Iterable[os.DirEntry[str]], stack: list[Folder]) -> None:
+        """Add the files among ``entries`` (of ``folder``), in order; push its subfolders on ``stack``."""
+        _, prefix, chain = folder
         # the common case, a plain regular file with no globs to match, is taken inline: the rest
         # (symlinks, special files, empty or oversized files, the output itself) goes through
         # add_file, which applies every rule
         plain = not self.include and not self.exclude
         sources, forbidden_names, max_bytes = self.out.sources, self.forbidden_names, self.max_frame_bytes
         fs_encoding, fs_errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()  # = os.fsencode
-        while stack:
-            folder, prefix, chain = stack.pop()
-            try:
-                entries = sorted(os.scandir(folder), key=lambda e: e.name)
-            except OSError as e:
-                self.reject(folder, f"cannot list folder: {e.strerror}")
-                continue
-            for entry in entries:
-                path = entry.path
-                if plain:
-                    try:
-                        if entry.is_file(follow_symlinks=False) and entry.name not in forbidden_names:
-                            est = entry.stat(follow_symlinks=False)
-                            if 0 < est.st_size <= max_bytes:
-                                name = (prefix + entry.name).encode(fs_encoding, fs_errors)
-                                sources.append(Source(path, name, est.st_size, est.st_mtime_ns))
-                                continue
-                    except OSError:
-                        pass  # the careful path below says what is wrong
+        for entry in entries:
+            path = entry.path
+            if plain:
                 try:
-                    is_dir = entry.is_dir(follow_symlinks=True)
+                    if entry.is_file(follow_symlinks=False) and entry.name not in forbidden_names:
+                        est = entry.stat(follow_symlinks=False)
+                        if 0 < est.st_size <= max_bytes:
+                            name = (prefix + entry.name).encode(fs_encoding, fs_errors)
+                            sources.append(Source(path, name, est.st_size, est.st_mtime_ns))
+                            continue
                 except OSError:
-                    is_dir = False
-                if is_dir:
-                    try:
-                        est = os.stat(path)
-                    except OSError as e:
-                        self.reject(path, f"cannot stat: {e.strerror}")
-                        continue
-                    key = (est.st_dev, est.st_ino)
-                    if key in chain:
-                        self.reject(path, "symlink loop (links back to a folder above it)")
-                        continue
-                    stack.append((path, prefix + entry.name + "/", (*chain, key)))
+                    pass  # the careful path below says what is wrong
+            sub = self.subfolder(folder, entry)
+            if sub is not None:
+                if sub:
+                    stack.append(sub)
+                continue
+            if entry.is_symlink():
+                try:
+                    est = os.stat(path)
+                except OSError as e:
+                    reason = "symlink loop" if e.errno == 40 else "broken symlink"
+                    self.reject(path, reason)
                     continue
-                if entry.is_symlink():
-                    try:
-                        est = os.stat(path)
-                    except OSError as e:
-                        reason = "symlink loop" if e.errno == 40 else "broken symlink"
-                        self.reject(path, reason)
-                        continue
-                    self.add_file(path, prefix + entry.name, est)
-                else:
-                    try:
-                        self.add_file(path, prefix + entry.name, entry.stat(follow_symlinks=False))
-                    except FileNotFoundError:
-                        self.reject(path, "vanished while listing")
+                self.add_file(path, prefix + entry.name, est)
+            else:
+                try:
+                    self.add_file(path, prefix + entry.name, entry.stat(follow_symlinks=False))
+                except FileNotFoundError:
+                    self.reject(path, "vanished while listing")
+
+    def subfolder(self, folder: Folder, entry: os.DirEntry[str], reject: bool = True) -> Folder | tuple[()] | None:
+        """``entry`` of ``folder`` as a folder to walk; ``()`` for a folder rejected (it cannot be
+        stat'ed, or links back to a folder above it; ``reject=False`` only says so); None when it
+        is not a folder."""
+        try:
+            if not entry.is_dir(follow_symlinks=True):
+                return None
+        except OSError:
+            return None
+        _, prefix, chain = folder
+        try:
+            est = os.stat(entry.path)
+        except OSError as e:
+            if reject:
+                self.reject(entry.path, f"cannot stat: {e.strerror}")
+            return ()
+        key = (est.st_dev, est.st_ino)
+        if key in chain:
+            if reject:
+                self.reject(entry.path, "symlink loop (links back to a folder above it)")
+            return ()
+        return (entry.path, prefix + entry.name + "/", (*chain, key))
+
+
+def _entry_name(entry: os.DirEntry[str]) -> str:
+    return entry.name
 
 
 def collect_sources(

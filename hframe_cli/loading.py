@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import gc
 import hashlib
 import os
 import pickle
@@ -29,9 +28,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from .inputs import Source
 from .media import FramePrep, PreparedFrame
-from .processes import fork_is_safe, reap, usable_cpus, write_all
+from .processes import become_helper, fork_is_safe, read_exactly, reap, usable_cpus, write_all
+from .sources import Source
 
 __all__ = [
     "STREAM_ABOVE",
@@ -160,7 +159,6 @@ _LEN = struct.Struct("<Q")
 _COUNT = struct.Struct("<I")
 _HEAD = struct.Struct("<BQ16s")
 _PIPE_BYTES = 1 << 20
-_MAX_FD = max(1 << 16, os.sysconf("SC_OPEN_MAX")) if hasattr(os, "sysconf") else 1 << 16
 
 
 def loaded_by_child(
@@ -194,17 +192,7 @@ def loaded_by_child(
     if pid == 0:  # the child
         code = 0
         try:
-            gc.disable()  # no finalizers of the parent's objects run here
-            # only the pipe stays open, and stdio on /dev/null: an orphaned child must not keep
-            # the output's lock, nor the caller's pipes waiting for their end
-            null = os.open(os.devnull, os.O_RDWR)
-            for std in (0, 1, 2):
-                if std != w:
-                    os.dup2(null, std)
-            os.closerange(3, w)
-            os.closerange(max(3, w + 1), _MAX_FD)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            become_helper(w)
             for batch in batches:
                 write_all(w, _encode([load_prepared(src, prep, videos) for src in batch]))
         except BaseException:  # noqa: BLE001 - a broken pipe or anything else: the parent carries on
@@ -249,10 +237,10 @@ def _encode(items: list[Loaded]) -> bytes:
 
 def _receive(fd: int) -> list[tuple[Any, ...]] | None:
     """One message from the child, decoded, or None at the end of the pipe or a broken message."""
-    head = _read_exactly(fd, _LEN.size)
+    head = read_exactly(fd, _LEN.size)
     if head is None:
         return None
-    body = _read_exactly(fd, _LEN.unpack(head)[0])
+    body = read_exactly(fd, _LEN.unpack(head)[0])
     if body is None:
         return None
     try:
@@ -277,18 +265,6 @@ def _receive(fd: int) -> list[tuple[Any, ...]] | None:
         return fields if pos == len(view) else None
     except Exception:  # noqa: BLE001 - a broken message: the parent loads the rest itself
         return None
-
-
-def _read_exactly(fd: int, n: int) -> bytearray | None:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = os.readv(fd, [view[got:]])
-        if k == 0:
-            return None
-        got += k
-    return buf
 
 
 def child_may_load() -> bool:

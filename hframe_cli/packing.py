@@ -33,10 +33,10 @@ from .faults import fault_point
 from .format import HEADER_SIZE
 from .guard import StopSignals, stop_signals, writer_run
 from .index import get_index_path
-from .inputs import Rejected, Source, SourceList
 from .loading import STREAM_ABOVE, Loaded, child_may_load, loaded_by_child, loaded_in_order
 from .media import FramePrep, MediaOptions, PreparedFrame
 from .processes import usable_cpus
+from .sources import Rejected, Source, SourceList
 from .units import format_bytes, format_duration, parse_created
 from .verify import DEFAULT_SELF_CHECK, self_check
 from .writer import PackWriter, SealedPack, publish_partials

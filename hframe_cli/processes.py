@@ -5,10 +5,14 @@ the child). Used by the pack loader (``loading``), verify's parallel parts and t
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
+import signal
 import threading
 
-__all__ = ["fork_is_safe", "reap", "usable_cpus", "write_all"]
+__all__ = ["become_helper", "fork_is_safe", "read_exactly", "reap", "usable_cpus", "write_all"]
+
+_MAX_FD = max(1 << 16, os.sysconf("SC_OPEN_MAX")) if hasattr(os, "sysconf") else 1 << 16
 
 
 def usable_cpus() -> int:
@@ -48,6 +52,38 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def become_helper(*keep: int) -> None:
+    """In a freshly forked child: keep only the descriptors ``keep`` (its pipes) and stdio on
+    /dev/null, so an orphaned helper holds neither the output's lock nor the caller's pipes
+    open; ignore SIGINT (the parent decides what a signal stops) and die by SIGTERM; run no
+    finalizer of the parent's objects. The child must end with ``os._exit``."""
+    gc.disable()
+    null = os.open(os.devnull, os.O_RDWR)
+    for std in (0, 1, 2):
+        if std not in keep:
+            os.dup2(null, std)
+    low = 3
+    for fd in sorted(k for k in keep if k >= 3):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, _MAX_FD)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def read_exactly(fd: int, n: int) -> bytearray | None:
+    """``n`` bytes from ``fd``, or None if it ends first."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = os.readv(fd, [view[got:]])
+        if k == 0:
+            return None
+        got += k
+    return buf
 
 
 def reap(pid: int) -> int:

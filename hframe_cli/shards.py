@@ -23,11 +23,11 @@ from .dataset import get_manifest_path, shard_path, write_manifest
 from .errors import FormatError, InputError
 from .format import HEADER_SIZE, RECORD_FIXED, TRAILER_SIZE
 from .index import get_index_path
-from .inputs import Source, SourceList
 from .lock import OutputLock
 from .media import MediaOptions
 from .packing import CheckpointPolicy, EventFn, PackResult, ProgressFn, ResumeResult, note, pack_sources, resume_pack
 from .parts import balanced_part
+from .sources import Source, SourceList
 
 __all__ = [
     "DEFAULT_MAX_PACK_BYTES",

@@ -22,7 +22,6 @@ from .errors import InputError
 from .faults import fault_point
 from .guard import writer_run
 from .index import get_index_path
-from .inputs import Source, SourceList
 from .lock import OutputLock
 from .media import MediaOptions
 from .packing import (
@@ -37,6 +36,7 @@ from .packing import (
     pack_sources,
     run_loop,
 )
+from .sources import Source, SourceList
 from .verify import DEFAULT_SELF_CHECK
 from .writer import PackWriter
 

@@ -14,8 +14,8 @@ from conftest import hframe_bin, run_bin
 import hframe_cli as h
 from hframe_cli.dataset import DatasetReader
 from hframe_cli.errors import InputError
-from hframe_cli.inputs import Source
 from hframe_cli.shards import parse_shard_of, plan_shards, split_for_worker
+from hframe_cli.sources import Source
 
 
 def files_of(dataset: Path) -> dict[str, bytes]:
