@@ -210,6 +210,14 @@ class IndexBuilder:
         ``meta`` holds the frame's metadata as stored in its record header (``FRAME_META_KEYS``);
         a ``label`` key, even None, overrides the parent-folder label.
         """
+        if meta and "media_type" in meta and meta["media_type"] in MEDIA_TYPES:
+            media_type = meta["media_type"]  # a compressed frame's type, sniffed before compression
+        media_code = _MEDIA_CODE.get(media_type)
+        if media_code is None or kind not in KIND_NAMES:  # before any column grows
+            raise ValueError(
+                f"{name.decode('utf-8', 'backslashreplace')}: media type {media_type!r} or kind {kind!r} is not one of "
+                f"{', '.join(MEDIA_TYPES)} / {', '.join(map(str, KIND_NAMES))}"
+            )
         row = len(self)
         self._name_data += name
         self._name_offsets.append(len(self._name_data))
@@ -225,10 +233,8 @@ class IndexBuilder:
         mtimes_us.append(mtime_ns // 1000)
         record_offsets.append(record_offset)
         self._md5 += md5
-        if meta and "media_type" in meta and meta["media_type"] in MEDIA_TYPES:
-            media_type = meta["media_type"]  # a compressed frame's type, sniffed before compression
         media_types, kinds, codecs = self._code_columns
-        media_types.append(_MEDIA_CODE[media_type])
+        media_types.append(media_code)
         kinds.append(kind)
         codecs.append(codec)
         if meta and "label" in meta:

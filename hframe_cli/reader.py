@@ -493,8 +493,9 @@ class PackReader:
         """Frame ids, offsets and lengths of ``keys``, each range checked against the pack."""
         offsets, lengths = self._offsets, self._lengths
         try:  # fast path: a sequence of valid int ids (array indexing rejects names and ids >= count)
-            if min(keys) < 0:  # type: ignore[operator]
-                raise TypeError
+            lowest = min(keys)
+            if lowest < 0 or (lowest <= 1 and any(type(k) is bool for k in keys)):  # type: ignore[operator]
+                raise TypeError  # (True indexes as 1: the careful path refuses it)
             offs = list(map(offsets.__getitem__, keys))  # type: ignore[arg-type]
             lens = list(map(lengths.__getitem__, keys))  # type: ignore[arg-type]
             ids: Sequence[int] = keys  # type: ignore[assignment]

@@ -197,3 +197,18 @@ def test_arbitrary_blobs_round_trip(tmp_path, blobs, align):
         assert a["offset"] + a["length"] <= b["record_offset"] < a["offset"] + a["length"] + align
     with h.open_pack(out) as p:
         assert p.read_many(list(range(len(blobs)))[::-1]) == blobs[::-1]
+
+
+def test_writer_refuses_an_unknown_media_type_and_the_pack_goes_on(tmp_path):
+    out = tmp_path / "m.hframe"
+    with PackWriter(out) as w:
+        w.add(b"a", b"first")
+        for bad in ({"media": "foo"}, {"kind": 99}):
+            with pytest.raises(ValueError, match="not one of"):
+                w.add(b"b", b"second", **bad)
+        w.add(b"c", b"third")
+        w.seal()
+        w.publish()
+    with h.open_pack(out) as p:
+        assert [p.read(0), p.read(1)] == [b"first", b"third"]
+    assert h.verify_pack(out).ok

@@ -146,3 +146,12 @@ def test_md5_of_read_many_matches_index(packed):
     with h.open_pack(packed) as p:
         md5 = p.table.column("md5").to_pylist()
         assert [hashlib.md5(b).hexdigest() for b in p.read_many(range(30))] == md5
+
+
+def test_a_bool_is_no_frame_id_in_read_nor_in_read_many(packed):
+    """True would index as frame 1: both calls refuse it (a mask passed where ids were meant)."""
+    with h.open_pack(packed) as p:
+        for call in (lambda: p.read(True), lambda: p.read_many([True]), lambda: p.read_many([3, False])):
+            with pytest.raises(h.InputError, match="not bool"):
+                call()
+        assert p.read_many([1, 0]) == [p.read(1), p.read(0)]
