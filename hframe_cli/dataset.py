@@ -26,7 +26,7 @@ from .inputs import expand_globs
 from .locations import is_remote, shown_url, with_suffix
 from .lock import OutputLock
 from .policy import Counters
-from .reader import FrameKey, PackReader
+from .reader import FrameKey, PackReader, buffer_for
 from .storage import open_storage
 
 __all__ = [
@@ -304,13 +304,41 @@ class DatasetReader:
         k, local = self.locate(frame_id)
         return self.shard(k).range_of(local)
 
-    def read_many(self, keys: Sequence[FrameKey], workers: int | None = None, **kw: Any) -> list[bytes]:
-        ids = [self.frame_id(k) for k in keys]
+    def _by_shard(self, keys: Sequence[FrameKey]) -> dict[int, list[tuple[int, int]]]:
+        """Shard number → (position in ``keys``, frame id in the shard) of each key."""
         by_shard: dict[int, list[tuple[int, int]]] = {}
-        for j, g in enumerate(ids):
-            k, local = self.locate(g)
+        for j, key in enumerate(keys):
+            k, local = self.locate(self.frame_id(key))
             by_shard.setdefault(k, []).append((j, local))
-        out: list[bytes] = [b""] * len(ids)
+        return by_shard
+
+    def frame_sizes(self, keys: Sequence[FrameKey]) -> list[int]:
+        out = [0] * len(keys)
+        for k, items in self._by_shard(keys).items():
+            for (j, _), size in zip(items, self.shard(k).frame_sizes([local for _, local in items])):
+                out[j] = size
+        return out
+
+    def read_many_into(
+        self, keys: Sequence[FrameKey], buffer: bytearray | memoryview | None = None
+    ) -> list[memoryview]:
+        """``PackReader.read_many_into`` across shards: each shard's frames fill the next part of
+        the one buffer."""
+        by_shard = self._by_shard(keys)
+        sizes = {k: sum(self.shard(k).frame_sizes([local for _, local in items])) for k, items in by_shard.items()}
+        view = buffer_for(buffer, sum(sizes.values()))
+        out = [view[:0]] * len(keys)
+        at = 0
+        for k, items in by_shard.items():
+            views = self.shard(k).read_many_into([local for _, local in items], view[at : at + sizes[k]])
+            for (j, _), v in zip(items, views):
+                out[j] = v
+            at += sizes[k]
+        return out
+
+    def read_many(self, keys: Sequence[FrameKey], workers: int | None = None, **kw: Any) -> list[bytes]:
+        by_shard = self._by_shard(keys)
+        out: list[bytes] = [b""] * len(keys)
 
         def read_shard(k: int, items: list[tuple[int, int]]) -> None:
             datas = self.shard(k).read_many([local for _, local in items], workers=workers, **kw)

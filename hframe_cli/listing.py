@@ -78,7 +78,7 @@ def walk_in_parallel(col: Walker, top: Folder) -> bool:
         if sum(u.entries is None for u in units) >= 4 * workers:
             break
         units = [part for u in units for part in _cut(col, u)]
-    if _estimate(units) < PARALLEL_LIST_MIN or not fork_is_safe():
+    if len(units) < 2 or _estimate(units) < PARALLEL_LIST_MIN or not fork_is_safe():
         found = [_found_by(col, u) for u in units]  # the same walk, in the same order, here
     else:
         found = _found_forked(col, units, workers)

@@ -10,6 +10,7 @@ thread pool (``os.pread`` has no shared file position, so threads never race).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import operator
 import os
@@ -58,6 +59,7 @@ __all__ = [
     "PackInfo",
     "PackReader",
     "ReadStats",
+    "buffer_for",
     "default_workers",
 ]
 
@@ -410,7 +412,7 @@ class PackReader:
             out[j] = data
         return out
 
-    def _check_md5(self, ids: Sequence[int], frames: Sequence[bytes]) -> None:
+    def _check_md5(self, ids: Sequence[int], frames: Sequence[bytes | memoryview]) -> None:
         """Each frame's bytes against the index's md5 (``checks_md5``; run under
         ``_replaced_if_moved``, which tells a replaced pack from damage)."""
         if self._md5s is None:
@@ -434,6 +436,72 @@ class PackReader:
                     f"{self.shown}: the pack was replaced since this reader opened it ({e}); open it again"
                 ) from None
             raise
+
+    def read_many_into(
+        self, keys: Sequence[FrameKey], buffer: bytearray | memoryview | None = None
+    ) -> list[memoryview]:
+        """``read_many``'s frames, written back to back into one buffer and returned as views of it.
+
+        A ``bytes`` object per frame is an allocation per frame, and glibc gives the memory of
+        large ones back to the kernel when they are freed, so every warm batch of 34 KB JPEGs
+        faults its memory in again: that, not the read, is most of its time. A buffer reused
+        from batch to batch is faulted in once (``scripts/bench_read.py``: ``read_many_into``).
+        Decoders that take a buffer read the views without a copy
+        (``torchvision.io.decode_jpeg(torch.frombuffer(v, dtype=torch.uint8))``,
+        ``numpy.frombuffer(v, numpy.uint8)``, ``PIL.Image.open(io.BytesIO(v))`` copies).
+
+        A local pack with no compressed frames is read straight into the buffer, one ``pread``
+        per frame on this thread (the kernel told of a cold batch's ranges at once, as
+        ``read_many`` does); anything else is read by ``read_many`` and copied in.
+
+        Args:
+            keys: frame ids or names (repeats allowed).
+            buffer: writable, contiguous memory filled from its start, reused when big enough
+                (the views of its previous batch then show the new bytes); when it is too small,
+                or None, a new ``bytearray`` just big enough is used (``frame_sizes`` says how
+                big a batch is).
+        """
+        if not keys:
+            return []
+        fileno = getattr(self._storage, "fileno", None)
+        if self._codecs is not None or self.remote or fileno is None:
+            return _copied_into(self.read_many(keys), buffer)
+        ids, offs, lens = self._ranges(keys)
+        with self._replaced_if_moved() if self.checks_md5 else contextlib.nullcontext():
+            out = self._read_into(fileno(), offs, lens, buffer_for(buffer, sum(lens)))
+            if out is None:  # a short read or an error: the checked path finishes it or says why
+                return _copied_into(self.read_many(keys), buffer)
+            if self.checks_md5:
+                self._check_md5(ids, out)
+        return out
+
+    def frame_sizes(self, keys: Sequence[FrameKey]) -> list[int]:
+        """The size of each frame as ``read`` returns it (decompressed), from the index."""
+        lengths = self._raw_lengths if self._raw_lengths is not None else self._lengths
+        return [lengths[k if type(k) is int else self.frame_id(k)] for k in keys]
+
+    def _read_into(self, fd: int, offs: list[int], lens: list[int], view: memoryview) -> list[memoryview] | None:
+        """Each range read into ``view``, back to back; None after a short read or an error."""
+        preadv = os.preadv
+        out: list[memoryview] = []
+        try:
+            first = view[: lens[0]]
+            t0 = time.perf_counter()
+            if preadv(fd, [first], offs[0]) != lens[0]:
+                return None
+            if len(offs) > 2 and _looks_cold(time.perf_counter() - t0, lens[0]):
+                self._storage.prefetch(offs[1:], lens[1:])
+            out.append(first)
+            at = lens[0]
+            for off, n in zip(offs[1:], lens[1:]):
+                part = view[at : at + n]
+                if preadv(fd, [part], off) != n:
+                    return None
+                out.append(part)
+                at += n
+        except OSError:
+            return None
+        return out
 
     def read_many_stored(
         self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None
@@ -724,6 +792,33 @@ def _budgeted_gap(offs: Sequence[int], lens: Sequence[int], most: int, budget: f
         spent += g
         chosen = g
     return chosen
+
+
+def buffer_for(buffer: bytearray | memoryview | None, size: int) -> memoryview:
+    """``buffer`` as writable bytes when it holds ``size`` of them, else a new bytearray's
+    (``read_many_into``)."""
+    if buffer is not None:
+        view = memoryview(buffer)
+        if view.readonly:
+            raise InputError("read_many_into: the buffer is read-only")
+        if not view.c_contiguous:
+            raise InputError("read_many_into: the buffer is not contiguous")
+        view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+        if view.nbytes >= size:
+            return view
+    return memoryview(bytearray(size))
+
+
+def _copied_into(frames: list[bytes], buffer: bytearray | memoryview | None) -> list[memoryview]:
+    view = buffer_for(buffer, sum(map(len, frames)))
+    out = []
+    at = 0
+    for data in frames:
+        part = view[at : at + len(data)]
+        part[:] = data
+        out.append(part)
+        at += len(data)
+    return out
 
 
 def _looks_cold(seconds: float, nbytes: int) -> bool:

@@ -16,7 +16,9 @@ with ``--seed``; every method reads the same ids:
 * ``seed``:       the seed-style reader: JSON index entry, then one ``os.pread`` per frame;
 * ``loose``:      the original files, open/read/close each;
 * ``read_many_default``: ``read_many(ids)`` with its default thread count (what users call);
-* ``getitem``: a ``reader[i]`` loop, one frame per call.
+* ``getitem``: a ``reader[i]`` loop, one frame per call;
+* ``read_many_into``: ``read_many_into(ids, buf)``, one ``bytearray`` reused for every batch
+  (no allocation per frame; warm only).
 
 ``--cold`` adds, on the same random batches: ``read_many_w8`` (``workers=8``), ``seed_t8`` and
 ``loose_t8`` (the seed reader and loose files on a pool of 8 threads, one frame per task);
@@ -40,7 +42,8 @@ md5, and all methods return the same bytes.
 Targets (reported, not enforced; exit status 0 unless something errors), frames/s ratios:
   read_many_vs_bare_pread >= 0.8 (warm); read_many_vs_loose is reported without one.
   Warm, issue 17: read_many_default_vs_bare_pread >= 0.9, getitem_vs_bare_pread >= 0.8,
-  read_many_default_vs_getitem >= 1.0 (a batch is never slower than one call per frame).
+  read_many_default_vs_getitem >= 1.0 (a batch is never slower than one call per frame);
+  read_many_into_vs_bare_pread is reported without one (the pread loop allocates every frame).
   --cold: hframe_vs_loose >= 2.0 and hframe_vs_seed >= 1.0, each at 1 and 8 workers/threads;
   blocklocal_vs_random >= 1.5 (1 and 8 workers); read_many_w8_vs_fio_8jobs aim >= 0.9 (report only).
 """
@@ -145,8 +148,19 @@ def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int, seed_
     def getitem(ids: list[int], ranges: list[tuple[int, int]]) -> list[bytes]:
         return [reader[i] for i in ids]
 
+    buffer = bytearray()
+
+    def read_many_into(ids: list[int], ranges: list[tuple[int, int]]) -> list[memoryview]:
+        nonlocal buffer
+        views = reader.read_many_into(ids, buffer)
+        if views and views[0].obj is not buffer:  # grown once, then reused
+            buffer = views[0].obj  # type: ignore[assignment]
+        return views
+
     methods: dict[str, Method] = {"read_many": read_many, "bare_pread": bare_pread, "seed": seed, "loose": loose,
                                   "read_many_default": read_many_default, "getitem": getitem}
+    if pool is None:  # warm only: a buffer reused batch after batch is what it is for
+        methods["read_many_into"] = read_many_into
     if pool is not None and reader8 is not None:  # --cold: the 8-thread variants
         methods["read_many_w8"] = lambda ids, ranges: reader8.read_many(ids, workers=8)
         methods["seed_t8"] = lambda ids, ranges: list(pool.map(seed_one, ids))
@@ -308,6 +322,8 @@ def main() -> int:
             verdict("getitem_vs_bare_pread", fps["getitem"] / fps["bare_pread"], 0.8, f" mode=warm dataset={name}")
             verdict("read_many_default_vs_getitem", fps["read_many_default"] / fps["getitem"], 1.0,
                     f" mode=warm dataset={name}")
+            print(f"read_many_into_vs_bare_pread={fps['read_many_into'] / fps['bare_pread']:.3f} mode=warm "
+                  f"dataset={name} target=none")
             continue
         for w, hf, seed, loose in ((1, "read_many", "seed", "loose"), (8, "read_many_w8", "seed_t8", "loose_t8")):
             verdict("hframe_vs_loose", fps[hf] / fps[loose], 2.0, f" workers={w} mode=cold dataset={name}")

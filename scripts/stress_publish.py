@@ -4,7 +4,8 @@
 Writers (``--writers`` threads, each running the real ``hframe`` command) change the source
 folder (add, rewrite or remove a file) and run ``pack --update --wait``, some killed with
 SIGKILL at a random moment (``--kill-rate``). Reader processes meanwhile open the pack over and
-over and read random batches, and keep one long-lived reader open across every publish, forking
+over and read random batches (``read_many``, and every other batch ``read_many_into`` one reused
+buffer, as the workers do), and keep one long-lived reader open across every publish, forking
 and spawning workers from it. Every frame's bytes start with its own name and version, so a
 read is checked against the file it claims to be, independently of any index: a frame whose
 bytes belong to another name, or disagree with the md5 of the reader's own index, is a wrong
@@ -58,8 +59,18 @@ def _worker_read(blob: bytes | None, reader: object, results: object) -> None:
     names = r.table.column("name").to_pylist()
     md5s = r.table.column("md5").to_pylist()
     ids = list(range(len(r)))
-    wrong = sum(not check(n, d, m) for n, d, m in zip(names, r.read_many(ids), md5s))
+    wrong = sum(not check(n, d, m) for n, d, m in zip(names, batch(r, ids, 1), md5s))
     results.put(("worker", len(ids), wrong))  # type: ignore[attr-defined]
+
+
+_BUFFER = bytearray(64 << 10)  # reused by every read_many_into of a reader process
+
+
+def batch(reader: object, ids: list[int], turn: int) -> list[bytes]:
+    """``read_many``, or every other turn ``read_many_into`` one reused buffer."""
+    if turn % 2:
+        return [bytes(v) for v in reader.read_many_into(ids, _BUFFER)]  # type: ignore[attr-defined]
+    return reader.read_many(ids)  # type: ignore[attr-defined]
 
 
 def reader_loop(out: str, stop: object, results: object, seed: int) -> None:
@@ -80,9 +91,9 @@ def reader_loop(out: str, stop: object, results: object, seed: int) -> None:
                 n = len(p)
                 names = p.table.column("name").to_pylist()
                 md5s = p.table.column("md5").to_pylist()
-                for _ in range(5):
+                for turn in range(5):
                     ids = [rng.randrange(n) for _ in range(min(n, 32))]
-                    for i, data in zip(ids, p.read_many(ids)):
+                    for i, data in zip(ids, batch(p, ids, turn)):
                         reads += 1
                         wrong += not check(names[i], data, md5s[i])
                     k = rng.randrange(n)
@@ -92,7 +103,7 @@ def reader_loop(out: str, stop: object, results: object, seed: int) -> None:
             failed += 1
             errors.append(f"{type(e).__name__}: {e}")
         ids = [rng.randrange(len(held)) for _ in range(16)]
-        for i, data in zip(ids, held.read_many(ids)):
+        for i, data in zip(ids, batch(held, ids, loops)):
             reads += 1
             wrong += not check(held_names[i], data, held_md5[i])
         if loops % 20 == 3:  # a forked and a spawned worker from the long-lived reader

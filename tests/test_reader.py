@@ -8,6 +8,7 @@ import pickle
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -155,3 +156,73 @@ def test_a_bool_is_no_frame_id_in_read_nor_in_read_many(packed):
             with pytest.raises(h.InputError, match="not bool"):
                 call()
         assert p.read_many([1, 0]) == [p.read(1), p.read(0)]
+
+
+def _evict(path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_read_many_into_fills_one_reused_buffer_with_what_read_many_gives(packed):
+    with h.open_pack(packed) as p:
+        names = p.table.column("name").to_pylist()
+        keys = [7, 0, names[3], 7, 29, 12]
+        want = p.read_many(keys)
+        assert p.frame_sizes(keys) == [len(w) for w in want]
+        buf = bytearray(sum(map(len, want)) + 100)
+        for cold in (False, True):
+            if cold:
+                _evict(packed)
+            got = p.read_many_into(keys, buf)
+            assert [bytes(v) for v in got] == want
+            assert all(v.obj is buf for v in got)  # in the buffer given, back to back
+            assert b"".join(want) == bytes(buf[: sum(map(len, want))])
+        again = p.read_many_into([1, 2], buf)  # the same buffer again: the old views show the new bytes
+        assert bytes(again[0]) == p[1] and bytes(got[0][: len(p[1])]) == p[1]
+        small = bytearray(10)
+        fresh = p.read_many_into(keys, small)
+        assert [bytes(v) for v in fresh] == want and fresh[0].obj is not small and small == bytearray(10)
+        assert [bytes(v) for v in p.read_many_into(keys)] == want
+        assert p.read_many_into([]) == []
+        with pytest.raises(h.InputError, match="read-only"):
+            p.read_many_into(keys, memoryview(bytes(len(buf))))
+        with pytest.raises(h.NotFound):
+            p.read_many_into([len(p)], buf)
+
+
+def test_read_many_into_a_compressed_pack_and_a_dataset(tmp_path, photos, cli):
+    from test_compress import make_records
+
+    rec = make_records(tmp_path / "rec")
+    for out, extra in (
+        (tmp_path / "c.hframe", ["--compress", "zstd"]),
+        (tmp_path / "ds.hframe", ["--max-pack-bytes", "15kB"]),
+    ):
+        src = rec if "--compress" in extra else photos
+        assert cli(["pack", str(src), "-o", str(out), "-q", *extra]).exit_code == 0
+        with h.open_pack(out) as p:
+            keys = list(range(len(p)))[::-1] + [0]
+            want = p.read_many(keys)
+            assert p.frame_sizes(keys) == [len(w) for w in want]
+            buf = bytearray(sum(map(len, want)))
+            got = p.read_many_into(keys, buf)
+            assert [bytes(v) for v in got] == want and all(v.obj is buf for v in got)
+
+
+def test_read_many_into_a_pack_cut_short_since_it_was_opened_fails_like_read_many(packed, tmp_path):
+    copy = tmp_path / "cut.hframe"
+    copy.write_bytes(packed.read_bytes())
+    (tmp_path / "cut.hframe.index.parquet").write_bytes(Path(f"{packed}.index.parquet").read_bytes())
+    with h.open_pack(copy) as p:
+        last = len(p) - 1
+        start, _ = p.range_of(last)
+        os.truncate(copy, start + 3)  # the last frame's bytes are gone
+        with pytest.raises(h.HframeError) as many:
+            p.read_many([0, last])
+        with pytest.raises(h.HframeError) as into:
+            p.read_many_into([0, last], bytearray(1 << 20))
+        assert type(into.value) is type(many.value) and str(into.value) == str(many.value)
