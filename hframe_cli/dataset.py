@@ -26,7 +26,7 @@ from .inputs import expand_globs
 from .locations import is_remote, shown_url, with_suffix
 from .lock import OutputLock
 from .policy import Counters
-from .reader import FrameKey, PackReader, buffer_for
+from .reader import FrameKey, PackReader, buffer_for, carved
 from .storage import open_storage
 
 __all__ = [
@@ -322,19 +322,15 @@ class DatasetReader:
     def read_many_into(
         self, keys: Sequence[FrameKey], buffer: bytearray | memoryview | None = None
     ) -> list[memoryview]:
-        """``PackReader.read_many_into`` across shards: each shard's frames fill the next part of
-        the one buffer."""
-        by_shard = self._by_shard(keys)
-        sizes = {k: sum(self.shard(k).frame_sizes([local for _, local in items])) for k, items in by_shard.items()}
-        view = buffer_for(buffer, sum(sizes.values()))
-        out = [view[:0]] * len(keys)
-        at = 0
-        for k, items in by_shard.items():
-            views = self.shard(k).read_many_into([local for _, local in items], view[at : at + sizes[k]])
-            for (j, _), v in zip(items, views):
-                out[j] = v
-            at += sizes[k]
-        return out
+        """``PackReader.read_many_into`` across shards: the frames back to back in the order asked,
+        whichever shard holds each."""
+        if not keys:
+            return []
+        sizes = self.frame_sizes(keys)
+        views = carved(buffer_for(buffer, sum(sizes)), sizes)
+        for k, items in self._by_shard(keys).items():
+            self.shard(k).read_into([local for _, local in items], [views[j] for j, _ in items])
+        return views
 
     def read_many(self, keys: Sequence[FrameKey], workers: int | None = None, **kw: Any) -> list[bytes]:
         by_shard = self._by_shard(keys)

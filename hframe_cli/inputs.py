@@ -184,9 +184,14 @@ class _Collector:
                 self.add_file(path, prefix + entry.name, est)
             else:
                 try:
-                    self.add_file(path, prefix + entry.name, entry.stat(follow_symlinks=False))
+                    est = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     self.reject(path, "vanished while listing")
+                    continue
+                except OSError as e:  # a folder whose names can be read but not stat'ed (no x bit)
+                    self.reject(path, f"cannot stat: {e.strerror}")
+                    continue
+                self.add_file(path, prefix + entry.name, est)
 
     def subfolder(self, folder: Folder, entry: os.DirEntry[str], reject: bool = True) -> Folder | tuple[()] | None:
         """``entry`` of ``folder`` as a folder to walk; ``()`` for a folder rejected (it cannot be

@@ -22,9 +22,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from .errors import InputError
 from .faults import fault_point
-from .processes import become_helper, fork_is_safe, read_exactly, reap, usable_cpus, write_all
+from .processes import become_helper, fork_is_safe, read_exactly, reap, signals_held, usable_cpus, write_all
 from .sources import Rejected, Source, SourceList
 
 __all__ = ["PARALLEL_LIST_MIN", "Folder", "Walker", "walk_in_parallel"]
@@ -64,7 +63,7 @@ class _Unit:
     entries: list[os.DirEntry[str]] | None = None
 
 
-_Found = tuple[list[Source], list[Rejected], "str | None"]  # sources, rejections, the error it stopped at
+_Found = tuple[list[Source], list[Rejected], "Exception | None"]  # sources, rejections, the error it stopped at
 
 
 def walk_in_parallel(col: Walker, top: Folder) -> bool:
@@ -86,7 +85,7 @@ def walk_in_parallel(col: Walker, top: Folder) -> bool:
         col.out.sources.extend(sources)
         col.out.rejected.extend(rejected)
         if error is not None:
-            raise InputError(error)
+            raise error  # the one the walk would have met first, whichever process met it
     return True
 
 
@@ -136,8 +135,8 @@ def _found_by(col: Walker, unit: _Unit) -> _Found:
             stack: list[Folder] = []
             col.add_entries(unit.folder, unit.entries, stack)
             col.walk(stack)  # a file that became a folder since it was listed
-    except InputError as e:  # a bad input without --skip-bad, the output inside the tree
-        error = str(e)
+    except Exception as e:  # noqa: BLE001 - a bad input without --skip-bad, the output inside the
+        error = e  # tree, anything unforeseen: raised in its turn, as the one walk would raise it
     finally:
         found, col.out = col.out, saved
     return found.sources, found.rejected, error
@@ -162,18 +161,20 @@ def _found_forked(col: Walker, units: list[_Unit], workers: int) -> list[_Found]
     os.close(queue_w)
     helpers: list[tuple[int, int]] = []  # pid, the pipe it answers on
     try:
+        parent = os.getpid()
         for _ in range(workers - 1):
             r, w = os.pipe()
-            try:
-                pid = os.fork()
-            except OSError:  # a limit on processes: fewer helpers, or this process alone
-                os.close(r)
+            with signals_held():  # a signal is taken only once the finally below knows the helper
+                try:
+                    pid = os.fork()
+                except OSError:  # a limit on processes: fewer helpers, or this process alone
+                    os.close(r)
+                    os.close(w)
+                    break
+                if pid == 0:
+                    _helper(col, units, parent, queue_r, w)
                 os.close(w)
-                break
-            if pid == 0:
-                _helper(col, units, queue_r, w)
-            os.close(w)
-            helpers.append((pid, r))
+                helpers.append((pid, r))
         for i in _taken(queue_r):
             found[i] = _found_by(col, units[i])
         while helpers:
@@ -204,14 +205,14 @@ def _taken(queue: int) -> Iterator[int]:
         yield _INDEX.unpack(raw)[0]
 
 
-def _helper(col: Walker, units: list[_Unit], queue: int, answer: int) -> None:
+def _helper(col: Walker, units: list[_Unit], parent: int, queue: int, answer: int) -> None:
     """In a forked helper: walk the units taken from the queue, then send what each found as one
     message (its length, then a pickle of plain lists); never returns. One message at the end,
     not one per unit: the parent reads only once it has no units left to walk, and a full pipe
     would hold the helper back until then."""
     code = 0
     try:
-        become_helper(queue, answer)
+        become_helper(parent, queue, answer)
         answers = []
         for i in _taken(queue):
             fault_point("listing-helper")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .media import FramePrep, PreparedFrame
-from .processes import become_helper, fork_is_safe, read_exactly, reap, usable_cpus, write_all
+from .processes import become_helper, fork_is_safe, read_exactly, reap, signals_held, usable_cpus, write_all
 from .sources import Source
 
 __all__ = [
@@ -181,40 +181,42 @@ def loaded_by_child(
     r, w = os.pipe()
     with contextlib.suppress(OSError, AttributeError):  # room for a few batches: the child runs ahead
         fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
-    try:
-        pid = os.fork()
-    except OSError:  # EAGAIN (a limit on processes), ENOMEM (no overcommit): load here instead
-        os.close(r)
-        os.close(w)
-        yield from loaded_in_order(sources, 1, prep, videos)
-        return
+    parent = os.getpid()
+    pid = -1
     taken = 0  # sources yielded from what the child sent
-    if pid == 0:  # the child
-        code = 0
-        try:
-            become_helper(w)
-            for batch in batches:
-                write_all(w, _encode([load_prepared(src, prep, videos) for src in batch]))
-        except BaseException:  # noqa: BLE001 - a broken pipe or anything else: the parent carries on
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(w)
     try:
-        for batch in batches:
-            fields = _receive(r)
-            if fields is None or len(fields) != len(batch):
-                break
-            for src, (data, md5, error, stream, video, frame) in zip(batch, fields):
-                yield Loaded(src, data, md5, error, stream, video, frame)
-            taken += len(batch)
+        with signals_held():  # a signal is taken only once the child is known to the finally below
+            try:
+                pid = os.fork()
+            except OSError:  # EAGAIN (a limit on processes), ENOMEM (no overcommit): load here instead
+                pid = -1
+            if pid == 0:  # the child
+                code = 0
+                try:
+                    become_helper(parent, w)
+                    for batch in batches:
+                        write_all(w, _encode([load_prepared(src, prep, videos) for src in batch]))
+                except BaseException:  # noqa: BLE001 - a broken pipe or anything else: the parent carries on
+                    code = 1
+                finally:
+                    os._exit(code)
+            os.close(w)
+        if pid > 0:
+            for batch in batches:
+                fields = _receive(r)
+                if fields is None or len(fields) != len(batch):
+                    break
+                for src, (data, md5, error, stream, video, frame) in zip(batch, fields):
+                    yield Loaded(src, data, md5, error, stream, video, frame)
+                taken += len(batch)
     finally:
         os.close(r)
-        if taken < len(sources):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        reap(pid)
-    # the child died or sent garbage: the rest is loaded here
+        if pid > 0:
+            if taken < len(sources):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            reap(pid)
+    # no child, or it died or sent garbage: the rest is loaded here
     yield from loaded_in_order(sources[taken:], 1, prep, videos)
 
 

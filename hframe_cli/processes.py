@@ -9,8 +9,20 @@ import gc
 import os
 import signal
 import threading
+from collections.abc import Iterator
 
-__all__ = ["become_helper", "fork_is_safe", "read_exactly", "reap", "usable_cpus", "write_all"]
+__all__ = [
+    "become_helper",
+    "die_with_parent",
+    "fork_is_safe",
+    "read_exactly",
+    "reap",
+    "signals_held",
+    "usable_cpus",
+    "write_all",
+]
+
+_HELD = {signal.SIGINT, signal.SIGTERM}
 
 _MAX_FD = max(1 << 16, os.sysconf("SC_OPEN_MAX")) if hasattr(os, "sysconf") else 1 << 16
 
@@ -54,11 +66,40 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
-def become_helper(*keep: int) -> None:
-    """In a freshly forked child: keep only the descriptors ``keep`` (its pipes) and stdio on
-    /dev/null, so an orphaned helper holds neither the output's lock nor the caller's pipes
-    open; ignore SIGINT (the parent decides what a signal stops) and die by SIGTERM; run no
-    finalizer of the parent's objects. The child must end with ``os._exit``."""
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back (blocked) inside, around a fork: the parent takes a signal
+    that came meanwhile only once it has recorded the child (so its cleanup can end it), and the
+    child only once ``become_helper`` has set what a signal does to it (it never runs the
+    parent's handlers, which raise into the parent's code)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this (forked) process when its parent ends (``PR_SET_PDEATHSIG``,
+    Linux); end now if ``parent`` is already gone."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def become_helper(parent: int, *keep: int) -> None:
+    """In a child just forked (under ``signals_held``) by ``parent``: keep only the descriptors
+    ``keep`` (its pipes) and stdio on /dev/null, so an orphaned helper holds neither the
+    output's lock nor the caller's pipes open; die with the parent (a helper must not keep
+    working for a process that is gone); ignore SIGINT (the parent decides what a signal stops)
+    and die by SIGTERM; run no finalizer of the parent's objects. The child must end with
+    ``os._exit``."""
     gc.disable()
     null = os.open(os.devnull, os.O_RDWR)
     for std in (0, 1, 2):
@@ -69,8 +110,11 @@ def become_helper(*keep: int) -> None:
         os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, _MAX_FD)
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
 
 
 def read_exactly(fd: int, n: int) -> bytearray | None:

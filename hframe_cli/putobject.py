@@ -27,6 +27,7 @@ from typing import Any
 from .errors import HframeError, InputError, StorageError
 from .faults import fault_point
 from .locations import is_remote, shown_url
+from .processes import die_with_parent
 
 __all__ = ["copy_object", "delete_object", "put_objects"]
 
@@ -111,12 +112,7 @@ def put_objects(files: list[tuple[str, str]]) -> None:
 def _die_with_parent(parent: int) -> None:
     """End this process (no upload completed) as soon as ``parent`` is gone: a writer killed
     (SIGKILL, a hang-up) must not leave an upload running that could land over a later publish."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
-    except (OSError, AttributeError):
-        pass
+    die_with_parent(parent)
 
     def watch() -> None:  # elsewhere (and should the parent have died before prctl)
         while os.getppid() == parent:

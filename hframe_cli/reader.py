@@ -60,6 +60,7 @@ __all__ = [
     "PackReader",
     "ReadStats",
     "buffer_for",
+    "carved",
     "default_workers",
 ]
 
@@ -440,7 +441,8 @@ class PackReader:
     def read_many_into(
         self, keys: Sequence[FrameKey], buffer: bytearray | memoryview | None = None
     ) -> list[memoryview]:
-        """``read_many``'s frames, written back to back into one buffer and returned as views of it.
+        """``read_many``'s frames, written back to back into one buffer in the order asked, and
+        returned as views of it.
 
         A ``bytes`` object per frame is an allocation per frame, and glibc gives the memory of
         large ones back to the kernel when they are freed, so every warm batch of 34 KB JPEGs
@@ -448,7 +450,7 @@ class PackReader:
         from batch to batch is faulted in once (``scripts/bench_read.py``: ``read_many_into``).
         Decoders that take a buffer read the views without a copy
         (``torchvision.io.decode_jpeg(torch.frombuffer(v, dtype=torch.uint8))``,
-        ``numpy.frombuffer(v, numpy.uint8)``, ``PIL.Image.open(io.BytesIO(v))`` copies).
+        ``numpy.frombuffer(v, numpy.uint8)``; ``PIL.Image.open(io.BytesIO(v))`` copies).
 
         A local pack with no compressed frames is read straight into the buffer, one ``pread``
         per frame on this thread (the kernel told of a cold batch's ranges at once, as
@@ -463,45 +465,53 @@ class PackReader:
         """
         if not keys:
             return []
+        sizes = self.frame_sizes(keys)
+        views = carved(buffer_for(buffer, sum(sizes)), sizes)
+        self.read_into(keys, views)
+        return views
+
+    def read_into(self, keys: Sequence[FrameKey], views: Sequence[memoryview]) -> None:
+        """Read each frame of ``keys`` into its view in ``views``, each exactly the frame's size
+        (``frame_sizes``); the work of ``read_many_into``, for callers that lay a buffer out
+        themselves (a dataset's shards)."""
+        if not keys:
+            return
         fileno = getattr(self._storage, "fileno", None)
-        if self._codecs is not None or self.remote or fileno is None:
-            return _copied_into(self.read_many(keys), buffer)
-        ids, offs, lens = self._ranges(keys)
-        with self._replaced_if_moved() if self.checks_md5 else contextlib.nullcontext():
-            out = self._read_into(fileno(), offs, lens, buffer_for(buffer, sum(lens)))
-            if out is None:  # a short read or an error: the checked path finishes it or says why
-                return _copied_into(self.read_many(keys), buffer)
-            if self.checks_md5:
-                self._check_md5(ids, out)
-        return out
+        if self._codecs is None and not self.remote and fileno is not None:
+            ids, offs, lens = self._ranges(keys)
+            with self._replaced_if_moved() if self.checks_md5 else contextlib.nullcontext():
+                if self._read_into(fileno(), offs, lens, views):
+                    if self.checks_md5:
+                        self._check_md5(ids, views)
+                    return
+        # compressed, remote, or a read that failed or came short: the checked path reads it
+        # (or says why it cannot)
+        for view, data in zip(views, self.read_many(keys), strict=True):
+            view[:] = data
 
     def frame_sizes(self, keys: Sequence[FrameKey]) -> list[int]:
         """The size of each frame as ``read`` returns it (decompressed), from the index."""
         lengths = self._raw_lengths if self._raw_lengths is not None else self._lengths
-        return [lengths[k if type(k) is int else self.frame_id(k)] for k in keys]
+        count = len(lengths)
+        return [lengths[k if type(k) is int and 0 <= k < count else self.frame_id(k)] for k in keys]
 
-    def _read_into(self, fd: int, offs: list[int], lens: list[int], view: memoryview) -> list[memoryview] | None:
-        """Each range read into ``view``, back to back; None after a short read or an error."""
+    def _read_into(self, fd: int, offs: list[int], lens: list[int], views: Sequence[memoryview]) -> bool:
+        """Each range read into its view; False after an error or an end of file met early."""
         preadv = os.preadv
-        out: list[memoryview] = []
         try:
-            first = view[: lens[0]]
             t0 = time.perf_counter()
-            if preadv(fd, [first], offs[0]) != lens[0]:
-                return None
-            if len(offs) > 2 and _looks_cold(time.perf_counter() - t0, lens[0]):
-                self._storage.prefetch(offs[1:], lens[1:])
-            out.append(first)
-            at = lens[0]
-            for off, n in zip(offs[1:], lens[1:]):
-                part = view[at : at + n]
-                if preadv(fd, [part], off) != n:
-                    return None
-                out.append(part)
-                at += n
-        except OSError:
-            return None
-        return out
+            for j, (off, n, view) in enumerate(zip(offs, lens, views, strict=True)):
+                got = preadv(fd, [view], off)
+                while got < n:  # a read of 2 GiB or more comes in parts
+                    more = preadv(fd, [view[got:]], off + got)
+                    if more <= 0:
+                        return False
+                    got += more
+                if j == 0 and len(offs) > 2 and _looks_cold(time.perf_counter() - t0, n):
+                    self._storage.prefetch(offs[1:], lens[1:])  # the rest asked for at once
+        except (OSError, ValueError):
+            return False
+        return True
 
     def read_many_stored(
         self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None
@@ -809,15 +819,13 @@ def buffer_for(buffer: bytearray | memoryview | None, size: int) -> memoryview:
     return memoryview(bytearray(size))
 
 
-def _copied_into(frames: list[bytes], buffer: bytearray | memoryview | None) -> list[memoryview]:
-    view = buffer_for(buffer, sum(map(len, frames)))
+def carved(view: memoryview, sizes: Sequence[int]) -> list[memoryview]:
+    """``view`` cut into consecutive views of ``sizes`` bytes, from its start."""
     out = []
     at = 0
-    for data in frames:
-        part = view[at : at + len(data)]
-        part[:] = data
-        out.append(part)
-        at += len(data)
+    for n in sizes:
+        out.append(view[at : at + n])
+        at += n
     return out
 
 

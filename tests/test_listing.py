@@ -98,6 +98,34 @@ def test_without_skip_bad_the_first_error_is_the_one_process_walks_first(tmp_pat
     assert str(many.value) == str(one.value) and not str(one.value).startswith(bad)
 
 
+def test_an_unforeseen_error_is_raised_in_its_turn_too(tmp_path, forked, monkeypatch):
+    """Not only InputError: an error the walk does not expect (here a PermissionError from a
+    file's stat, as in a folder that can be read but not searched) is raised where the one walk
+    would meet it, after the bad inputs it would have met first."""
+    from hframe_cli.inputs import _Collector
+
+    tree = messy_tree(tmp_path / "src")
+    (tree / "a" / "000link.bin").symlink_to(tree / "a" / "000.bin")  # a later unit than the first bad input
+    real = _Collector.add_file
+
+    def add_file(self, path, name, st=None):
+        if path.endswith("000link.bin"):
+            raise PermissionError(13, "Permission denied", path)
+        return real(self, path, name, st)
+
+    monkeypatch.setattr(_Collector, "add_file", add_file)
+    for expect in (InputError, PermissionError):
+        with pytest.raises(expect) as one:
+            in_one_process([str(tree)])
+        with pytest.raises(expect) as many:
+            collect_sources([str(tree)])
+        assert str(many.value) == str(one.value)
+        if expect is InputError:
+            for bad in ("b/broken", "b/d/loop", "f/pipe", "a/empty.bin"):  # the bad inputs met before it
+                (tree / bad).unlink()
+    assert len(forked) == 2
+
+
 def test_a_helper_that_dies_leaves_its_units_to_the_parent(tmp_path, forked, monkeypatch):
     tree = messy_tree(tmp_path / "src")
     one = in_one_process([str(tree)], skip_bad=True)
@@ -175,3 +203,30 @@ def test_pack_of_a_big_tree_is_the_same_listed_by_one_process_and_a_helper_holds
     assert out.read_bytes() == one.read_bytes()
     assert Path(f"{out}.index.parquet").read_bytes() == Path(f"{one}.index.parquet").read_bytes()
     assert run_bin(["verify", str(out), "-q"]).returncode == 0
+    # the run killed while its helper is stopped: the helper goes with it (it must not keep
+    # walking a big tree, or hold anything, for a process that is gone)
+    proc = subprocess.Popen(
+        [hframe_bin(), "pack", str(src), "-o", str(tmp_path / "killed.hframe"), "-q"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "HFRAME_TTY": "0", "HFRAME_FAULT": "listing-helper:1:stop"},
+    )
+    helper = _stopped_child(proc.pid, time.monotonic() + 60)
+    try:
+        proc.kill()
+        proc.wait(30)
+        deadline = time.monotonic() + 10
+        while not _gone(helper) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(helper), "the helper outlived its parent"
+    finally:
+        if not _gone(helper):
+            os.kill(helper, signal.SIGKILL)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # dead, not yet reaped by init
+    except FileNotFoundError:
+        return True

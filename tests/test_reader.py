@@ -211,6 +211,10 @@ def test_read_many_into_a_compressed_pack_and_a_dataset(tmp_path, photos, cli):
             buf = bytearray(sum(map(len, want)))
             got = p.read_many_into(keys, buf)
             assert [bytes(v) for v in got] == want and all(v.obj is buf for v in got)
+            assert bytes(buf) == b"".join(want)  # back to back in the order asked, whatever the shard
+        for bad in (-1, len(p)):
+            with pytest.raises(h.NotFound):
+                p.frame_sizes([0, bad])
 
 
 def test_read_many_into_a_pack_cut_short_since_it_was_opened_fails_like_read_many(packed, tmp_path):
