@@ -135,6 +135,11 @@ def main() -> int:
     log_path = args.log or os.path.join(out_dir, "perframe.log")
     py = sys.executable
     results: list[tuple[str, float, dict[str, str]]] = []
+    # as installed by pip: the package's bytecode compiled once (with PYTHONDONTWRITEBYTECODE set,
+    # as on CI machines, a source tree's edited modules would be compiled again at every start)
+    import hframe_cli
+
+    subprocess.run([py, "-m", "compileall", "-q", os.path.dirname(hframe_cli.__file__)], check=True)
     with open(log_path, "w") as log:
         print(f"cpus={os.cpu_count()} load1={os.getloadavg()[0]:.2f} started={time.strftime('%F %T')}", file=log)
         results += parse(
