@@ -17,6 +17,7 @@ __all__ = [
     "fork_is_safe",
     "read_exactly",
     "reap",
+    "release_signals",
     "signals_held",
     "usable_cpus",
     "write_all",
@@ -113,6 +114,12 @@ def become_helper(parent: int, *keep: int) -> None:
     die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    release_signals()
+
+
+def release_signals() -> None:
+    """In a child forked under ``signals_held``, once it is ready for them: take SIGINT and
+    SIGTERM again."""
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
 

@@ -77,7 +77,7 @@ from .index import IndexMeta, file_digest_problem, format_time_us, index_locatio
 from .inputs import expand_globs
 from .locations import is_remote, shown_url
 from .parts import balanced_part
-from .processes import reap, usable_cpus, write_all
+from .processes import reap, release_signals, signals_held, usable_cpus, write_all
 from .reader import read_dictionary
 from .storage import Storage, evict_from_page_cache, open_storage, unpinned_and_moved
 from .verify_index import IndexCols, wrong_frame_ids
@@ -1219,51 +1219,53 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
     try:
         for slot, (a, b) in enumerate(parts[1:]):
             r, w = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # the child: walk its part, send back what it found, exit without cleanup
-                os.close(r)
-                code = 0
-                try:
-                    child = _Verifier(
-                        PackReport(v.r.pack, v.r.index, v.r.mode, v.r.selection),
-                        v.storage,
-                        v.max_errors,
-                        v.decode,
-                        shared.child_progress(slot) if outer is not None else None,
-                    )
-                    child.decompressor = v.decompressor
-                    pos, nxt = -1, -1
+            with signals_held():  # a signal is taken once the child is in its try, and listed below
+                pid = os.fork()
+                if pid == 0:  # the child: walk its part, send back what it found, exit without cleanup
+                    os.close(r)
+                    code = 0
                     try:
-                        pos = child.walk(
-                            rofs[a],
-                            a,
-                            b,
-                            end,
-                            data_end_known,
-                            rows(a, b),
-                            read_end=rofs[b] if b < n else end,
-                            report_to=n,
+                        release_signals()  # now a signal ends this child through the except below
+                        child = _Verifier(
+                            PackReport(v.r.pack, v.r.index, v.r.mode, v.r.selection),
+                            v.storage,
+                            v.max_errors,
+                            v.decode,
+                            shared.child_progress(slot) if outer is not None else None,
                         )
-                        nxt = child.next_id
-                    except _TooManyProblems:
-                        pass
-                    payload = pickle.dumps(
-                        (
-                            child.r.problems,
-                            child.r.frames_checked,
-                            child.r.bytes_checked,
-                            pos,
-                            nxt,
-                            child.r.stopped_early,
+                        child.decompressor = v.decompressor
+                        pos, nxt = -1, -1
+                        try:
+                            pos = child.walk(
+                                rofs[a],
+                                a,
+                                b,
+                                end,
+                                data_end_known,
+                                rows(a, b),
+                                read_end=rofs[b] if b < n else end,
+                                report_to=n,
+                            )
+                            nxt = child.next_id
+                        except _TooManyProblems:
+                            pass
+                        payload = pickle.dumps(
+                            (
+                                child.r.problems,
+                                child.r.frames_checked,
+                                child.r.bytes_checked,
+                                pos,
+                                nxt,
+                                child.r.stopped_early,
+                            )
                         )
-                    )
-                    write_all(w, payload)
-                except BaseException:  # noqa: BLE001 - report by exit status; the parent re-walks the part
-                    code = 1
-                finally:
-                    os._exit(code)
-            os.close(w)
-            children.append((pid, r))
+                        write_all(w, payload)
+                    except BaseException:  # noqa: BLE001 - report by exit status; the parent re-walks the part
+                        code = 1
+                    finally:
+                        os._exit(code)
+                os.close(w)
+                children.append((pid, r))
         pos = v.walk(
             HEADER_SIZE,
             0,
