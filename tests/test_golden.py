@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 import hframe_cli as h
 
@@ -67,3 +68,12 @@ def test_v1_1_frames_metadata_and_dictionary_read_back(tmp_path):
     shutil.copy(V11, pack)
     h.rebuild_index(pack, f"{pack}.index.parquet")
     assert pq.read_table(f"{pack}.index.parquet").equals(pq.read_table(f"{V11}.index.parquet"))
+
+
+@pytest.mark.parametrize("golden", [V1, V11])
+def test_read_many_into_reads_packs_of_earlier_releases_as_read_many_does(golden):
+    with h.open_pack(golden) as p:
+        keys = list(range(len(p)))[::-1] + [0]
+        want = p.read_many(keys)
+        got = p.read_many_into(keys, bytearray(sum(map(len, want))))
+        assert [bytes(v) for v in got] == want and p.frame_sizes(keys) == [len(w) for w in want]
