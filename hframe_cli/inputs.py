@@ -150,7 +150,7 @@ class _Collector:
 
     def add_entries(self, folder: Folder, entries: Iterable[os.DirEntry[str]], stack: list[Folder]) -> None:
         """Add the files among ``entries`` (of ``folder``), in order; push its subfolders on ``stack``."""
-        _, prefix, chain = folder
+        prefix = folder[1]
         # the common case, a plain regular file with no globs to match, is taken inline: the rest
         # (symlinks, special files, empty or oversized files, the output itself) goes through
         # add_file, which applies every rule

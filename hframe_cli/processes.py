@@ -1,6 +1,9 @@
 """What this process may use and fork: the CPUs it may run on, whether forking a helper is
-safe here, and the two pipe chores every forked helper shares (write all of a message, reap
-the child). Used by the pack loader (``loading``), verify's parallel parts and the reader."""
+safe here, forking without a signal in between (``signals_held``), making the child a helper
+that holds nothing of the parent's and dies with it (``become_helper``), and the pipe chores
+every forked helper shares (write or read all of a message, reap the child). Used by the
+listing (``listing``), the pack loader (``loading``), verify's parallel parts, the uploader
+and the reader."""
 
 from __future__ import annotations
 
