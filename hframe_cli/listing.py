@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import pickle
 import signal
@@ -23,7 +24,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .faults import fault_point
-from .processes import become_helper, fork_is_safe, read_exactly, reap, signals_held, usable_cpus, write_all
+from .processes import (
+    fork_helper,
+    fork_is_safe,
+    pipe_with_room,
+    reap,
+    receive_message,
+    send_message,
+    signals_held,
+    usable_cpus,
+    write_all,
+)
 from .sources import Rejected, Source, SourceList
 
 __all__ = ["PARALLEL_LIST_MIN", "Folder", "Walker", "walk_in_parallel"]
@@ -52,7 +63,6 @@ _MAX_WORKERS = 8  # stat is quick on a local disk; on NFS more would help, but s
 _SLICE = 4096  # files of one folder per unit
 _LEVELS = 3  # folders below the top cut into units at most this deep
 _INDEX = struct.Struct("<I")
-_LEN = struct.Struct("<Q")
 _PIPE_BYTES = 1 << 20  # room for the queue of units (four bytes each)
 
 
@@ -146,9 +156,7 @@ def _found_forked(col: Walker, units: list[_Unit], workers: int) -> list[_Found]
     """Each unit's findings, walked by ``workers - 1`` forked helpers and this process, which all
     take unit numbers from one pipe written in full beforehand."""
     found: list[_Found | None] = [None] * len(units)
-    queue_r, queue_w = os.pipe()
-    with contextlib.suppress(OSError, AttributeError):
-        fcntl.fcntl(queue_w, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+    queue_r, queue_w = pipe_with_room(_PIPE_BYTES)
     try:
         room = fcntl.fcntl(queue_w, fcntl.F_GETPIPE_SZ)
     except (OSError, AttributeError):
@@ -161,19 +169,14 @@ def _found_forked(col: Walker, units: list[_Unit], workers: int) -> list[_Found]
     os.close(queue_w)
     helpers: list[tuple[int, int]] = []  # pid, the pipe it answers on
     try:
-        parent = os.getpid()
         for _ in range(workers - 1):
             r, w = os.pipe()
             with signals_held():  # a signal is taken only once the finally below knows the helper
-                try:
-                    pid = os.fork()
-                except OSError:  # a limit on processes: fewer helpers, or this process alone
-                    os.close(r)
-                    os.close(w)
-                    break
-                if pid == 0:
-                    _helper(col, units, parent, queue_r, w)
+                pid = fork_helper(functools.partial(_helper, col, units, queue_r, w), queue_r, w)
                 os.close(w)
+                if pid < 0:  # a limit on processes: fewer helpers, or this process alone
+                    os.close(r)
+                    break
                 helpers.append((pid, r))
         for i in _taken(queue_r):
             found[i] = _found_by(col, units[i])
@@ -205,41 +208,32 @@ def _taken(queue: int) -> Iterator[int]:
         yield _INDEX.unpack(raw)[0]
 
 
-def _helper(col: Walker, units: list[_Unit], parent: int, queue: int, answer: int) -> None:
+def _helper(col: Walker, units: list[_Unit], queue: int, answer: int) -> None:
     """In a forked helper: walk the units taken from the queue, then send what each found as one
-    message (its length, then a pickle of plain lists); never returns. One message at the end,
-    not one per unit: the parent reads only once it has no units left to walk, and a full pipe
-    would hold the helper back until then."""
-    code = 0
-    try:
-        become_helper(parent, queue, answer)
-        answers = []
-        for i in _taken(queue):
-            fault_point("listing-helper")
-            sources, rejected, error = _found_by(col, units[i])
-            answers.append(
-                (
-                    i,
-                    [s.path for s in sources],
-                    [s.name for s in sources],
-                    array("q", [s.size for s in sources]),
-                    array("q", [s.mtime_ns for s in sources]),
-                    [(r.path, r.reason) for r in rejected],
-                    error,
-                )
+    message (a pickle of plain lists). One message at the end, not one per unit: the parent
+    reads only once it has no units left to walk, and a full pipe would hold the helper back
+    until then."""
+    answers = []
+    for i in _taken(queue):
+        fault_point("listing-helper")
+        sources, rejected, error = _found_by(col, units[i])
+        answers.append(
+            (
+                i,
+                [s.path for s in sources],
+                [s.name for s in sources],
+                array("q", [s.size for s in sources]),
+                array("q", [s.mtime_ns for s in sources]),
+                [(r.path, r.reason) for r in rejected],
+                error,
             )
-        msg = pickle.dumps(answers, pickle.HIGHEST_PROTOCOL)
-        write_all(answer, _LEN.pack(len(msg)) + msg)
-    except BaseException:  # noqa: BLE001 - whatever it was, the parent walks the units left
-        code = 1
-    finally:
-        os._exit(code)
+        )
+    send_message(answer, pickle.dumps(answers, pickle.HIGHEST_PROTOCOL))
 
 
 def _answers(fd: int, count: int) -> list[tuple[int, _Found]]:
     """What the helper on ``fd`` found, by unit number; nothing if it died or sent garbage."""
-    head = read_exactly(fd, _LEN.size)
-    body = read_exactly(fd, _LEN.unpack(head)[0]) if head is not None else None
+    body = receive_message(fd)
     if body is None:
         return []
     try:

@@ -16,7 +16,6 @@ while this process writes: two cores, and the output is the same bytes in the sa
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import pickle
@@ -29,7 +28,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from .media import FramePrep, PreparedFrame
-from .processes import become_helper, fork_is_safe, read_exactly, reap, signals_held, usable_cpus, write_all
+from .processes import (
+    fork_helper,
+    fork_is_safe,
+    pipe_with_room,
+    reap,
+    receive_message,
+    send_message,
+    signals_held,
+    usable_cpus,
+)
 from .sources import Source
 
 __all__ = [
@@ -155,7 +163,6 @@ def loaded_in_order(
                 f.cancel()
 
 
-_LEN = struct.Struct("<Q")
 _COUNT = struct.Struct("<I")
 _HEAD = struct.Struct("<BQ16s")
 _PIPE_BYTES = 1 << 20
@@ -178,28 +185,17 @@ def loaded_by_child(
     if not sources:
         return
     batches = list(_batches(sources))
-    r, w = os.pipe()
-    with contextlib.suppress(OSError, AttributeError):  # room for a few batches: the child runs ahead
-        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
-    parent = os.getpid()
+    r, w = pipe_with_room(_PIPE_BYTES)  # room for a few batches: the child runs ahead
     pid = -1
     taken = 0  # sources yielded from what the child sent
+
+    def load_all() -> None:  # in the child
+        for batch in batches:
+            send_message(w, _encode([load_prepared(src, prep, videos) for src in batch]))
+
     try:
         with signals_held():  # a signal is taken only once the child is known to the finally below
-            try:
-                pid = os.fork()
-            except OSError:  # EAGAIN (a limit on processes), ENOMEM (no overcommit): load here instead
-                pid = -1
-            if pid == 0:  # the child
-                code = 0
-                try:
-                    become_helper(parent, w)
-                    for batch in batches:
-                        write_all(w, _encode([load_prepared(src, prep, videos) for src in batch]))
-                except BaseException:  # noqa: BLE001 - a broken pipe or anything else: the parent carries on
-                    code = 1
-                finally:
-                    os._exit(code)
+            pid = fork_helper(load_all, w)
             os.close(w)
         if pid > 0:
             for batch in batches:
@@ -221,7 +217,7 @@ def loaded_by_child(
 
 
 def _encode(items: list[Loaded]) -> bytes:
-    """One batch as a message: its length, the item count, a head per item (0: a plain file, with
+    """One batch as a message (``processes.send_message``): the item count, a head per item (0: a plain file, with
     its length and md5; 1: anything else, pickled), then the items' bytes back to back. Plain
     files (most small files) cost a struct and no pickling."""
     heads, bodies = [_COUNT.pack(len(items))], []
@@ -233,16 +229,12 @@ def _encode(items: list[Loaded]) -> bytes:
             blob = pickle.dumps((it.data, it.md5, it.error, it.stream, it.video, it.frame), pickle.HIGHEST_PROTOCOL)
             heads.append(_HEAD.pack(1, len(blob), bytes(16)))
             bodies.append(blob)
-    msg = b"".join(heads + bodies)
-    return _LEN.pack(len(msg)) + msg
+    return b"".join(heads + bodies)
 
 
 def _receive(fd: int) -> list[tuple[Any, ...]] | None:
     """One message from the child, decoded, or None at the end of the pipe or a broken message."""
-    head = read_exactly(fd, _LEN.size)
-    if head is None:
-        return None
-    body = read_exactly(fd, _LEN.unpack(head)[0])
+    body = receive_message(fd)
     if body is None:
         return None
     try:

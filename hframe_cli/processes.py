@@ -8,19 +8,25 @@ and the reader."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gc
 import os
 import signal
+import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 __all__ = [
     "become_helper",
     "die_with_parent",
+    "fork_helper",
     "fork_is_safe",
+    "pipe_with_room",
     "read_exactly",
     "reap",
+    "receive_message",
     "release_signals",
+    "send_message",
     "signals_held",
     "usable_cpus",
     "write_all",
@@ -29,6 +35,7 @@ __all__ = [
 _HELD = {signal.SIGINT, signal.SIGTERM}
 
 _MAX_FD = max(1 << 16, os.sysconf("SC_OPEN_MAX")) if hasattr(os, "sysconf") else 1 << 16
+_LEN = struct.Struct("<Q")  # a message's length, before its bytes
 
 
 def usable_cpus() -> int:
@@ -125,6 +132,51 @@ def release_signals() -> None:
     SIGTERM again."""
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
+
+
+def fork_helper(work: Callable[[], object], *keep: int) -> int:
+    """Fork a helper that runs ``work`` (after ``become_helper``, keeping the descriptors
+    ``keep``) and ends with ``os._exit``: 0 when ``work`` returned, 1 on any exception (a
+    broken pipe included: the parent carries on without it). Call it under ``signals_held``
+    and record the pid there. Returns the pid, or -1 when the fork failed (a limit on
+    processes, no memory to overcommit): the caller then does the work itself."""
+    parent = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:
+        return -1
+    if pid == 0:
+        code = 0
+        try:
+            become_helper(parent, *keep)
+            work()
+        except BaseException:  # noqa: BLE001 - reported by the exit status and the pipe's end
+            code = 1
+        finally:
+            os._exit(code)
+    return pid
+
+
+def pipe_with_room(nbytes: int) -> tuple[int, int]:
+    """A pipe (read end, write end) whose buffer is asked to hold ``nbytes`` (Linux; without
+    it, or above the system's limit, it keeps what it has: ``F_GETPIPE_SZ`` tells)."""
+    r, w = os.pipe()
+    with contextlib.suppress(OSError, AttributeError):
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, nbytes)
+    return r, w
+
+
+def send_message(fd: int, body: bytes | bytearray | memoryview) -> None:
+    """Write ``body`` as one message: its length, then its bytes (``receive_message``)."""
+    write_all(fd, _LEN.pack(len(body)))
+    write_all(fd, body)
+
+
+def receive_message(fd: int) -> bytearray | None:
+    """The next message ``send_message`` wrote to the other end, or None when the pipe ends
+    first (the sender died or finished)."""
+    head = read_exactly(fd, _LEN.size)
+    return read_exactly(fd, _LEN.unpack(head)[0]) if head is not None else None
 
 
 def read_exactly(fd: int, n: int) -> bytearray | None:
