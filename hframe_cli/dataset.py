@@ -313,8 +313,11 @@ class DatasetReader:
         return by_shard
 
     def frame_sizes(self, keys: Sequence[FrameKey]) -> list[int]:
-        out = [0] * len(keys)
-        for k, items in self._by_shard(keys).items():
+        return self._sizes(self._by_shard(keys), len(keys))
+
+    def _sizes(self, by_shard: dict[int, list[tuple[int, int]]], count: int) -> list[int]:
+        out = [0] * count
+        for k, items in by_shard.items():
             for (j, _), size in zip(items, self.shard(k).frame_sizes([local for _, local in items])):
                 out[j] = size
         return out
@@ -326,9 +329,10 @@ class DatasetReader:
         whichever shard holds each."""
         if not keys:
             return []
-        sizes = self.frame_sizes(keys)
+        by_shard = self._by_shard(keys)  # each key looked up once
+        sizes = self._sizes(by_shard, len(keys))
         views = carved(buffer_for(buffer, sum(sizes)), sizes)
-        for k, items in self._by_shard(keys).items():
+        for k, items in by_shard.items():
             self.shard(k).read_into([local for _, local in items], [views[j] for j, _ in items])
         return views
 

@@ -296,6 +296,11 @@ class PackReader:
                 return int(pos)
         raise NotFound(f"{self.shown}: no frame named {raw.decode('utf-8', 'backslashreplace')!r}")
 
+    def _frame_ids(self, keys: Sequence[FrameKey]) -> list[int]:
+        """``frame_id`` of each key, with valid int ids taken as they are (no call per frame)."""
+        count = len(self._offsets)
+        return [k if type(k) is int and 0 <= k < count else self.frame_id(k) for k in keys]
+
     def _name_columns(self) -> tuple[pa.Array, pa.Array]:
         """The name and name_raw columns only (a name lookup needs nothing else)."""
         if self._names is None:
@@ -384,7 +389,7 @@ class PackReader:
         if self.checks_md5:
             with self._replaced_if_moved():
                 out = self._read_many_raw(keys, workers, stats)
-                self._check_md5([k if type(k) is int else self.frame_id(k) for k in keys], out)
+                self._check_md5(self._frame_ids(keys), out)
             return out
         return self._read_many_raw(keys, workers, stats)
 
@@ -397,7 +402,7 @@ class PackReader:
         if codecs is None:
             return out
         assert self._decompressor is not None and self._raw_lengths is not None
-        ids = [k if type(k) is int else self.frame_id(k) for k in keys]
+        ids = self._frame_ids(keys)
         packed = [j for j, i in enumerate(ids) if codecs[i]]
         if len(packed) < 4:
             return list(map(self._decode, ids, out))
@@ -465,9 +470,10 @@ class PackReader:
         """
         if not keys:
             return []
-        sizes = self.frame_sizes(keys)
+        ids = self._frame_ids(keys)  # names looked up once, not again by read_into
+        sizes = self.frame_sizes(ids)
         views = carved(buffer_for(buffer, sum(sizes)), sizes)
-        self.read_into(keys, views)
+        self.read_into(ids, views)
         return views
 
     def read_into(self, keys: Sequence[FrameKey], views: Sequence[memoryview]) -> None:
@@ -492,8 +498,7 @@ class PackReader:
     def frame_sizes(self, keys: Sequence[FrameKey]) -> list[int]:
         """The size of each frame as ``read`` returns it (decompressed), from the index."""
         lengths = self._raw_lengths if self._raw_lengths is not None else self._lengths
-        count = len(lengths)
-        return [lengths[k if type(k) is int and 0 <= k < count else self.frame_id(k)] for k in keys]
+        return list(map(lengths.__getitem__, self._frame_ids(keys)))
 
     def _read_into(self, fd: int, offs: list[int], lens: list[int], views: Sequence[memoryview]) -> bool:
         """Each range read into its view; False after an error or an end of file met early."""
@@ -519,7 +524,7 @@ class PackReader:
         """Like ``read_many``, but the bytes exactly as stored (no decompression)."""
         out = self._read_many_stored(keys, workers, stats)
         if self.checks_md5:
-            ids = [k if type(k) is int else self.frame_id(k) for k in keys]
+            ids = self._frame_ids(keys)
             with self._replaced_if_moved():
                 self._check_md5(ids, [self._decode(i, d) for i, d in zip(ids, out)])
         return out
@@ -578,8 +583,7 @@ class PackReader:
             lens = list(map(lengths.__getitem__, keys))  # type: ignore[arg-type]
             ids: Sequence[int] = keys  # type: ignore[assignment]
         except (TypeError, IndexError):
-            count = len(offsets)
-            ids = [k if type(k) is int and 0 <= k < count else self.frame_id(k) for k in keys]
+            ids = self._frame_ids(keys)
             offs = list(map(offsets.__getitem__, ids))
             lens = list(map(lengths.__getitem__, ids))
         if not self._all_in_range and (
