@@ -374,17 +374,14 @@ class _Run:
         settings = self.settings
         workers = settings.workers
         todo = self.sources.sources[start_source:]
+        by_child = False
         if workers is None:
             # threads pay off when hashing and copying dominate; for small files the per-file
             # Python work dominates and a second thread only contends for the GIL: a forked
             # process loads them instead, while this one writes
-            mean = self.sources.total_bytes // max(1, len(self.sources.sources))
-            workers = 1 if mean < _THREADS_ABOVE_MEAN else min(2, usable_cpus())
-            by_child = (
-                mean < _THREADS_ABOVE_MEAN and not self.videos and len(todo) >= _CHILD_ABOVE_FILES and child_may_load()
-            )
-        else:
-            by_child = False
+            small = self.sources.total_bytes < _THREADS_ABOVE_MEAN * len(self.sources.sources)
+            workers = 1 if small else min(2, usable_cpus())
+            by_child = small and not self.videos and len(todo) >= _CHILD_ABOVE_FILES and child_may_load()
         loaded = (
             loaded_by_child(todo, self.prep, self.videos)
             if by_child

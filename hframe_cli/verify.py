@@ -1216,6 +1216,28 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
     shared = _SharedProgress(len(parts) - 1, v.on_progress)
     outer = v.on_progress
     v.on_progress = shared.parent_progress if outer is not None else None
+
+    def walk_part(slot: int, a: int, b: int, w: int) -> None:
+        """In a forked child: walk part [a, b) and send back what it found."""
+        child = _Verifier(
+            PackReport(v.r.pack, v.r.index, v.r.mode, v.r.selection),
+            v.storage,
+            v.max_errors,
+            v.decode,
+            shared.child_progress(slot) if outer is not None else None,
+        )
+        child.decompressor = v.decompressor
+        pos, nxt = -1, -1
+        try:
+            pos = child.walk(
+                rofs[a], a, b, end, data_end_known, rows(a, b), read_end=rofs[b] if b < n else end, report_to=n
+            )
+            nxt = child.next_id
+        except _TooManyProblems:
+            pass
+        r = child.r
+        write_all(w, pickle.dumps((r.problems, r.frames_checked, r.bytes_checked, pos, nxt, r.stopped_early)))
+
     try:
         for slot, (a, b) in enumerate(parts[1:]):
             r, w = os.pipe()
@@ -1226,40 +1248,7 @@ def _walk_in_parallel(v: _Verifier, table: pa.Table, n: int, end: int, data_end_
                     code = 0
                     try:
                         release_signals()  # now a signal ends this child through the except below
-                        child = _Verifier(
-                            PackReport(v.r.pack, v.r.index, v.r.mode, v.r.selection),
-                            v.storage,
-                            v.max_errors,
-                            v.decode,
-                            shared.child_progress(slot) if outer is not None else None,
-                        )
-                        child.decompressor = v.decompressor
-                        pos, nxt = -1, -1
-                        try:
-                            pos = child.walk(
-                                rofs[a],
-                                a,
-                                b,
-                                end,
-                                data_end_known,
-                                rows(a, b),
-                                read_end=rofs[b] if b < n else end,
-                                report_to=n,
-                            )
-                            nxt = child.next_id
-                        except _TooManyProblems:
-                            pass
-                        payload = pickle.dumps(
-                            (
-                                child.r.problems,
-                                child.r.frames_checked,
-                                child.r.bytes_checked,
-                                pos,
-                                nxt,
-                                child.r.stopped_early,
-                            )
-                        )
-                        write_all(w, payload)
+                        walk_part(slot, a, b, w)
                     except BaseException:  # noqa: BLE001 - report by exit status; the parent re-walks the part
                         code = 1
                     finally:
