@@ -28,6 +28,7 @@ __all__ = [
     "release_signals",
     "send_message",
     "signals_held",
+    "this_process",
     "usable_cpus",
     "write_all",
 ]
@@ -36,6 +37,26 @@ _HELD = {signal.SIGINT, signal.SIGTERM}
 
 _MAX_FD = max(1 << 16, os.sysconf("SC_OPEN_MAX")) if hasattr(os, "sysconf") else 1 << 16
 _LEN = struct.Struct("<Q")  # a message's length, before its bytes
+
+
+class _ThisProcess:
+    """``this_process.pid`` is ``os.getpid()`` without its system call (180 ns on this VM,
+    a sixth of a warm 2.6 KB ``pread``): set at import and again in every child ``os.fork``
+    makes (``multiprocessing`` and ``fork_helper`` included), by an at-fork hook. A child
+    forked in C without the hook would keep its parent's pid here; code keyed on it then uses
+    the descriptors it inherited, which read the same file."""
+
+    pid = os.getpid()
+
+
+this_process = _ThisProcess()
+
+
+def _forked() -> None:
+    this_process.pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def usable_cpus() -> int:

@@ -11,13 +11,14 @@ thread pool (``os.pread`` has no shared file position, so threads never race).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import operator
 import os
 import threading
 import time
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -50,8 +51,8 @@ from .format import (
 from .generation import PackInfo, generation_checks, open_generation
 from .index import index_location, int64_column, read_index
 from .locations import shown_url
-from .processes import usable_cpus
-from .storage import Storage, unpinned_and_moved
+from .processes import this_process, usable_cpus
+from .storage import LocalFile, Storage, unpinned_and_moved
 
 __all__ = [
     "DEFAULT_COALESCE_GAP",
@@ -170,6 +171,12 @@ class PackReader:
             self._load_codecs()
         #: ``read`` of an id needs one read and nothing else (no range check, decompression or md5)
         self._plain = self._all_in_range and self._codecs is None and not self.checks_md5
+        #: a plain local pack: ``read`` of an id is one ``os.pread`` on this descriptor, while
+        #: ``this_process.pid`` is ``_fast_pid`` (a forked child, or a reader closed, takes the
+        #: careful path once, which arms it again)
+        self._fast_pid = -1
+        self._fast_pread: Callable[[int, int], bytes] = functools.partial(os.pread, -1)
+        self._arm_fast_read()
         self._table: pa.Table | None = None
         self._names: tuple[pa.Array, pa.Array] | None = None
         self._pool_pid = -1
@@ -328,21 +335,35 @@ class PackReader:
 
     def read(self, key: FrameKey) -> bytes:
         """The exact bytes of one frame (decompressed if it is stored compressed)."""
-        if type(key) is int and self._plain and 0 <= key < len(self._offsets):
-            length = self._lengths[key]
-            if length <= self.max_read:
-                data = self._storage.read_at(self._offsets[key], length)
-                if len(data) == length:
-                    return data
+        # the fast path, for ``p[i]`` loops of small frames: every test and attribute here
+        # costs about 2 % of a warm 2.6 KB read (``scripts/bench_read.py``: getitem)
+        if type(key) is int and key >= 0 and self._fast_pid == this_process.pid:
+            try:
+                length = self._lengths[key]
+                if length <= self.max_read:
+                    data = self._fast_pread(length, self._offsets[key])
+                    if len(data) == length:
+                        return data
+            except (IndexError, OSError):
+                pass  # no such frame, or a failed read: the careful path says which
         i = self.frame_id(key)
         if not self.checks_md5:
-            return self._decode(i, self._read_stored(i))
+            data = self._decode(i, self._read_stored(i))
+            if self._fast_pid != this_process.pid:
+                self._arm_fast_read()
+            return data
         with self._replaced_if_moved():
             data = self._decode(i, self._read_stored(i))
             self._check_md5([i], [data])
         return data
 
     __getitem__ = read  # ``p[i]``: the same method, not a call more per frame
+
+    def _arm_fast_read(self) -> None:
+        """Let ``read`` of an id in this process be one ``os.pread`` (a plain local pack only)."""
+        if self._plain and isinstance(self._storage, LocalFile):
+            self._fast_pread = functools.partial(os.pread, self._storage.fileno())
+            self._fast_pid = this_process.pid
 
     def read_stored(self, key: FrameKey) -> bytes:
         """The bytes of one frame exactly as stored in the pack (still compressed, if it is)."""
@@ -579,8 +600,11 @@ class PackReader:
             lowest = min(keys)
             if lowest < 0 or (lowest <= 1 and any(type(k) is bool for k in keys)):  # type: ignore[operator]
                 raise TypeError  # (True indexes as 1: the careful path refuses it)
-            offs = list(map(offsets.__getitem__, keys))  # type: ignore[arg-type]
-            lens = list(map(lengths.__getitem__, keys))  # type: ignore[arg-type]
+            if len(keys) > 1:  # one C call per column (a map of __getitem__ costs twice as much)
+                pick = operator.itemgetter(*keys)
+                offs, lens = list(pick(offsets)), list(pick(lengths))
+            else:
+                offs, lens = [offsets[keys[0]]], [lengths[keys[0]]]  # type: ignore[index]
             ids: Sequence[int] = keys  # type: ignore[assignment]
         except (TypeError, IndexError):
             ids = self._frame_ids(keys)
@@ -760,6 +784,7 @@ class PackReader:
         if self._pool is not None and self._pool_pid == os.getpid():
             self._pool.shutdown(wait=True)
         self._pool = None
+        self._fast_pid = -1  # before the descriptor goes: its number may soon name another file
         self._storage.close()
         self._index.close()
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from .errors import HframeError, InputError, OutOfMemory, PackReplaced, StorageError
 from .locations import is_remote
+from .processes import this_process
 
 __all__ = [
     "LocalFile",
@@ -117,7 +118,7 @@ class LocalFile:
 
     def fileno(self) -> int:
         """The descriptor for this process, reaching the same file on first use after a fork."""
-        pid = os.getpid()
+        pid = this_process.pid
         if self._pid != pid:
             with self._lock:
                 if self._pid != pid:
@@ -208,7 +209,7 @@ class LocalFile:
 
     def read_at(self, offset: int, length: int) -> bytes:
         """Read exactly ``length`` bytes at ``offset`` (short only at end of file)."""
-        fd = self.fileno()
+        fd = self._fd if self._pid == this_process.pid else self.fileno()  # (a call less per frame)
         try:
             data = os.pread(fd, length, offset)
             if len(data) == length or not data:
@@ -272,7 +273,7 @@ class LocalFile:
         return (st.st_dev, st.st_ino) == self.identity
 
     def close(self) -> None:
-        if self._fd >= 0 and self._pid == os.getpid():
+        if self._fd >= 0 and self._pid == this_process.pid:
             os.close(self._fd)
         self._fd, self._pid = -1, -1
 
@@ -290,7 +291,7 @@ class LocalFile:
                 self.fileno()  # this process's own descriptor (a fork's child reattaches first)
             except HframeError:
                 pass
-        if self._fd >= 0 and self._pid == os.getpid() and self.identity is not None:
+        if self._fd >= 0 and self._pid == this_process.pid and self.identity is not None:
             return (self._pid, self._fd, *self.identity)
         return self._origin
 

@@ -110,6 +110,48 @@ def test_reader_is_safe_across_fork(packed):
         assert p[29] == want[29]
 
 
+def test_getitem_in_a_fork_does_not_trust_the_inherited_descriptor_number(packed, tmp_path):
+    """``p[i]`` is one pread on the descriptor it armed; a forked child whose inherited number
+    now names another file must still read the pack (it takes the careful path, which reattaches)."""
+    want = expected(packed)
+    decoy = tmp_path / "decoy"
+    decoy.write_bytes(b"\xee" * 1_000_000)
+    with h.open_pack(packed) as p:
+        assert p[3] == want[3]  # armed in the parent
+        fd = p._storage.fileno()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            other = os.open(decoy, os.O_RDONLY)
+            os.dup2(other, fd)  # the inherited number now reads the decoy
+            ok = [p[i] for i in range(30)] == want and p[3] == want[3]
+            os.write(w, b"1" if ok else b"0")
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert os.read(r, 1) == b"1"
+
+
+def test_getitem_after_close_does_not_read_a_reused_descriptor_number(packed, tmp_path):
+    want = expected(packed)
+    decoy = tmp_path / "decoy"
+    decoy.write_bytes(b"\xee" * 1_000_000)
+    p = h.open_pack(packed)
+    assert p[5] == want[5]
+    fd = p._storage.fileno()
+    p.close()
+    other = os.open(decoy, os.O_RDONLY)
+    try:
+        if other != fd:
+            os.dup2(other, fd)
+        assert p[5] == want[5]  # reopened by path, not read through the old number
+        assert [p[i] for i in range(30)] == want
+    finally:
+        p.close()
+        os.close(other)
+        if other != fd:
+            os.close(fd)
+
+
 def test_reader_pickles_by_path(packed):
     with h.open_pack(packed, workers=3) as p:
         q = pickle.loads(pickle.dumps(p))
