@@ -19,6 +19,8 @@ Markdown (the README's performance table is pasted from it), each row against it
 * ``hframe verify`` (the whole command, warm) throughput ÷ ``md5sum`` of the pack (≥ 1.3 on
   JPEGs; md5 on 2 cores caps it near 2.1);
 * ``pack --update`` with nothing changed ÷ a full pack (≤ 0.10);
+* the warm rows again in a process whose glibc keeps freed memory (``bench_read.py
+  --keep-freed-heap``), and what that is worth to the bare pread loop (kept ÷ default, frames/s);
 * start-up: ``hframe get PACK 0`` wall time, and the floor under it
   (``python -c "import pyarrow.parquet"``), medians of 15 runs (reported).
 
@@ -75,6 +77,16 @@ ROWS: list[tuple[str, str, dict[str, str], str, str]] = [
         "≥ 1.3",
     ),
     ("`pack --update`, nothing changed ÷ full pack", "update_noop_vs_full", {}, "x", "≤ 0.10"),
+    # the same warm reads in a process whose glibc keeps freed memory (bench_read.py --keep-freed-heap)
+    ("heap kept¹: warm `p[i]` loop ÷ bare `os.pread` loop", "getitem_vs_bare_pread", {"mode": "warm_kept"}, "x", ""),
+    (
+        "heap kept¹: warm `read_many(256 ids)` ÷ bare `os.pread` loop",
+        "read_many_default_vs_bare_pread",
+        {"mode": "warm_kept"},
+        "x",
+        "",
+    ),
+    ("heap kept¹ ÷ default: warm bare `os.pread` loop, frames/s", "heap_kept_vs_default", {}, "x", ""),
 ]
 
 RESULT = re.compile(r"^([a-z0-9_]+)=([-0-9.]+)((?: [a-z0-9_]+=\S+)*)")
@@ -146,6 +158,11 @@ def main() -> int:
             run([py, os.path.join(HERE, "bench_pack.py"), args.data_dir, "--repeat", str(args.repeat)], log)
         )
         results += parse(run([py, os.path.join(HERE, "bench_read.py"), args.data_dir], log))
+        results += parse(run([py, os.path.join(HERE, "bench_read.py"), args.data_dir, "--keep-freed-heap"], log))
+        for dataset in ("jpegs", "blobs"):
+            bare = {f["mode"]: v for k, v, f in results if k == "bare_pread_frames_per_s" and f["dataset"] == dataset}
+            if {"warm", "warm_kept"} <= bare.keys():
+                results.append(("heap_kept_vs_default", bare["warm_kept"] / bare["warm"], {"dataset": dataset}))
         if not args.no_cold:
             results += parse(run([py, os.path.join(HERE, "bench_read.py"), args.data_dir, "--cold"], log))
         results += parse(
@@ -178,6 +195,10 @@ def main() -> int:
     print(
         f"| start-up: `hframe get PACK 0`, s (floor: python + pyarrow.parquet) | "
         f"{starts['hframe get']:.3f} ({starts['python + pyarrow.parquet']:.3f}) | | reported |"
+    )
+    print(
+        "\n¹ `GLIBC_TUNABLES=glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=33554432`: "
+        "glibc keeps freed memory instead of returning it to the kernel (`scripts/bench_read.py --keep-freed-heap`)."
     )
     return 0
 
