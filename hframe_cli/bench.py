@@ -170,6 +170,7 @@ class BenchResult:
     workers: int
     coalesce_gap: int
     max_read: int
+    memory_map: bool
     cache_method: str
     pack_side: ReadSide
     loose_side: ReadSide | None
@@ -207,6 +208,7 @@ class BenchResult:
             "workers": self.workers,
             "coalesce_gap": self.coalesce_gap,
             "max_read": self.max_read,
+            "memory_map": self.memory_map,
             "hframe": self.pack_side.to_dict(),
             "loose": self.loose_side.to_dict() if self.loose_side else None,
             "ratio_vs_loose": None if self.ratio is None else round(self.ratio, 3),
@@ -270,6 +272,7 @@ def run_bench(
     workers: int | None = None,
     coalesce_gap: int | None = None,
     max_read: int | None = None,
+    memory_map: bool = False,
     method: str = "auto",
     compare: str | os.PathLike[str] | None = None,
     decode: bool = False,
@@ -284,6 +287,8 @@ def run_bench(
         compare: a folder holding the original files: read the same frames from it too.
         decode: decode every frame with Pillow after reading (timed separately).
         md5: hash every frame read and compare with the index.
+        memory_map: read through a memory map (``PackReader``); warm only: pages mapped by a
+            process cannot be evicted, so a cold batch would not be cold.
 
     Raises:
         InputError: bad options, a pack smaller than one batch, names missing under ``compare``.
@@ -294,12 +299,14 @@ def run_bench(
         raise InputError(f"mode must be cold or warm, not {mode!r}")
     if mode == "warm" and method != "auto":
         raise InputError("--method applies to bench-cold only")
+    if mode == "cold" and memory_map:
+        raise InputError("--memory-map applies to bench-warm only (mapped pages cannot be evicted)")
     if method not in CACHE_METHODS:
         raise InputError(f"unknown --method {method!r} (methods: {', '.join(CACHE_METHODS)})")
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be at least 1 (got {workers})")
     path = os.fspath(pack)
-    with open_pack(path, coalesce_gap=coalesce_gap, max_read=max_read) as reader:
+    with open_pack(path, coalesce_gap=coalesce_gap, max_read=max_read, memory_map=memory_map) as reader:
         ids_per_batch = sample_batches(len(reader), frames, batches, sampler, seed, block_size)
         w = workers or default_workers(frames)
         md5_col = reader.table.column("md5").to_pylist() if md5 else []
@@ -335,6 +342,7 @@ def run_bench(
             w,
             reader.coalesce_gap,
             reader.max_read,
+            memory_map,
             ("none" if "none" in methods_seen else used) if mode == "cold" else "none (warm)",
             pack_side,
             loose_side,

@@ -652,6 +652,9 @@ def _bench_command(mode: str) -> Any:
             bool, typer.Option("--decode", help="Decode every frame with Pillow (timed separately).")
         ] = False,
         md5: Annotated[bool, typer.Option("--md5", help="Hash every frame read and compare with the index.")] = False,
+        memory_map: Annotated[
+            bool, typer.Option("--memory-map", help="Read through a memory map of the pack (bench-warm only).")
+        ] = False,
         json_out: JsonOpt = False,
     ) -> None:
         from .bench import run_bench
@@ -672,6 +675,7 @@ def _bench_command(mode: str) -> Any:
             compare=compare,
             decode=decode,
             md5=md5,
+            memory_map=memory_map,
         )
         render.bench_result(result, json_out)
         raise typer.Exit(result.exit_code)

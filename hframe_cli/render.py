@@ -525,7 +525,7 @@ def bench_result(result: Any, as_json: bool) -> None:
     head = (
         f"bench-{d['mode']} {d['pack']}: {d['batches']} batches x {d['frames_per_batch']} frames, sampler "
         f"{d['sampler']} (seed {d['seed']}), workers {d['workers']}, coalesce gap {d['coalesce_gap']}, "
-        f"cache {d['cache_method']}"
+        f"cache {d['cache_method']}" + (", memory map" if d["memory_map"] else "")
     )
     if d["mode"] == "cold" and not d["cold"]:
         head += " -- WARNING: the page cache could not be evicted, these numbers are NOT cold"

@@ -19,6 +19,8 @@ Markdown (the README's performance table is pasted from it), each row against it
 * ``hframe verify`` (the whole command, warm) throughput ÷ ``md5sum`` of the pack (≥ 1.3 on
   JPEGs; md5 on 2 cores caps it near 2.1);
 * ``pack --update`` with nothing changed ÷ a full pack (≤ 0.10);
+* warm ``p[i]`` and ``read_many`` on a reader opened with ``memory_map=True`` ÷ the pread loop
+  (reported);
 * the warm rows again in a process whose glibc keeps freed memory (``bench_read.py
   --keep-freed-heap``), and what that is worth to the bare pread loop (kept ÷ default, frames/s);
 * start-up: ``hframe get PACK 0`` wall time, and the floor under it
@@ -77,6 +79,15 @@ ROWS: list[tuple[str, str, dict[str, str], str, str]] = [
         "≥ 1.3",
     ),
     ("`pack --update`, nothing changed ÷ full pack", "update_noop_vs_full", {}, "x", "≤ 0.10"),
+    # the same warm reads on a reader opened with memory_map=True (a copy per frame, no system call)
+    ("`memory_map=True`: warm `p[i]` loop ÷ bare `os.pread` loop", "getitem_mmap_vs_bare_pread", {"mode": "warm"}, "x", ""),
+    (
+        "`memory_map=True`: warm `read_many(256 ids)` ÷ bare `os.pread` loop",
+        "read_many_mmap_vs_bare_pread",
+        {"mode": "warm"},
+        "x",
+        "",
+    ),
     # the same warm reads in a process whose glibc keeps freed memory (bench_read.py --keep-freed-heap)
     ("heap kept¹: warm `p[i]` loop ÷ bare `os.pread` loop", "getitem_vs_bare_pread", {"mode": "warm_kept"}, "x", ""),
     (

@@ -18,7 +18,10 @@ with ``--seed``; every method reads the same ids:
 * ``read_many_default``: ``read_many(ids)`` with its default thread count (what users call);
 * ``getitem``: a ``reader[i]`` loop, one frame per call;
 * ``read_many_into``: ``read_many_into(ids, buf)``, one ``bytearray`` reused for every batch
-  (no allocation per frame; warm only).
+  (no allocation per frame; warm only);
+* ``getitem_mmap``, ``read_many_mmap``: the ``p[i]`` loop and ``read_many(ids)`` on a reader
+  opened with ``memory_map=True`` (a copy out of the map per frame, no system call; warm only:
+  mapped pages cannot be evicted).
 
 ``--cold`` adds, on the same random batches: ``read_many_w8`` (``workers=8``), ``seed_t8`` and
 ``loose_t8`` (the seed reader and loose files on a pool of 8 threads, one frame per task);
@@ -127,7 +130,8 @@ def ensure_packs(data_dir: str, name: str) -> tuple[str, str]:
 
 def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int, seed_index: list[dict],
                 paths: list[str], pool: ThreadPoolExecutor | None,
-                reader8: hframe_cli.PackReader | None = None) -> dict[str, Method]:
+                reader8: hframe_cli.PackReader | None = None,
+                mapped: hframe_cli.PackReader | None = None) -> dict[str, Method]:
     def read_many(ids: list[int], ranges: list[tuple[int, int]]) -> list[bytes]:
         return reader.read_many(ids, workers=1)
 
@@ -175,6 +179,9 @@ def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int, seed_
                                   "read_many_default": read_many_default, "getitem": getitem}
     if pool is None:  # warm only: a buffer reused batch after batch is what it is for
         methods["read_many_into"] = read_many_into
+    if mapped is not None:
+        methods["getitem_mmap"] = lambda ids, ranges: [mapped[i] for i in ids]
+        methods["read_many_mmap"] = lambda ids, ranges: mapped.read_many(ids)
     if pool is not None and reader8 is not None:  # --cold: the 8-thread variants
         methods["read_many_w8"] = lambda ids, ranges: reader8.read_many(ids, workers=8)
         methods["seed_t8"] = lambda ids, ranges: list(pool.map(seed_one, ids))
@@ -255,7 +262,8 @@ def bench_dataset(data_dir: str, name: str, args: argparse.Namespace) -> dict[st
     # its own reader: read_many(workers=8) on a reader whose pool already has 16 threads
     # (read_many_default) would run up to 16 reads at once
     reader8 = hframe_cli.open_pack(hf) if args.cold else None
-    methods = methods_for(reader, pack_fd, seed_fd, seed_index, paths, pool, reader8)
+    mapped = None if args.cold else hframe_cli.open_pack(hf, memory_map=True)
+    methods = methods_for(reader, pack_fd, seed_fd, seed_index, paths, pool, reader8, mapped)
 
     rng = random.Random(args.seed)
     batches = [rng.sample(range(len(reader)), min(args.frames, len(reader))) for _ in range(args.batches)]
@@ -299,6 +307,8 @@ def bench_dataset(data_dir: str, name: str, args: argparse.Namespace) -> dict[st
     os.close(pack_fd)
     os.close(seed_fd)
     reader.close()
+    if mapped is not None:
+        mapped.close()
     return fps
 
 
@@ -348,6 +358,9 @@ def main() -> int:
             print(f"read_many_into_vs_bare_pread={fps['read_many_into'] / fps['bare_pread']:.3f} mode={mode} "
                   f"dataset={name} target=none")
             print(f"bare_pread_frames_per_s={fps['bare_pread']:.0f} mode={mode} dataset={name} target=none")
+            for method in ("getitem_mmap", "read_many_mmap"):
+                print(f"{method}_vs_bare_pread={fps[method] / fps['bare_pread']:.3f} mode={mode} dataset={name} "
+                      "target=none")
             continue
         for w, hf, seed, loose in ((1, "read_many", "seed", "loose"), (8, "read_many_w8", "seed_t8", "loose_t8")):
             verdict("hframe_vs_loose", fps[hf] / fps[loose], 2.0, f" workers={w} mode=cold dataset={name}")

@@ -5,8 +5,9 @@ Writers (``--writers`` threads, each running the real ``hframe`` command) change
 folder (add, rewrite or remove a file) and run ``pack --update --wait``, some killed with
 SIGKILL at a random moment (``--kill-rate``). Reader processes meanwhile open the pack over and
 over and read random batches (``read_many``, and every other batch ``read_many_into`` one reused
-buffer, as the workers do), and keep one long-lived reader open across every publish, forking
-and spawning workers from it. Every frame's bytes start with its own name and version, so a
+buffer, as the workers do) and single frames (``p[i]``, ``p[name]``), every other open through a
+memory map (``memory_map=True``), and keep one long-lived reader open across every publish
+(mapped in every other reader process), forking and spawning workers from it. Every frame's bytes start with its own name and version, so a
 read is checked against the file it claims to be, independently of any index: a frame whose
 bytes belong to another name, or disagree with the md5 of the reader's own index, is a wrong
 read.
@@ -79,7 +80,7 @@ def reader_loop(out: str, stop: object, results: object, seed: int) -> None:
     rng = random.Random(seed)
     reads = wrong = opens = failed = workers = 0
     errors: list[str] = []
-    held = h.open_pack(out)  # one reader kept across every publish
+    held = h.open_pack(out, memory_map=seed % 2 == 1)  # one reader kept across every publish
     held_names = held.table.column("name").to_pylist()
     held_md5 = held.table.column("md5").to_pylist()
     loops = 0
@@ -87,7 +88,7 @@ def reader_loop(out: str, stop: object, results: object, seed: int) -> None:
         loops += 1
         try:
             opens += 1
-            with h.open_pack(out) as p:
+            with h.open_pack(out, memory_map=loops % 2 == 1) as p:
                 n = len(p)
                 names = p.table.column("name").to_pylist()
                 md5s = p.table.column("md5").to_pylist()
@@ -97,8 +98,9 @@ def reader_loop(out: str, stop: object, results: object, seed: int) -> None:
                         reads += 1
                         wrong += not check(names[i], data, md5s[i])
                     k = rng.randrange(n)
-                    reads += 1
+                    reads += 2
                     wrong += not check(names[k], p[names[k]], md5s[k])  # by name
+                    wrong += not check(names[k], p[k], md5s[k])  # by id (the fast path)
         except Exception as e:  # noqa: BLE001 - every failed open is counted and shown
             failed += 1
             errors.append(f"{type(e).__name__}: {e}")

@@ -110,6 +110,25 @@ def test_bench_refusals(cli, packed):
     assert r.exit_code == 2 and "zigzag" in r.stderr
     r = cli(["bench-warm", str(packed), "--method", "fadvise"])
     assert r.exit_code == 2 and "--method applies to bench-cold only" in r.stderr
+    r = cli(["bench-cold", str(packed), "--memory-map"])
+    assert r.exit_code == 2 and "--memory-map applies to bench-warm only" in r.stderr
+
+
+def test_bench_warm_through_a_memory_map_reads_the_same_frames(cli, packed, monkeypatch):
+    mapped = []
+    real = h.PackReader._arm_fast_read
+
+    def arm(self):
+        real(self)
+        mapped.append(self._map is not None)
+
+    monkeypatch.setattr(h.PackReader, "_arm_fast_read", arm)
+    args = ["bench-warm", str(packed), "--frames", "8", "--batches", "5", "--seed", "1", "--md5", "--json"]
+    plain, mm = (json.loads(cli(args + extra).stdout) for extra in ([], ["--memory-map"]))
+    assert mapped == [False, True]  # the second run's reader really mapped the pack
+    assert plain["memory_map"] is False and mm["memory_map"] is True and mm["ok"] is True
+    assert mm["hframe"]["md5_checked"] == 40 and mm["hframe"]["md5_mismatches"] == 0
+    assert mm["hframe"]["bytes_requested"] == plain["hframe"]["bytes_requested"]  # the same frames
 
 
 def test_bench_reads_a_sharded_dataset_as_one_pack(photos, tmp_path):
