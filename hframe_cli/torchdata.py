@@ -70,6 +70,8 @@ class FrameDataset(_Base):
         target: ``"label"`` (class index), ``None`` (samples only) or an index column name.
         target_transform: applied to each target.
         workers: read threads per ``read_many`` (default: the reader's own choice per batch).
+        memory_map: read a local pack through a memory map (``PackReader``): for small frames
+            read warm; a pack truncated in place while mapped then kills the worker (SIGBUS).
 
     Raises:
         InputError: an unknown ``decode``, ``target`` column or filter value, an empty
@@ -91,6 +93,7 @@ class FrameDataset(_Base):
         target: str | None = "label",
         target_transform: Callable[[Any], Any] | None = None,
         workers: int | None = None,
+        memory_map: bool = False,
     ) -> None:
         if decode is not None and not callable(decode) and decode not in _DECODERS:
             raise InputError(f"decode must be one of {', '.join(_DECODERS)} or a callable (got {decode!r})")
@@ -102,7 +105,7 @@ class FrameDataset(_Base):
         ):
             raise InputError(f"size must be a positive int or a (width, height) pair (got {size!r})")
         self.path = os.fspath(path)
-        self.reader = open_pack(path, workers=workers)
+        self.reader = open_pack(path, workers=workers, memory_map=memory_map)
         table = self.reader.table
         if target is not None and target not in table.column_names:
             raise InputError(f"target: unknown column {target!r} (columns: {', '.join(table.column_names)})")

@@ -121,6 +121,21 @@ def test_sharded_dataset_and_pickling(photos, tmp_path, cli):
     assert [clone[k] for k in range(30)] == [ds[k] for k in range(30)]
 
 
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_memory_mapped_dataset_in_forked_and_spawned_workers(packed, context):
+    """memory_map=True reaches the reader, survives the trip to each kind of worker, and every
+    frame comes out once with its exact bytes."""
+    ds = FrameDataset(packed, target=None, memory_map=True)
+    assert ds.reader._map is not None and pickle.loads(pickle.dumps(ds)).reader.memory_map
+    with h.open_pack(packed) as reader:
+        want = sorted(reader.read(i) for i in range(len(reader)))
+    loader = DataLoader(
+        ds, batch_size=4, num_workers=2, multiprocessing_context=context, collate_fn=as_list, shuffle=True
+    )
+    got = sorted(item for batch in loader for item in batch)
+    assert got == want
+
+
 def as_list(batch: list) -> list:
     return batch
 
