@@ -377,13 +377,16 @@ class PackReader:
         if self.memory_map and self._map is None:
             self._map = _map_file(self._storage.fileno())
         if self._plain:
-            self._fast_pread = self._preader()
+            m = self._map
+            self._fast_pread = _map_slicer(m) if m is not None else self._storage.preader()
             self._fast_pid = this_process.pid
 
     def _preader(self) -> Callable[[int, int], bytes]:
         """``pread(length, offset)`` of the stored bytes: a slice of the map, when there is one,
         else the storage's (``Storage.preader``: short at the end of the file, raises OSError,
         or ValueError once the map is closed)."""
+        if self.memory_map and self._map is None:
+            self._arm_fast_read()  # mapped again after close()
         if self._map is not None:
             return _map_slicer(self._map)
         return self._storage.preader()

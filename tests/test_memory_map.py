@@ -107,6 +107,8 @@ def test_close_unmaps_and_a_read_after_close_maps_again(packed):
     assert p[5] == want[5] and p.read_many([1, 2]) == want[1:3]  # reopened by path, mapped again
     assert p._map is not None and p._map is not first
     p.close()
+    assert p.read_many([3, 1, 2]) == [want[3], want[1], want[2]] and p._map is not None  # read_many first
+    p.close()
 
 
 def test_memory_map_survives_pickling(packed):
