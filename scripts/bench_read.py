@@ -34,8 +34,10 @@ method does here (batches x frames, capped at ``--fio-runtime`` seconds), the ra
 ``fio_Njobs_timed`` reads for ``--fio-runtime`` seconds (information: it warms the cache as it goes).
 
 Warm (default): each batch is read once untimed by every method, then timed; this is done in
-``WARM_ROUNDS`` (5) rounds with the methods' order turned at every batch and round, and each
-method's median round is reported. ``--cold``:
+``WARM_ROUNDS`` (9) rounds with the methods' order turned at every batch and round, and each
+method's fastest round is reported (as ``timeit`` does: on a shared VM a round is only ever made
+slower by others, by up to 30 % here, and a median of 5 still moved the ratios of identical
+code paths by 0.1 from run to run). ``--cold``:
 before each timed method and batch the page cache is emptied with ``sync; echo 3 >
 /proc/sys/vm/drop_caches`` (needs root; else the pack files and the batch's loose files are
 evicted with ``posix_fadvise(DONTNEED)``; on a VM the host may still cache them).
@@ -189,7 +191,7 @@ def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int, seed_
     return methods
 
 
-WARM_ROUNDS = 5
+WARM_ROUNDS = 9
 
 
 def time_methods(methods: dict[str, Method], batches: list[list[int]], reader: hframe_cli.PackReader,
@@ -216,7 +218,7 @@ def time_methods(methods: dict[str, Method], batches: list[list[int]], reader: h
                 t0 = time.perf_counter()
                 fn(ids, ranges)
                 totals[method][r] += time.perf_counter() - t0
-    return {m: statistics.median(t) for m, t in totals.items()}, nbytes
+    return {m: min(t) for m, t in totals.items()}, nbytes  # cold: one round
 
 
 def fio_iops(path: str, bs: int, jobs: int, runtime: int, seed: int, ios: int | None) -> float | None:
