@@ -301,6 +301,8 @@ def run_bench(
         raise InputError("--method applies to bench-cold only")
     if mode == "cold" and memory_map:
         raise InputError("--memory-map applies to bench-warm only (mapped pages cannot be evicted)")
+    if memory_map and is_remote(pack):
+        raise InputError("--memory-map applies to local packs only")
     if method not in CACHE_METHODS:
         raise InputError(f"unknown --method {method!r} (methods: {', '.join(CACHE_METHODS)})")
     if workers is not None and workers < 1:

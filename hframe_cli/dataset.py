@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import operator
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -274,6 +275,11 @@ class DatasetReader:
                     f"{self.shown}: frame {key} does not exist (dataset has {len(self)} frames, ids 0..{len(self) - 1})"
                 )
             return key
+        if not isinstance(key, (str, bytes, bool)):
+            try:  # numpy and torch integers: a global id (a shard would take it for its own)
+                return self.frame_id(operator.index(key))
+            except TypeError:
+                pass  # not an integer: a shard refuses it, naming its type
         for k in range(len(self.shard_paths)):
             try:
                 return self._starts[k] + self.shard(k).frame_id(key)

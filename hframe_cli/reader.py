@@ -109,8 +109,10 @@ class PackReader:
             per frame: a warm small frame costs a copy instead of a system call (2.6 KB frames:
             about 1.5-2x a bare ``pread`` loop; ``scripts/bench_read.py``). The catch: a pack
             file truncated in place while mapped (never by hframe, which publishes by rename;
-            ``truncate``, or ``cp`` over it) kills the process with SIGBUS where ``pread`` would
-            give an error. Ignored for remote packs and where the file cannot be mapped.
+            ``truncate``, or ``cp`` over it), or a read error of the disk under it, kills the
+            process with SIGBUS where ``pread`` would give an error. A map holds a descriptor of
+            its own (one more per pack, per shard of a dataset). Ignored for remote packs and
+            where the file cannot be mapped.
     """
 
     def __init__(
@@ -154,6 +156,11 @@ class PackReader:
         if self._index.location != self.index_path:  # opened as INDEX.partial mid-publish
             self._index.alternates = (self.index_path,)
         self._pool: ThreadPoolExecutor | None = None
+        # what close() undoes, set before anything can fail
+        self._fast_pid = -1
+        self._map: mmap.mmap | None = None
+        self._map_failed = False  # the file could not be mapped: pread, until close()
+        self._arm_lock = threading.Lock()  # arming and close() one at a time (threads)
         try:
             self._load()
         except BaseException:
@@ -183,8 +190,6 @@ class PackReader:
         #: a plain local pack: ``read`` of an id is one ``os.pread`` on this descriptor (or one
         #: slice of ``_map``), while ``this_process.pid`` is ``_fast_pid`` (a forked child, or a
         #: reader closed, takes the careful path once, which arms it again)
-        self._fast_pid = -1
-        self._map: mmap.mmap | None = None
         self._fast_pread: Callable[[int, int], bytes] = functools.partial(os.pread, -1)
         self._arm_fast_read()
         self._table: pa.Table | None = None
@@ -371,21 +376,27 @@ class PackReader:
 
     def _arm_fast_read(self) -> None:
         """Let ``read`` of an id in this process be one ``os.pread`` or one slice of the map (a
-        plain local pack only); map the pack first if ``memory_map`` asks for it."""
+        plain local pack only); map the pack first if ``memory_map`` asks for it.
+
+        Under the lock ``close()`` takes: a close in another thread between taking the
+        descriptor and arming would leave ``read`` armed on a number that soon names another
+        file (and every later ``p[i]`` reading it)."""
         if not isinstance(self._storage, LocalFile):
             return
-        if self.memory_map and self._map is None:
-            self._map = _map_file(self._storage.fileno())
-        if self._plain:
-            m = self._map
-            self._fast_pread = _map_slicer(m) if m is not None else self._storage.preader()
-            self._fast_pid = this_process.pid
+        with self._arm_lock:
+            if self.memory_map and self._map is None and not self._map_failed:
+                self._map = _map_file(self._storage.fileno())
+                self._map_failed = self._map is None
+            if self._plain:
+                m = self._map
+                self._fast_pread = _map_slicer(m) if m is not None else self._storage.preader()
+                self._fast_pid = this_process.pid
 
     def _preader(self) -> Callable[[int, int], bytes]:
         """``pread(length, offset)`` of the stored bytes: a slice of the map, when there is one,
         else the storage's (``Storage.preader``: short at the end of the file, raises OSError,
         or ValueError once the map is closed)."""
-        if self.memory_map and self._map is None:
+        if self.memory_map and self._map is None and not self._map_failed:
             self._arm_fast_read()  # mapped again after close()
         if self._map is not None:
             return _map_slicer(self._map)
@@ -759,10 +770,13 @@ class PackReader:
         out: list[bytes] = [b""] * len(offs)
         read_at = self._storage.read_at
         if self._map is not None:
-            pread = _map_slicer(self._map)
+            pread, checked = _map_slicer(self._map), self._storage.read_at
 
             def read_at(offset: int, length: int) -> bytes:  # short at the end, as read_at is
-                return pread(length, offset)
+                try:
+                    return pread(length, offset)
+                except ValueError:  # the map closed meanwhile (close() in another thread)
+                    return checked(offset, length)
 
         clock = time.perf_counter
 
@@ -824,11 +838,13 @@ class PackReader:
         if self._pool is not None and self._pool_pid == os.getpid():
             self._pool.shutdown(wait=True)
         self._pool = None
-        self._fast_pid = -1  # before the descriptor goes: its number may soon name another file
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-        self._storage.close()
+        with self._arm_lock:
+            self._fast_pid = -1  # before the descriptor goes: its number may soon name another file
+            if self._map is not None:
+                self._map.close()
+                self._map = None
+            self._map_failed = False
+            self._storage.close()
         self._index.close()
 
     def __getstate__(self) -> dict[str, Any]:

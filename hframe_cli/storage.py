@@ -241,8 +241,11 @@ class LocalFile:
         """Tell the kernel about these ranges at once (WILLNEED), so one thread's reads overlap."""
         if hasattr(os, "posix_fadvise"):
             fd, advise, willneed = self.fileno(), os.posix_fadvise, os.POSIX_FADV_WILLNEED
-            for off, ln in zip(offsets, lengths):
-                advise(fd, off, ln, willneed)
+            try:
+                for off, ln in zip(offsets, lengths):
+                    advise(fd, off, ln, willneed)
+            except OSError:
+                pass  # advice only (a descriptor closed meanwhile): the reads say what is wrong
 
     def advise_sequential(self, start: int) -> None:
         """A bigger read-ahead from ``start`` on: the caller will read sequentially."""

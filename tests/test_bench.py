@@ -112,6 +112,8 @@ def test_bench_refusals(cli, packed):
     assert r.exit_code == 2 and "--method applies to bench-cold only" in r.stderr
     r = cli(["bench-cold", str(packed), "--memory-map"])
     assert r.exit_code == 2 and "--memory-map applies to bench-warm only" in r.stderr
+    r = cli(["bench-warm", "http://127.0.0.1:9/p.hframe", "--memory-map"])
+    assert r.exit_code == 2 and "--memory-map applies to local packs only" in r.stderr
 
 
 def test_bench_warm_through_a_memory_map_reads_the_same_frames(cli, packed, monkeypatch):

@@ -3,6 +3,7 @@ pickling and a dataset's shards; and what the docs say happens to a pack truncat
 
 from __future__ import annotations
 
+import mmap
 import os
 import pickle
 import shutil
@@ -10,13 +11,16 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from conftest import run_cli
 from test_compress import make_records
 
 import hframe_cli as h
+from hframe_cli.reader import ReadStats
 
 
 def expected(pack: Path) -> list[bytes]:
@@ -156,3 +160,117 @@ def test_a_pack_truncated_in_place_under_a_map_kills_the_reader_with_sigbus(pack
             assert r.returncode == h.FrameOutOfRange.exit_code and r.stdout.strip() == "FrameOutOfRange", r
         else:
             assert r.returncode == -signal.SIGBUS, r
+
+
+@pytest.mark.parametrize("memory_map", [False, True])
+def test_a_pack_that_fails_to_open_says_why_in_both_modes(packed, tmp_path, memory_map):
+    """An index with a row fewer than its metadata says: IncompletePack from the constructor's
+    own cleanup, not an AttributeError from close() (review finding)."""
+    short = tmp_path / "short.hframe"
+    shutil.copy(packed, short)
+    t = pq.read_table(f"{packed}.index.parquet")
+    pq.write_table(t.slice(0, t.num_rows - 1), f"{short}.index.parquet")
+    with pytest.raises(h.IncompletePack, match=r"index has 29 rows, metadata says 30"):
+        h.open_pack(short, memory_map=memory_map)
+    r = run_cli(["get", str(short), "0"])
+    assert r.exit_code == 1 and "index has 29 rows" in r.stderr and "internal error" not in r.stderr
+
+
+def test_a_file_that_cannot_be_mapped_is_read_with_pread_and_not_mapped_again_per_read(packed, monkeypatch):
+    want = expected(packed)
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append(args)
+        raise OSError(19, "No such device")  # ENODEV: a file system without mmap
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    with h.open_pack(packed, memory_map=True) as p:
+        assert p._map is None
+        for _ in range(5):
+            assert p.read_many(list(range(len(p)))) == want and [p[i] for i in range(len(p))] == want
+        assert len(calls) == 1  # tried once, at open
+        p.close()
+        assert p[2] == want[2] and len(calls) == 2  # a reader reopened after close() tries again
+
+
+def test_a_map_closed_under_a_timed_read_falls_back_to_pread(packed):
+    """read_many(stats=...) (bench-warm's timed path) on a map closed by another thread: the
+    bytes, not a raw ValueError (review finding)."""
+    want = expected(packed)
+    with h.open_pack(packed, memory_map=True) as p:
+        assert p._map is not None
+        p._map.close()  # as close() in another thread would, mid-read
+        ids = list(range(len(p)))
+        assert p.read_many(ids, stats=ReadStats()) == want
+        assert p.read_many(ids) == want and [p[i] for i in ids] == want
+
+
+@pytest.mark.parametrize("memory_map", [False, True])
+def test_a_close_while_another_thread_arms_the_fast_path_does_not_leave_it_armed_on_another_file(
+    packed, tmp_path, monkeypatch, memory_map
+):
+    """Thread A re-arms ``read`` after a close (the careful path's last step) and has taken the
+    descriptor (to bind a pread to, or to map) when thread B closes the reader and opens another
+    file, which takes the freed number. Arming and close() are serialised: B's close waits for
+    A, then disarms. Unserialised (review finding), A armed on the other file and every later
+    ``p[i]`` read it."""
+    from hframe_cli import reader as reader_module
+    from hframe_cli.storage import LocalFile
+
+    want = expected(packed)
+    decoy = tmp_path / "decoy"
+    decoy.write_bytes(b"\xee" * 1_000_000)
+    p = h.open_pack(packed, memory_map=memory_map)
+    p.close()  # the next read arms again
+    inside, b_done = threading.Event(), threading.Event()
+    a_thread: list[int] = []
+    held: list[int] = []
+
+    def pause_in_a() -> None:
+        if threading.get_ident() in a_thread:
+            inside.set()
+            b_done.wait(0.5)  # long enough for B, unless B has to wait for A
+
+    if memory_map:
+        real_map = reader_module._map_file
+
+        def map_file(fd: int):
+            pause_in_a()
+            return real_map(fd)
+
+        monkeypatch.setattr(reader_module, "_map_file", map_file)
+    else:
+        real_preader = LocalFile.preader
+
+        def preader(self):
+            f = real_preader(self)
+            pause_in_a()
+            return f
+
+        monkeypatch.setattr(LocalFile, "preader", preader)
+
+    def a() -> None:
+        a_thread.append(threading.get_ident())
+        assert p[5] == want[5]
+
+    def b() -> None:
+        inside.wait(5)
+        p.close()
+        held.append(os.open(decoy, os.O_RDONLY))  # takes the number the close freed
+        b_done.set()
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    monkeypatch.undo()
+    try:
+        assert inside.is_set() and held
+        assert [p[i] for i in range(len(want))] == want
+        assert p.read_many(list(range(len(want)))) == want
+    finally:
+        p.close()
+        for fd in held:
+            os.close(fd)

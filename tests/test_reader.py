@@ -272,3 +272,44 @@ def test_read_many_into_a_pack_cut_short_since_it_was_opened_fails_like_read_man
         with pytest.raises(h.HframeError) as into:
             p.read_many_into([0, last], bytearray(1 << 20))
         assert type(into.value) is type(many.value) and str(into.value) == str(many.value)
+
+
+class _IndexLike:
+    """An integer that is not an int (numpy.int64, a torch scalar): only ``__index__``."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+def test_integer_like_ids_are_global_ids_in_a_dataset(photos, tmp_path):
+    """A dataset took a numpy-style id for each shard's own id in turn, and returned shard 0's
+    frame with that number (review finding: 61 of 62 frames wrong)."""
+    out = tmp_path / "ds.hframe"
+    h.pack([photos], out, max_pack_bytes=20_000)
+    with h.open_pack(out) as d:
+        assert len(d.shard_paths) > 2
+        want = [d[i] for i in range(len(d))]
+        assert [d[_IndexLike(i)] for i in range(len(d))] == want
+        assert d.read_many([_IndexLike(i) for i in reversed(range(len(d)))]) == want[::-1]
+        assert d.frame_id(_IndexLike(len(d) - 1)) == len(d) - 1
+        with pytest.raises(h.NotFound, match="does not exist"):
+            d.read(_IndexLike(len(d)))
+        with pytest.raises(h.InputError, match="not bool"):
+            d.read(True)
+
+
+def test_prefetch_on_a_descriptor_closed_meanwhile_is_only_advice(packed):
+    """A reader closed by another thread mid-batch: the kernel hint fails (EBADF), quietly; the
+    reads then say what is wrong (review finding: a raw OSError escaped)."""
+    from hframe_cli.storage import LocalFile
+
+    f = LocalFile(str(packed))
+    fd = f.fileno()
+    os.close(fd)  # behind its back, as a close() in another thread
+    try:
+        f.prefetch([4096, 8192], [100, 100])
+    finally:
+        f._fd = -1  # (already closed)
