@@ -107,7 +107,7 @@ class PackReader:
         max_read: the largest single read; bigger frames are read in several ranges.
         memory_map: read a local pack through one read-only memory map instead of a ``pread``
             per frame: a warm small frame costs a copy instead of a system call (2.6 KB frames:
-            about 1.5-2x a bare ``pread`` loop; ``scripts/bench_read.py``). The catch: a pack
+            1.3-2.3x a bare ``pread`` loop; ``scripts/bench_read.py``). The catch: a pack
             file truncated in place while mapped (never by hframe, which publishes by rename;
             ``truncate``, or ``cp`` over it), or a read error of the disk under it, kills the
             process with SIGBUS where ``pread`` would give an error. A map holds a descriptor of
