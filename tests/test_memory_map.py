@@ -274,3 +274,34 @@ def test_a_close_while_another_thread_arms_the_fast_path_does_not_leave_it_armed
         p.close()
         for fd in held:
             os.close(fd)
+
+
+def test_a_cold_batch_is_read_with_pread_even_when_mapped(packed, monkeypatch):
+    """A page fault holds the GIL while the disk reads (threads would take turns) and reads
+    around the page: a batch that looks cold goes through pread, and its first frame, read to
+    tell, too; a warm one through the map."""
+    from hframe_cli import reader as reader_module
+
+    want = expected(packed)
+    sliced = []
+    real_slicer = reader_module._map_slicer
+
+    def counting_slicer(m):
+        read = real_slicer(m)
+
+        def counted(length, offset):
+            sliced.append(offset)
+            return read(length, offset)
+
+        return counted
+
+    monkeypatch.setattr(reader_module, "_map_slicer", counting_slicer)
+    ids = list(range(len(want)))
+    with h.open_pack(packed, memory_map=True, coalesce_gap=0) as p:
+        monkeypatch.setattr(reader_module, "_looks_cold", lambda seconds, nbytes: True)
+        for workers in (1, 8):
+            assert p.read_many(ids, workers=workers) == want
+        assert sliced == []
+        monkeypatch.setattr(reader_module, "_looks_cold", lambda seconds, nbytes: False)
+        assert p.read_many(ids) == want
+        assert len(sliced) == len(ids) - 1  # warm: all but the first frame (read to tell) from the map
