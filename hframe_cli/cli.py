@@ -914,19 +914,20 @@ def _interrupted_message(args: list[str]) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and turn every error into one stderr line and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    args, front = _hoist_global_options(args)
-    debug = "--debug" in front or os.environ.get("HFRAME_DEBUG") == "1"
+    debug = os.environ.get("HFRAME_DEBUG") == "1"
     # a descriptor closed at start (`>&-`) leaves Python a None stream: write nowhere, not crash
     if sys.stdout is None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115
-    # Pillow's warnings (corrupt EXIF, odd palettes) are not ours to print: an image that does
-    # not decode is a verify finding or a pack warning line, one that decodes is fine
-    warnings.filterwarnings("ignore", module="PIL")
     code = EXIT_OK
     stdout = sys.stdout
-    try:
+    try:  # (from here on a SIGINT/SIGTERM, still a KeyboardInterrupt, ends in one line)
+        args, front = _hoist_global_options(args)
+        debug = debug or "--debug" in front
+        # Pillow's warnings (corrupt EXIF, odd palettes) are not ours to print: an image that
+        # does not decode is a verify finding or a pack warning line, one that decodes is fine
+        warnings.filterwarnings("ignore", module="PIL")
         rv = app(args=args, prog_name="hframe", standalone_mode=False)
         code = rv if isinstance(rv, int) else EXIT_OK
         if code == EXIT_INTERRUPTED:  # typer turns KeyboardInterrupt into Exit(130)

@@ -28,4 +28,9 @@ def run() -> None:
         sys.stderr.write("hframe: error: interrupted while starting; nothing was done\n")
         sys.stderr.flush()
         os._exit(130)
-    cli_run()
+    try:
+        cli_run()
+    except KeyboardInterrupt:  # one that came where main could not catch it (its first or last lines)
+        sys.stderr.write("hframe: error: interrupted\n")
+        sys.stderr.flush()
+        os._exit(130)
