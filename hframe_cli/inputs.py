@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import BinaryIO
 
 from .errors import InputError
-from .listing import Folder, walk_in_parallel
+from .listing import Folder, sorted_entries, walk_in_parallel
 from .sources import Rejected, Source, SourceList
 
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "expand_globs", "collect_sources"]
@@ -135,7 +135,7 @@ class _Collector:
     def scan(self, folder: str) -> list[os.DirEntry[str]] | None:
         """The entries of ``folder`` sorted by name, or None (rejected) when it cannot be listed."""
         try:
-            return sorted(os.scandir(folder), key=_entry_name)
+            return sorted_entries(folder)
         except OSError as e:
             self.reject(folder, f"cannot list folder: {e.strerror}")
             return None
@@ -215,10 +215,6 @@ class _Collector:
                 self.reject(entry.path, "symlink loop (links back to a folder above it)")
             return ()
         return (entry.path, prefix + entry.name + "/", (*chain, key))
-
-
-def _entry_name(entry: os.DirEntry[str]) -> str:
-    return entry.name
 
 
 def collect_sources(

@@ -37,7 +37,7 @@ from .processes import (
 )
 from .sources import Rejected, Source, SourceList
 
-__all__ = ["PARALLEL_LIST_MIN", "Folder", "Walker", "walk_in_parallel"]
+__all__ = ["PARALLEL_LIST_MIN", "Folder", "Walker", "sorted_entries", "walk_in_parallel"]
 
 #: a folder to walk: its path, the name prefix of its files, and the (dev, ino) of it and the
 #: folders above it (a symlink back to one of them is a loop)
@@ -76,6 +76,16 @@ class _Unit:
 _Found = tuple[list[Source], list[Rejected], "Exception | None"]  # sources, rejections, the error it stopped at
 
 
+def sorted_entries(folder: str) -> list[os.DirEntry[str]]:
+    """The entries of ``folder`` in the order every walk takes them, by name (raises OSError):
+    the one order the units are cut in and the walk of one process adds them in."""
+    return sorted(os.scandir(folder), key=_entry_name)
+
+
+def _entry_name(entry: os.DirEntry[str]) -> str:
+    return entry.name
+
+
 def walk_in_parallel(col: Walker, top: Folder) -> bool:
     """Walk ``top`` into ``col`` as ``col.walk([top])`` would, on several processes when the tree
     is big and forking is safe; False (nothing done) when this process alone should walk it."""
@@ -106,7 +116,7 @@ def _cut(col: Walker, unit: _Unit) -> list[_Unit]:
     if unit.entries is not None:
         return [unit]
     try:
-        entries = sorted(os.scandir(unit.folder[0]), key=lambda e: e.name)
+        entries = sorted_entries(unit.folder[0])
     except OSError:
         return [unit]
     rest: list[os.DirEntry[str]] = []
