@@ -366,8 +366,8 @@ class PackReader:
         i = self.frame_id(key)
         if not self.checks_md5:
             data = self._decode(i, self._read_stored(i))
-            if self._fast_pid != this_process.pid:
-                self._arm_fast_read()
+            if self._plain and self._fast_pid != this_process.pid:
+                self._arm_fast_read()  # (after a fork or a close: the fast path is this process's again)
             return data
         with self._replaced_if_moved():
             data = self._decode(i, self._read_stored(i))
