@@ -186,10 +186,10 @@ def write_source_list(path: str | os.PathLike[str], sources: SourceList) -> None
 
     table = pa.table(
         {
-            "path": pa.array([os.fsencode(s.path) for s in sources.sources], pa.binary()),
-            "name": pa.array([s.name for s in sources.sources], pa.binary()),
-            "size": pa.array([s.size for s in sources.sources], pa.int64()),
-            "mtime_ns": pa.array([s.mtime_ns for s in sources.sources], pa.int64()),
+            "path": pa.array(list(map(os.fsencode, sources.paths)), pa.binary()),
+            "name": pa.array(sources.names, pa.binary()),
+            "size": pa.array(sources.sizes, pa.int64()),
+            "mtime_ns": pa.array(sources.mtimes_ns, pa.int64()),
         }
     )
     rejected = json.dumps([[r.path, r.reason] for r in sources.rejected])
@@ -212,14 +212,11 @@ def read_source_list(path: str | os.PathLike[str], what: str = "the source list"
     try:
         t = pq.read_table(path)
         cols = t.to_pydict()
-        srcs = [
-            Source(os.fsdecode(p), n, s, m)
-            for p, n, s, m in zip(cols["path"], cols["name"], cols["size"], cols["mtime_ns"])
-        ]
+        columns = (list(map(os.fsdecode, cols["path"])), cols["name"], cols["size"], cols["mtime_ns"])
     except (OSError, pa.ArrowInvalid, KeyError) as e:
         raise FormatError(f"{os.fspath(path)}: {what} is missing or unreadable ({e})") from e
     rej = json.loads((t.schema.metadata or {}).get(b"hframe.rejected", b"[]"))
-    return SourceList(srcs, [Rejected(p, r) for p, r in rej])
+    return SourceList.from_columns(*columns, [Rejected(p, r) for p, r in rej])
 
 
 def remove_checkpoint_files(output: str | os.PathLike[str]) -> None:

@@ -315,7 +315,7 @@ def _pack_locked(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
 
         where = plan_location(out)
         write_source_list(where, srcs)
-        return PackOutcome("plan", out, plan_file=where, planned=(len(srcs.sources), srcs.total_bytes))
+        return PackOutcome("plan", out, plan_file=where, planned=(len(srcs), srcs.total_bytes))
     if opts.dry_run:  # holding the lock, as the update would: its plan is the update's plan
         from .update import dry_run
 
@@ -334,7 +334,7 @@ def _pack_locked(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
         common["self_check_frames"] = opts.self_check_frames
     if opts.checksum and not opts.update:
         raise InputError("--checksum only applies with --update")
-    progress = opts.progress(len(srcs.sources), srcs.total_bytes) if opts.progress else nullcontext(None)
+    progress = opts.progress(len(srcs), srcs.total_bytes) if opts.progress else nullcontext(None)
     with progress as on_progress:
         if opts.update:
             from .update import update_pack

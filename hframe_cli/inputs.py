@@ -15,15 +15,17 @@ import os
 import stat
 import sys
 from collections.abc import Iterable, Sequence
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from .errors import InputError
 from .listing import Folder, sorted_entries, walk_in_parallel
-from .sources import Rejected, Source, SourceList
+from .sources import Rejected, SourceList
 
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "expand_globs", "collect_sources"]
 
 DEFAULT_MAX_FRAME_BYTES = 1 << 30  # 1 GiB: 4K wallpapers and raw arrays of tens of MB are normal
+
+_T = TypeVar("_T")
 
 
 def expand_globs(patterns: Iterable[str]) -> list[str]:
@@ -119,7 +121,7 @@ class _Collector:
         if st.st_size > self.max_frame_bytes:
             self.reject(path, f"{st.st_size} bytes is larger than --max-frame-bytes {self.max_frame_bytes}")
             return
-        self.out.sources.append(Source(path, os.fsencode(name), st.st_size, st.st_mtime_ns))
+        self.out.add(path, os.fsencode(name), st.st_size, st.st_mtime_ns)
 
     def add_tree(self, root: str, base: str) -> None:
         """Add the files under ``root``, named relative to ``base``: a depth-first walk following
@@ -155,7 +157,9 @@ class _Collector:
         # (symlinks, special files, empty or oversized files, the output itself) goes through
         # add_file, which applies every rule
         plain = not self.include and not self.exclude
-        sources, forbidden_names, max_bytes = self.out.sources, self.forbidden_names, self.max_frame_bytes
+        forbidden_names, max_bytes = self.forbidden_names, self.max_frame_bytes
+        paths, names, sizes, mtimes = self.out.columns()  # appended to in step, without an object per file
+        add_path, add_name, add_size, add_mtime = paths.append, names.append, sizes.append, mtimes.append
         fs_encoding, fs_errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()  # = os.fsencode
         for entry in entries:
             path = entry.path
@@ -163,9 +167,12 @@ class _Collector:
                 try:
                     if entry.is_file(follow_symlinks=False) and entry.name not in forbidden_names:
                         est = entry.stat(follow_symlinks=False)
-                        if 0 < est.st_size <= max_bytes:
-                            name = (prefix + entry.name).encode(fs_encoding, fs_errors)
-                            sources.append(Source(path, name, est.st_size, est.st_mtime_ns))
+                        size = est.st_size
+                        if 0 < size <= max_bytes:
+                            add_path(path)
+                            add_name((prefix + entry.name).encode(fs_encoding, fs_errors))
+                            add_size(size)
+                            add_mtime(est.st_mtime_ns)
                             continue
                 except OSError:
                     pass  # the careful path below says what is wrong
@@ -284,19 +291,7 @@ def collect_sources(
         for folder in folders:
             if os.path.relpath(folder, base).startswith(".."):
                 raise InputError(f"{folder}: not under --base {base}")
-    srcs = col.out.sources
-    srcs.sort(key=lambda s: s.name)
-    kept: list[Source] = []
-    for s in srcs:
-        if kept and kept[-1].name == s.name:
-            col.reject(
-                s.path,
-                f"name {s.name.decode('utf-8', 'backslashreplace')!r} appears twice "
-                f"(also {kept[-1].path}); use --base or separate packs",
-            )
-            continue
-        kept.append(s)
-    col.out.sources = kept
+    _sort_by_name(col)
     col.out.collect = {
         "folders": [os.path.abspath(f) for f in folders],
         "include": list(include),
@@ -306,9 +301,45 @@ def collect_sources(
         "max_frame_bytes": max_frame_bytes,
         "output": os.path.abspath(output) if output else None,
     }
-    if not kept and require_some:
+    if not len(col.out) and require_some:
         raise InputError("nothing to pack: no input files" + (" left after --skip-bad" if col.out.rejected else ""))
     return col.out
+
+
+def _sort_by_name(col: _Collector) -> None:
+    """Put the sources in name order (stable: of two files with one name, the first found is
+    kept, the other rejected), on the columns: a sort of positions by name, and each column
+    taken in that order once, unless it is already sorted."""
+    paths, names, sizes, mtimes = col.out.columns()
+    order = sorted(range(len(names)), key=names.__getitem__)
+    if order != list(range(len(order))):
+        _reorder(paths, order)
+        _reorder(names, order)
+        _reorder(sizes, order)
+        _reorder(mtimes, order)
+    if any(map(bytes.__eq__, names[1:], names)):  # rare: the slow path names each duplicate
+        keep = [True] * len(names)
+        first = 0
+        for j in range(1, len(names)):
+            if names[j] != names[first]:
+                first = j
+                continue
+            col.reject(
+                paths[j],
+                f"name {names[j].decode('utf-8', 'backslashreplace')!r} appears twice "
+                f"(also {paths[first]}); use --base or separate packs",
+            )
+            keep[j] = False
+        kept = [j for j, k in enumerate(keep) if k]
+        _reorder(paths, kept)
+        _reorder(names, kept)
+        _reorder(sizes, kept)
+        _reorder(mtimes, kept)
+
+
+def _reorder(column: list[_T], positions: list[int]) -> None:
+    """``column`` in place: its items at ``positions``, in that order."""
+    column[:] = [column[i] for i in positions]
 
 
 def _relative_names(files: Sequence[str], base: str | None) -> list[str]:

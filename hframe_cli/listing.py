@@ -35,7 +35,7 @@ from .processes import (
     usable_cpus,
     write_all,
 )
-from .sources import Rejected, Source, SourceList
+from .sources import Rejected, SourceList
 
 __all__ = ["PARALLEL_LIST_MIN", "Folder", "Walker", "sorted_entries", "walk_in_parallel"]
 
@@ -73,7 +73,7 @@ class _Unit:
     entries: list[os.DirEntry[str]] | None = None
 
 
-_Found = tuple[list[Source], list[Rejected], "Exception | None"]  # sources, rejections, the error it stopped at
+_Found = tuple[SourceList, "Exception | None"]  # sources and rejections, the error it stopped at
 
 
 def sorted_entries(folder: str) -> list[os.DirEntry[str]]:
@@ -101,9 +101,8 @@ def walk_in_parallel(col: Walker, top: Folder) -> bool:
         found = [_found_by(col, u) for u in units]  # the same walk, in the same order, here
     else:
         found = _found_forked(col, units, workers)
-    for sources, rejected, error in found:
-        col.out.sources.extend(sources)
-        col.out.rejected.extend(rejected)
+    for unit_found, error in found:
+        col.out.extend(unit_found)
         if error is not None:
             raise error  # the one the walk would have met first, whichever process met it
     return True
@@ -159,7 +158,7 @@ def _found_by(col: Walker, unit: _Unit) -> _Found:
         error = e  # tree, anything unforeseen: raised in its turn, as the one walk would raise it
     finally:
         found, col.out = col.out, saved
-    return found.sources, found.rejected, error
+    return found, error
 
 
 def _found_forked(col: Walker, units: list[_Unit], workers: int) -> list[_Found]:
@@ -220,21 +219,23 @@ def _taken(queue: int) -> Iterator[int]:
 
 def _helper(col: Walker, units: list[_Unit], queue: int, answer: int) -> None:
     """In a forked helper: walk the units taken from the queue, then send what each found as one
-    message (a pickle of plain lists). One message at the end, not one per unit: the parent
-    reads only once it has no units left to walk, and a full pipe would hold the helper back
-    until then."""
+    message (a pickle of columns: paths and names each joined by NULs, which no path holds,
+    sizes and mtimes as arrays). One message at the end, not one per unit: the parent reads only
+    once it has no units left to walk, and a full pipe would hold the helper back until then."""
     answers = []
     for i in _taken(queue):
         fault_point("listing-helper")
-        sources, rejected, error = _found_by(col, units[i])
+        unit_found, error = _found_by(col, units[i])
+        paths, names, sizes, mtimes = unit_found.columns()
         answers.append(
             (
                 i,
-                [s.path for s in sources],
-                [s.name for s in sources],
-                array("q", [s.size for s in sources]),
-                array("q", [s.mtime_ns for s in sources]),
-                [(r.path, r.reason) for r in rejected],
+                len(names),
+                "\0".join(paths),
+                b"\0".join(names),
+                array("q", sizes),
+                array("q", mtimes),
+                [(r.path, r.reason) for r in unit_found.rejected],
                 error,
             )
         )
@@ -248,10 +249,19 @@ def _answers(fd: int, count: int) -> list[tuple[int, _Found]]:
         return []
     try:
         out: list[tuple[int, _Found]] = []
-        for i, paths, names, sizes, mtimes, rejected, error in pickle.loads(body):
+        for i, n, paths, names, sizes, mtimes, rejected, error in pickle.loads(body):
             if not (isinstance(i, int) and 0 <= i < count):
                 return []
-            out.append((i, (list(map(Source, paths, names, sizes, mtimes)), [Rejected(*r) for r in rejected], error)))
+            found = SourceList.from_columns(
+                paths.split("\0") if n else [],
+                names.split(b"\0") if n else [],
+                sizes.tolist(),
+                mtimes.tolist(),
+                [Rejected(*r) for r in rejected],
+            )
+            if len(found) != n:
+                return []
+            out.append((i, (found, error)))
         return out
     except Exception:  # noqa: BLE001 - a broken answer: its units are walked here
         return []

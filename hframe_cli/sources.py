@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Rejected", "Source", "SourceList"]
@@ -30,15 +31,128 @@ class Rejected:
         return f"{self.path}: {self.reason}"
 
 
-@dataclass
 class SourceList:
-    """The sorted sources and what was rejected on the way."""
+    """The sorted sources and what was rejected on the way.
 
-    sources: list[Source] = field(default_factory=list)
-    rejected: list[Rejected] = field(default_factory=list)
-    #: how the list was collected (folders, globs, limits): ``resume`` walks the folders again
-    collect: dict[str, Any] = field(default_factory=dict)
+    The sources are kept as four columns (paths, names, sizes, mtimes) while they are listed,
+    sorted and compared, and become ``Source`` objects only when ``sources`` is asked for (a
+    pack reads them one by one). A no-op ``--update`` of 200,000 files compares the columns with
+    the index and never builds the 200,000 objects.
+    """
+
+    __slots__ = ("_objects", "_paths", "_names", "_sizes", "_mtimes", "rejected", "collect")
+
+    def __init__(
+        self,
+        sources: Iterable[Source] | None = None,
+        rejected: list[Rejected] | None = None,
+        collect: dict[str, Any] | None = None,
+    ) -> None:
+        self._objects: list[Source] | None = list(sources) if sources is not None else None
+        self._paths: list[str] = []
+        self._names: list[bytes] = []
+        self._sizes: list[int] = []
+        self._mtimes: list[int] = []
+        self.rejected: list[Rejected] = rejected if rejected is not None else []
+        #: how the list was collected (folders, globs, limits): ``resume`` walks the folders again
+        self.collect: dict[str, Any] = collect if collect is not None else {}
+
+    @classmethod
+    def from_columns(
+        cls,
+        paths: list[str],
+        names: list[bytes],
+        sizes: list[int],
+        mtimes_ns: list[int],
+        rejected: list[Rejected] | None = None,
+    ) -> SourceList:
+        """A list made from its columns (taken as they are, not copied)."""
+        if not len(paths) == len(names) == len(sizes) == len(mtimes_ns):
+            raise ValueError("the columns of a source list differ in length")
+        out = cls(rejected=rejected)
+        out._paths, out._names, out._sizes, out._mtimes = paths, names, sizes, mtimes_ns
+        return out
+
+    @property
+    def sources(self) -> list[Source]:
+        """The sources as objects (built on first use; the list may be changed in place)."""
+        if self._objects is None:
+            self._objects = list(map(Source, self._paths, self._names, self._sizes, self._mtimes))
+            self._paths, self._names, self._sizes, self._mtimes = [], [], [], []
+        return self._objects
+
+    @sources.setter
+    def sources(self, value: list[Source]) -> None:
+        self._objects = value
+        self._paths, self._names, self._sizes, self._mtimes = [], [], [], []
+
+    def columns(self) -> tuple[list[str], list[bytes], list[int], list[int]]:
+        """The paths, names, sizes and mtimes (ns), to read or to append to in step (the objects,
+        if they were built, become columns again)."""
+        if self._objects is not None:
+            objs, self._objects = self._objects, None
+            self._paths = [s.path for s in objs]
+            self._names = [s.name for s in objs]
+            self._sizes = [s.size for s in objs]
+            self._mtimes = [s.mtime_ns for s in objs]
+        return self._paths, self._names, self._sizes, self._mtimes
+
+    @property
+    def names(self) -> list[bytes]:
+        """The names, in order (a copy when the objects are built)."""
+        return [s.name for s in self._objects] if self._objects is not None else self._names
+
+    @property
+    def sizes(self) -> list[int]:
+        return [s.size for s in self._objects] if self._objects is not None else self._sizes
+
+    @property
+    def mtimes_ns(self) -> list[int]:
+        return [s.mtime_ns for s in self._objects] if self._objects is not None else self._mtimes
+
+    @property
+    def paths(self) -> list[str]:
+        return [s.path for s in self._objects] if self._objects is not None else self._paths
+
+    def add(self, path: str, name: bytes, size: int, mtime_ns: int) -> None:
+        """One more source, at the end."""
+        if self._objects is not None:
+            self._objects.append(Source(path, name, size, mtime_ns))
+        else:
+            self._paths.append(path)
+            self._names.append(name)
+            self._sizes.append(size)
+            self._mtimes.append(mtime_ns)
+
+    def extend(self, other: SourceList) -> None:
+        """``other``'s sources and rejections, after these."""
+        if self._objects is not None:
+            self._objects.extend(other.sources)
+        else:
+            for mine, theirs in zip(self.columns(), other.columns()):
+                mine.extend(theirs)  # type: ignore[attr-defined]
+        self.rejected.extend(other.rejected)
+
+    def __len__(self) -> int:
+        return len(self._objects) if self._objects is not None else len(self._names)
 
     @property
     def total_bytes(self) -> int:
-        return sum(s.size for s in self.sources)
+        return sum(self.sizes)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SourceList):
+            return NotImplemented
+        return (self.names, self.paths, self.sizes, self.mtimes_ns, self.rejected, self.collect) == (
+            other.names,
+            other.paths,
+            other.sizes,
+            other.mtimes_ns,
+            other.rejected,
+            other.collect,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"SourceList({len(self)} sources, {len(self.rejected)} rejected)"

@@ -125,9 +125,9 @@ def plan_update(
         old_names = [n if r is None else r for n, r in zip(old_names, raw.to_pylist())]
     sizes = table.column("source_size").to_pylist()
     mtimes_us = _viewed(table.column("source_mtime"), pa.int64())
-    srcs = sources.sources
-    if not videos and not checksum and old_names == [s.name for s in srcs]:  # the usual cron run: nothing new
-        if sizes == [s.size for s in srcs] and mtimes_us == [s.mtime_ns // 1000 for s in srcs]:
+    # the usual cron run, nothing new: the columns compared whole, without a Source object per file
+    if not videos and not checksum and old_names == sources.names and sizes == sources.sizes:
+        if mtimes_us == [ns // 1000 for ns in sources.mtimes_ns]:
             return UpdatePlan("up_to_date", frames=table.num_rows, alignment=alignment, data_end=data_end)
     md5s = table.column("md5").to_pylist() if checksum else [None] * table.num_rows
     if not videos:

@@ -52,13 +52,15 @@ def in_one_process(args: list[str], **kw):
 
 
 def messy_tree(root: Path) -> Path:
-    """Folders three deep, a folder of 40 files (six slices), and every kind of bad entry: an
-    empty file, a broken symlink, a symlink back to a folder above, a FIFO; plus a symlink to a
-    folder (walked under its own name)."""
-    for folder, count in (("a", 40), ("b/c", 5), ("b/d/e", 9), ("f", 3), ("", 2)):
+    """Folders three deep, a folder of 40 files (six slices), an empty folder, a file whose name
+    is not UTF-8, and every kind of bad entry: an empty file, a broken symlink, a symlink back to
+    a folder above, a FIFO; plus a symlink to a folder (walked under its own name)."""
+    for folder, count in (("a", 40), ("b/c", 5), ("b/d/e", 9), ("f", 3), ("", 2), ("h", 0)):
         (root / folder).mkdir(parents=True, exist_ok=True)
         for i in range(count):
             (root / folder / f"{i:03d}.bin").write_bytes(os.urandom(1 + i))
+    with open(os.fsencode(root / "b" / "c") + b"/caf\xe9.bin", "wb") as f:  # Latin-1, as old cameras write
+        f.write(b"not utf-8")
     (root / "a" / "empty.bin").write_bytes(b"")
     (root / "b" / "broken").symlink_to(root / "nowhere")
     (root / "b" / "d" / "loop").symlink_to(root / "b")
@@ -77,7 +79,8 @@ def test_the_forked_walk_finds_what_one_process_does_rejections_in_order(tmp_pat
     assert many.rejected == one.rejected
     reasons = {r.reason.split(" (")[0] for r in one.rejected}
     assert {"zero-byte file", "broken symlink", "symlink loop", "not a regular file"} <= reasons
-    assert len(one.sources) == 40 + 5 + 9 + 3 + 3 + 2
+    assert len(one.sources) == 40 + 5 + 9 + 3 + 3 + 2 + 1
+    assert b"b/c/caf\xe9.bin" in {s.name for s in many.sources}  # the exact bytes, through a helper's answer
 
 
 def test_without_skip_bad_the_first_error_is_the_one_process_walks_first(tmp_path, forked):

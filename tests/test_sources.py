@@ -1,0 +1,88 @@
+"""The source list (``sources.SourceList``): kept as columns while listed, sorted and compared,
+objects only when a pack asks for them; the two views always agree, and a no-op ``--update``
+never builds the objects."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+
+import hframe_cli.sources as sources_mod
+from hframe_cli.inputs import collect_sources
+from hframe_cli.packing import pack_sources
+from hframe_cli.sources import Rejected, Source, SourceList
+from hframe_cli.update import plan_update
+
+
+def listed(n: int) -> list[Source]:
+    return [Source(f"/in/{i:03d}.jpg", b"%03d.jpg" % i, 100 + i, 1_700_000_000_123_456_789 + i) for i in range(n)]
+
+
+def test_columns_and_objects_are_two_views_of_one_list():
+    want = listed(5)
+    cols = SourceList.from_columns(
+        [s.path for s in want], [s.name for s in want], [s.size for s in want], [s.mtime_ns for s in want]
+    )
+    objs = SourceList(want)
+    assert len(cols) == len(objs) == 5 and cols.total_bytes == objs.total_bytes == sum(s.size for s in want)
+    assert cols == objs  # the same sources, whichever view each one holds
+    assert cols.names == objs.names and cols.mtimes_ns == objs.mtimes_ns and cols.paths == objs.paths
+    assert cols.sources == want  # built on demand...
+    cols.sources.append(Source("/in/new.jpg", b"new.jpg", 7, 8))  # ...and changed in place
+    cols.add("/in/zzz.jpg", b"zzz.jpg", 9, 10)  # an add after the objects were built keeps both
+    assert cols.names[-2:] == [b"new.jpg", b"zzz.jpg"] and len(cols) == 7
+    paths, names, sizes, mtimes = cols.columns()  # columns again, in step
+    assert (paths[-1], names[-1], sizes[-1], mtimes[-1]) == ("/in/zzz.jpg", b"zzz.jpg", 9, 10)
+    assert [s.size for s in cols.sources] == [s.size for s in want] + [7, 9]
+
+
+def test_extend_pickle_and_bad_columns():
+    a = SourceList.from_columns(["/a"], [b"a"], [1], [2], [Rejected("/x", "broken symlink")])
+    b = SourceList(listed(2), [Rejected("/y", "symlink loop")])
+    a.extend(b)
+    assert a.names == [b"a", b"000.jpg", b"001.jpg"] and [r.path for r in a.rejected] == ["/x", "/y"]
+    assert pickle.loads(pickle.dumps(a)) == a
+    assert a != SourceList(a.sources[:2], a.rejected)
+    with pytest.raises(ValueError, match="differ in length"):
+        SourceList.from_columns(["/a"], [b"a"], [1, 2], [3])
+
+
+def test_a_name_found_twice_keeps_the_first_in_every_column(tmp_path):
+    """Sorted by name, stable: of files that share a name the first argument's is kept and each
+    other one rejected naming it; every column stays aligned with the names."""
+    for d, files in (("a", ["x.jpg", "a.jpg"]), ("b", ["x.jpg", "m.jpg"]), ("c", ["x.jpg", "b.jpg", "m.jpg"])):
+        (tmp_path / d).mkdir()
+        for f in files:
+            (tmp_path / d / f).write_bytes(f"{d}/{f}".encode())
+    found = collect_sources([str(tmp_path / d) for d in "acb"], skip_bad=True)
+    assert found.names == [b"a.jpg", b"b.jpg", b"m.jpg", b"x.jpg"]
+    for s in found.sources:  # each name with the path it came from
+        assert open(s.path, "rb").read().endswith(s.name) and s.size == os.path.getsize(s.path)
+    assert [os.path.basename(os.path.dirname(s.path)) for s in found.sources] == ["a", "c", "c", "a"]
+    assert [(r.path, r.reason.split(" (")[0]) for r in found.rejected] == [
+        (str(tmp_path / "b" / "m.jpg"), "name 'm.jpg' appears twice"),
+        (str(tmp_path / "c" / "x.jpg"), "name 'x.jpg' appears twice"),
+        (str(tmp_path / "b" / "x.jpg"), "name 'x.jpg' appears twice"),
+    ]
+    assert all(f"(also {tmp_path / ('c' if 'm.jpg' in r.path else 'a')}" in r.reason for r in found.rejected)
+
+
+def test_a_no_op_update_compares_columns_without_building_sources(tmp_path, monkeypatch):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(30):
+        (src / f"{i:02d}.bin").write_bytes(os.urandom(10 + i))
+    out = str(tmp_path / "p.hframe")
+    pack_sources(collect_sources([str(src)]), out)
+
+    def refused(*args: object) -> Source:
+        raise AssertionError("a Source object was built")
+
+    monkeypatch.setattr(sources_mod, "Source", refused)
+    assert plan_update(collect_sources([str(src)]), out).status == "up_to_date"
+    os.utime(src / "07.bin", ns=(1, 1))  # one file changed: the plan names it (objects are fine then)
+    monkeypatch.undo()
+    plan = plan_update(collect_sources([str(src)]), out)
+    assert plan.status == "repack" and plan.changed == [b"07.bin"]
