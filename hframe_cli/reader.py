@@ -402,11 +402,16 @@ class PackReader:
         A cold batch is read with ``pread`` even when mapped: a page fault holds the GIL while
         the disk reads, so the pool's threads would take turns, and it reads around the page
         (cold random batches measured 2x slower through the map)."""
-        if self.memory_map and self._map is None and not self._map_failed:
-            self._arm_fast_read()  # mapped again after close()
-        if self._map is not None and not cold:
-            return _map_slicer(self._map)
+        m = self._mapped()
+        if m is not None and not cold:
+            return _map_slicer(m)
         return self._storage.preader()
+
+    def _mapped(self) -> mmap.mmap | None:
+        """The map, made now if ``memory_map`` asks for one and there is none (after ``close()``)."""
+        if self.memory_map and self._map is None and not self._map_failed:
+            self._arm_fast_read()
+        return self._map
 
     def read_stored(self, key: FrameKey) -> bytes:
         """The bytes of one frame exactly as stored in the pack (still compressed, if it is)."""
@@ -534,6 +539,11 @@ class PackReader:
         """
         if not keys:
             return []
+        if self._codecs is None:  # sizes as stored: the ranges looked up once, for both
+            ids, offs, lens = self._ranges(keys)
+            views = carved(buffer_for(buffer, sum(lens)), lens)
+            self._fill(ids, offs, lens, views)
+            return views
         ids = self._frame_ids(keys)  # names looked up once, not again by read_into
         sizes = self.frame_sizes(ids)
         views = carved(buffer_for(buffer, sum(sizes)), sizes)
@@ -546,17 +556,25 @@ class PackReader:
         themselves (a dataset's shards)."""
         if not keys:
             return
-        fileno = getattr(self._storage, "fileno", None)
-        if self._codecs is None and not self.remote and fileno is not None:
+        if self._codecs is None:
             ids, offs, lens = self._ranges(keys)
+            self._fill(ids, offs, lens, views)
+            return
+        for view, data in zip(views, self.read_many(keys), strict=True):
+            view[:] = data
+
+    def _fill(self, ids: Sequence[int], offs: list[int], lens: list[int], views: Sequence[memoryview]) -> None:
+        """``read_into`` of a pack with no compressed frames, its ranges looked up."""
+        fileno = getattr(self._storage, "fileno", None)
+        if not self.remote and fileno is not None:
             with self._replaced_if_moved() if self.checks_md5 else contextlib.nullcontext():
                 if self._read_into(fileno(), offs, lens, views):
                     if self.checks_md5:
                         self._check_md5(ids, views)
                     return
-        # compressed, remote, or a read that failed or came short: the checked path reads it
-        # (or says why it cannot)
-        for view, data in zip(views, self.read_many(keys), strict=True):
+        # remote, or a read that failed or came short: the checked path reads it (or says why
+        # it cannot)
+        for view, data in zip(views, self.read_many(ids), strict=True):
             view[:] = data
 
     def frame_sizes(self, keys: Sequence[FrameKey]) -> list[int]:
@@ -565,7 +583,9 @@ class PackReader:
         return list(map(lengths.__getitem__, self._frame_ids(keys)))
 
     def _read_into(self, fd: int, offs: list[int], lens: list[int], views: Sequence[memoryview]) -> bool:
-        """Each range read into its view; False after an error or an end of file met early."""
+        """Each range read into its view; False after an error or an end of file met early.
+        The first is read with ``pread``, timed: the rest of a warm batch is copied out of the
+        map when there is one (no system call per frame), a cold one is asked for at once."""
         preadv = os.preadv
         try:
             t0 = time.perf_counter()
@@ -576,10 +596,33 @@ class PackReader:
                     if more <= 0:
                         return False
                     got += more
-                if j == 0 and len(offs) > 2 and _looks_cold(time.perf_counter() - t0, n):
-                    self._storage.prefetch(offs[1:], lens[1:])  # the rest asked for at once
+                if j == 0 and len(offs) > 1:
+                    if _looks_cold(time.perf_counter() - t0, n):
+                        if len(offs) > 2:
+                            self._storage.prefetch(offs[1:], lens[1:])  # the rest asked for at once
+                    elif self._mapped() is not None:
+                        return self._copy_from_map(offs[1:], lens[1:], views[1:])
         except (OSError, ValueError):
             return False
+        return True
+
+    def _copy_from_map(self, offs: list[int], lens: list[int], views: Sequence[memoryview]) -> bool:
+        """Each range copied from the map into its view; False when the map was closed meanwhile
+        or a range runs past its end (the checked path then reads it or says why)."""
+        m = self._map
+        if m is None:
+            return False
+        try:
+            mapped = memoryview(m)  # (a close() meanwhile leaves the map to this copy: see close)
+        except ValueError:
+            return False
+        try:
+            for off, n, view in zip(offs, lens, views):
+                view[:] = mapped[off : off + n]  # (a short slice does not fit: ValueError)
+        except ValueError:
+            return False
+        finally:
+            mapped.release()
         return True
 
     def read_many_stored(
@@ -849,7 +892,10 @@ class PackReader:
         with self._arm_lock:
             self._fast_pid = -1  # before the descriptor goes: its number may soon name another file
             if self._map is not None:
-                self._map.close()
+                # a read_into copying from it in another thread holds it exported: then it is
+                # unmapped when that copy lets it go (the last reference), not here
+                with contextlib.suppress(BufferError):
+                    self._map.close()
                 self._map = None
             self._map_failed = False
             self._storage.close()

@@ -88,6 +88,13 @@ ROWS: list[tuple[str, str, dict[str, str], str, str]] = [
         "x",
         "",
     ),
+    (
+        "`memory_map=True`: warm `read_many_into(256 ids, reused buffer)` ÷ bare `os.pread` loop",
+        "read_many_into_mmap_vs_bare_pread",
+        {"mode": "warm"},
+        "x",
+        "",
+    ),
     # the same warm reads in a process whose glibc keeps freed memory (bench_read.py --keep-freed-heap)
     ("heap kept¹: warm `p[i]` loop ÷ bare `os.pread` loop", "getitem_vs_bare_pread", {"mode": "warm_kept"}, "x", ""),
     (

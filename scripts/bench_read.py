@@ -19,9 +19,10 @@ with ``--seed``; every method reads the same ids:
 * ``getitem``: a ``reader[i]`` loop, one frame per call;
 * ``read_many_into``: ``read_many_into(ids, buf)``, one ``bytearray`` reused for every batch
   (no allocation per frame; warm only);
-* ``getitem_mmap``, ``read_many_mmap``: the ``p[i]`` loop and ``read_many(ids)`` on a reader
-  opened with ``memory_map=True`` (a copy out of the map per frame, no system call; warm only:
-  mapped pages cannot be evicted).
+* ``getitem_mmap``, ``read_many_mmap``, ``read_many_into_mmap``: the ``p[i]`` loop,
+  ``read_many(ids)`` and ``read_many_into(ids, buf)`` on a reader opened with
+  ``memory_map=True`` (a copy out of the map per frame, no system call; warm only: mapped pages
+  cannot be evicted).
 
 ``--cold`` adds, on the same random batches: ``read_many_w8`` (``workers=8``), ``seed_t8`` and
 ``loose_t8`` (the seed reader and loose files on a pool of 8 threads, one frame per task);
@@ -184,6 +185,16 @@ def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int, seed_
     if mapped is not None:
         methods["getitem_mmap"] = lambda ids, ranges: [mapped[i] for i in ids]
         methods["read_many_mmap"] = lambda ids, ranges: mapped.read_many(ids)
+        mapped_buffer = bytearray()
+
+        def read_many_into_mmap(ids: list[int], ranges: list[tuple[int, int]]) -> list[memoryview]:
+            nonlocal mapped_buffer
+            views = mapped.read_many_into(ids, mapped_buffer)
+            if views and views[0].obj is not mapped_buffer:  # grown once, then reused
+                mapped_buffer = views[0].obj  # type: ignore[assignment]
+            return views
+
+        methods["read_many_into_mmap"] = read_many_into_mmap
     if pool is not None and reader8 is not None:  # --cold: the 8-thread variants
         methods["read_many_w8"] = lambda ids, ranges: reader8.read_many(ids, workers=8)
         methods["seed_t8"] = lambda ids, ranges: list(pool.map(seed_one, ids))
@@ -360,7 +371,7 @@ def main() -> int:
             print(f"read_many_into_vs_bare_pread={fps['read_many_into'] / fps['bare_pread']:.3f} mode={mode} "
                   f"dataset={name} target=none")
             print(f"bare_pread_frames_per_s={fps['bare_pread']:.0f} mode={mode} dataset={name} target=none")
-            for method in ("getitem_mmap", "read_many_mmap"):
+            for method in ("getitem_mmap", "read_many_mmap", "read_many_into_mmap"):
                 print(f"{method}_vs_bare_pread={fps[method] / fps['bare_pread']:.3f} mode={mode} dataset={name} "
                       "target=none")
             continue

@@ -305,3 +305,67 @@ def test_a_cold_batch_is_read_with_pread_even_when_mapped(packed, monkeypatch):
         monkeypatch.setattr(reader_module, "_looks_cold", lambda seconds, nbytes: False)
         assert p.read_many(ids) == want
         assert len(sliced) == len(ids) - 1  # warm: all but the first frame (read to tell) from the map
+
+
+@pytest.mark.parametrize("memory_map", [False, True])
+def test_read_many_into_copies_a_warm_batch_out_of_the_map_and_reads_a_cold_one(packed, monkeypatch, memory_map):
+    """Into a caller's buffer: on a mapped reader a warm batch costs one ``pread`` (its first
+    frame, timed to tell) and the rest are copies out of the map; a cold one, or an unmapped
+    reader, reads every frame."""
+    from hframe_cli import reader as reader_module
+
+    want = expected(packed)
+    ids = [(i * 5) % len(want) for i in range(len(want))] + [0, 0]
+    calls = []
+    real_preadv = os.preadv
+
+    def counted(fd, buffers, offset, *rest):
+        calls.append(offset)
+        return real_preadv(fd, buffers, offset, *rest)
+
+    monkeypatch.setattr(os, "preadv", counted)
+    buffer = bytearray()
+    with h.open_pack(packed, memory_map=memory_map) as p:
+        for cold in (False, True):
+            monkeypatch.setattr(reader_module, "_looks_cold", lambda seconds, nbytes, cold=cold: cold)
+            calls.clear()
+            views = p.read_many_into(ids, buffer)
+            buffer = views[0].obj  # reused: the second batch overwrites the first
+            assert [bytes(v) for v in views] == [want[i] for i in ids]
+            assert len(calls) == (1 if memory_map and not cold else len(ids))
+
+
+def test_a_close_while_read_many_into_copies_from_the_map_neither_fails_nor_misreads(packed):
+    """``close()`` in one thread while another copies frames out of the map: the copy goes on
+    from the map it holds (unmapped when it lets go), ``close()`` does not raise BufferError, and
+    every batch has the right bytes; reads after close map again."""
+    want = expected(packed)
+    ids = [(i * 3) % len(want) for i in range(len(want))]
+    with h.open_pack(packed, memory_map=True) as p:
+        held = memoryview(p._map)  # a copy in flight, exactly: the map exported
+        p.close()  # must not raise: the map is unmapped when the copy releases it
+        assert p._map is None and bytes(held[:4]) == packed.read_bytes()[:4]  # still mapped for the copy
+        held.release()
+        assert [bytes(v) for v in p.read_many_into(ids)] == [want[i] for i in ids] and p._map is not None
+        errors: list[BaseException] = []
+        wrong = 0
+        stop = threading.Event()
+
+        def closer() -> None:
+            while not stop.is_set():
+                p.close()
+
+        t = threading.Thread(target=closer)
+        t.start()
+        try:
+            for _ in range(300):
+                try:
+                    got = [bytes(v) for v in p.read_many_into(ids)]
+                except Exception as e:  # noqa: BLE001 - any error is a failure of this test
+                    errors.append(e)
+                    break
+                wrong += got != [want[i] for i in ids]
+        finally:
+            stop.set()
+            t.join()
+        assert errors == [] and wrong == 0
