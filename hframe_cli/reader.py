@@ -556,6 +556,10 @@ class PackReader:
         themselves (a dataset's shards)."""
         if not keys:
             return
+        if len(views) != len(keys):
+            raise InputError(f"read_into: {len(keys)} frames asked for, {len(views)} views to read them into")
+        if any(v.format != "B" or v.ndim != 1 for v in views):  # (a copy needs the same layout both sides)
+            views = [v.cast("B") for v in views]
         if self._codecs is None:
             ids, offs, lens = self._ranges(keys)
             self._fill(ids, offs, lens, views)
@@ -617,7 +621,7 @@ class PackReader:
         except ValueError:
             return False
         try:
-            for off, n, view in zip(offs, lens, views):
+            for off, n, view in zip(offs, lens, views, strict=True):
                 view[:] = mapped[off : off + n]  # (a short slice does not fit: ValueError)
         except ValueError:
             return False
@@ -891,6 +895,7 @@ class PackReader:
         self._pool = None
         with self._arm_lock:
             self._fast_pid = -1  # before the descriptor goes: its number may soon name another file
+            self._fast_pread = functools.partial(os.pread, -1)  # (and no reference to the map left)
             if self._map is not None:
                 # a read_into copying from it in another thread holds it exported: then it is
                 # unmapped when that copy lets it go (the last reference), not here

@@ -48,7 +48,8 @@ class SourceList:
         rejected: list[Rejected] | None = None,
         collect: dict[str, Any] | None = None,
     ) -> None:
-        self._objects: list[Source] | None = list(sources) if sources is not None else None
+        # (a list given is kept, not copied, as the dataclass this once was kept it)
+        self._objects: list[Source] | None = sources if isinstance(sources, list) or sources is None else list(sources)
         self._paths: list[str] = []
         self._names: list[bytes] = []
         self._sizes: list[int] = []
@@ -97,9 +98,11 @@ class SourceList:
             self._mtimes = [s.mtime_ns for s in objs]
         return self._paths, self._names, self._sizes, self._mtimes
 
+    # the four columns, to read (not to change: they may be the list's own, or copies)
+
     @property
     def names(self) -> list[bytes]:
-        """The names, in order (a copy when the objects are built)."""
+        """The names, in order."""
         return [s.name for s in self._objects] if self._objects is not None else self._names
 
     @property
@@ -153,6 +156,13 @@ class SourceList:
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+    def __getstate__(self) -> dict[str, Any]:  # (any pickle protocol: slots and no __dict__)
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
 
     def __repr__(self) -> str:
         return f"SourceList({len(self)} sources, {len(self.rejected)} rejected)"

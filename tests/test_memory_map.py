@@ -335,6 +335,30 @@ def test_read_many_into_copies_a_warm_batch_out_of_the_map_and_reads_a_cold_one(
             assert len(calls) == (1 if memory_map and not cold else len(ids))
 
 
+def maps_of(path: Path) -> int:
+    """How many maps of ``path`` this process has."""
+    real = os.path.realpath(path)
+    with open("/proc/self/maps") as f:
+        return sum(line.rstrip("\n").endswith(" " + real) for line in f)
+
+
+def test_read_into_checks_its_views_and_takes_any_byte_format(packed):
+    """``read_into`` with views laid out by the caller: as many views as frames (else an error,
+    never a frame silently left out), of any one-byte format (``array('b')`` as well as bytes)."""
+    from array import array
+
+    want = expected(packed)
+    ids = [2, 0, 1]
+    for memory_map in (False, True):
+        with h.open_pack(packed, memory_map=memory_map) as p:
+            for views in ([memoryview(bytearray(len(want[i]))) for i in ids[:2]], [memoryview(bytearray(9))] * 4):
+                with pytest.raises(h.InputError, match="3 frames asked for"):
+                    p.read_into(ids, views)
+            signed = [memoryview(array("b", bytes(len(want[i])))) for i in ids]
+            p.read_into(ids, signed)
+            assert [v.tobytes() for v in signed] == [want[i] for i in ids]
+
+
 def test_a_close_while_read_many_into_copies_from_the_map_neither_fails_nor_misreads(packed):
     """``close()`` in one thread while another copies frames out of the map: the copy goes on
     from the map it holds (unmapped when it lets go), ``close()`` does not raise BufferError, and
@@ -345,7 +369,10 @@ def test_a_close_while_read_many_into_copies_from_the_map_neither_fails_nor_misr
         held = memoryview(p._map)  # a copy in flight, exactly: the map exported
         p.close()  # must not raise: the map is unmapped when the copy releases it
         assert p._map is None and bytes(held[:4]) == packed.read_bytes()[:4]  # still mapped for the copy
+        assert maps_of(packed) == 1
         held.release()
+        del held
+        assert maps_of(packed) == 0  # unmapped as the copy let go: nothing else held it
         assert [bytes(v) for v in p.read_many_into(ids)] == [want[i] for i in ids] and p._map is not None
         errors: list[BaseException] = []
         wrong = 0

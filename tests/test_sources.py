@@ -43,7 +43,9 @@ def test_extend_pickle_and_bad_columns():
     b = SourceList(listed(2), [Rejected("/y", "symlink loop")])
     a.extend(b)
     assert a.names == [b"a", b"000.jpg", b"001.jpg"] and [r.path for r in a.rejected] == ["/x", "/y"]
-    assert pickle.loads(pickle.dumps(a)) == a
+    assert all(pickle.loads(pickle.dumps(a, protocol)) == a for protocol in range(pickle.HIGHEST_PROTOCOL + 1))
+    given = listed(3)
+    assert SourceList(given).sources is given  # a list given is kept, as the dataclass kept it
     assert a != SourceList(a.sources[:2], a.rejected)
     with pytest.raises(ValueError, match="differ in length"):
         SourceList.from_columns(["/a"], [b"a"], [1, 2], [3])
