@@ -131,9 +131,11 @@ class SourceList:
         """``other``'s sources and rejections, after these."""
         if self._objects is not None:
             self._objects.extend(other.sources)
-        else:
-            for mine, theirs in zip(self.columns(), other.columns()):
-                mine.extend(theirs)  # type: ignore[attr-defined]
+        else:  # (``other`` read as it is held, not turned into columns)
+            self._paths.extend(other.paths)
+            self._names.extend(other.names)
+            self._sizes.extend(other.sizes)
+            self._mtimes.extend(other.mtimes_ns)
         self.rejected.extend(other.rejected)
 
     def __len__(self) -> int:
