@@ -131,6 +131,20 @@ def ensure_packs(data_dir: str, name: str) -> tuple[str, str]:
     return hf, seed
 
 
+def into_reused_buffer(reader: hframe_cli.PackReader) -> Method:
+    """``read_many_into(ids, buf)`` with one buffer of its own, grown once, then reused."""
+    buffer = bytearray()
+
+    def read_many_into(ids: list[int], ranges: list[tuple[int, int]]) -> list[memoryview]:
+        nonlocal buffer
+        views = reader.read_many_into(ids, buffer)
+        if views and views[0].obj is not buffer:
+            buffer = views[0].obj  # type: ignore[assignment]
+        return views
+
+    return read_many_into
+
+
 def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int, seed_index: list[dict],
                 paths: list[str], pool: ThreadPoolExecutor | None,
                 reader8: hframe_cli.PackReader | None = None,
@@ -169,32 +183,14 @@ def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int, seed_
     def getitem(ids: list[int], ranges: list[tuple[int, int]]) -> list[bytes]:
         return [reader[i] for i in ids]
 
-    buffer = bytearray()
-
-    def read_many_into(ids: list[int], ranges: list[tuple[int, int]]) -> list[memoryview]:
-        nonlocal buffer
-        views = reader.read_many_into(ids, buffer)
-        if views and views[0].obj is not buffer:  # grown once, then reused
-            buffer = views[0].obj  # type: ignore[assignment]
-        return views
-
     methods: dict[str, Method] = {"read_many": read_many, "bare_pread": bare_pread, "seed": seed, "loose": loose,
                                   "read_many_default": read_many_default, "getitem": getitem}
     if pool is None:  # warm only: a buffer reused batch after batch is what it is for
-        methods["read_many_into"] = read_many_into
+        methods["read_many_into"] = into_reused_buffer(reader)
     if mapped is not None:
         methods["getitem_mmap"] = lambda ids, ranges: [mapped[i] for i in ids]
         methods["read_many_mmap"] = lambda ids, ranges: mapped.read_many(ids)
-        mapped_buffer = bytearray()
-
-        def read_many_into_mmap(ids: list[int], ranges: list[tuple[int, int]]) -> list[memoryview]:
-            nonlocal mapped_buffer
-            views = mapped.read_many_into(ids, mapped_buffer)
-            if views and views[0].obj is not mapped_buffer:  # grown once, then reused
-                mapped_buffer = views[0].obj  # type: ignore[assignment]
-            return views
-
-        methods["read_many_into_mmap"] = read_many_into_mmap
+        methods["read_many_into_mmap"] = into_reused_buffer(mapped)
     if pool is not None and reader8 is not None:  # --cold: the 8-thread variants
         methods["read_many_w8"] = lambda ids, ranges: reader8.read_many(ids, workers=8)
         methods["seed_t8"] = lambda ids, ranges: list(pool.map(seed_one, ids))
