@@ -889,7 +889,12 @@ class PackReader:
             return self._pool
 
     def close(self) -> None:
-        """Release the file descriptor and the thread pool (reopened on next use)."""
+        """Release the file descriptor and the thread pool (reopened on next use).
+
+        Close a reader when its reads are done (a ``with`` block), not while another thread
+        still reads through it: a read racing ``close()`` uses a descriptor number that the
+        process may already have given to another file, and could return that file's bytes (a
+        mapped batch copies from the map it holds, but its first frame is a ``pread`` too)."""
         if self._pool is not None and self._pool_pid == os.getpid():
             self._pool.shutdown(wait=True)
         self._pool = None
