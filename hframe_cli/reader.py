@@ -425,10 +425,11 @@ class PackReader:
     def _read_stored(self, i: int) -> bytes:
         offset, length = self._offsets[i], self._lengths[i]
         self._check_range(i, offset, length)
-        if length <= self.max_read:
-            data = self._storage.read_at(offset, length)
-        else:
-            data = b"".join(self._storage.read_at(o, n) for o, n in _split(offset, length, self.max_read))
+        with self._held():
+            if length <= self.max_read:
+                data = self._storage.read_at(offset, length)
+            else:
+                data = b"".join(self._storage.read_at(o, n) for o, n in _split(offset, length, self.max_read))
         if len(data) != length:
             raise FrameOutOfRange(
                 f"{self.shown}: frame {i} (offset {offset}, length {length}): short read ({len(data)} bytes); pack truncated?"
@@ -442,7 +443,8 @@ class PackReader:
             return self.read(i)[: max(nbytes, 0)]  # (unpinned remote: a frame is checked whole)
         offset, length = self._offsets[i], self._lengths[i]
         self._check_range(i, offset, length)
-        return self._storage.read_at(offset, min(max(nbytes, 0), length))
+        with self._held():
+            return self._storage.read_at(offset, min(max(nbytes, 0), length))
 
     def read_many(
         self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None
@@ -571,7 +573,7 @@ class PackReader:
         """``read_into`` of a pack with no compressed frames, its ranges looked up."""
         fileno = getattr(self._storage, "fileno", None)
         if not self.remote and fileno is not None:
-            with self._replaced_if_moved() if self.checks_md5 else contextlib.nullcontext():
+            with self._held(), self._replaced_if_moved() if self.checks_md5 else contextlib.nullcontext():
                 if self._read_into(fileno(), offs, lens, views):
                     if self.checks_md5:
                         self._check_md5(ids, views)
@@ -656,6 +658,18 @@ class PackReader:
         """
         if not keys:
             return []
+        with self._held():  # (a close() in another thread meanwhile waits for this batch)
+            return self._read_batch(keys, workers, stats)
+
+    def _held(self) -> contextlib.AbstractContextManager[None]:
+        """The storage's ``held`` (reads in flight, which a ``close()`` meanwhile waits for),
+        where it has one."""
+        held = getattr(self._storage, "held", None)
+        return held() if held is not None else contextlib.nullcontext()
+
+    def _read_batch(
+        self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None
+    ) -> list[bytes]:
         ids, offs, lens = self._ranges(keys)
         w = workers or self.workers or default_workers(len(keys))
         if stats is not None:
@@ -891,10 +905,12 @@ class PackReader:
     def close(self) -> None:
         """Release the file descriptor and the thread pool (reopened on next use).
 
-        Close a reader when its reads are done (a ``with`` block), not while another thread
-        still reads through it: a read racing ``close()`` uses a descriptor number that the
-        process may already have given to another file, and could return that file's bytes (a
-        mapped batch copies from the map it holds, but its first frame is a ``pread`` too)."""
+        A ``close()`` while another thread reads leaves the descriptor to the batches in flight
+        (``read_many``, ``read_many_into``, ``read_stored``, ``head``): they finish on the pack,
+        and the last closes it (closed at once, its number could go to a file opened meanwhile,
+        which the rest of the batch would read). A ``p[i]`` already past its checks is not
+        counted (a lock per frame would cost more than its read): close a reader when its reads
+        are done, as a ``with`` block does."""
         if self._pool is not None and self._pool_pid == os.getpid():
             self._pool.shutdown(wait=True)
         self._pool = None

@@ -16,7 +16,8 @@ import io
 import os
 import stat
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 from .errors import HframeError, InputError, OutOfMemory, PackReplaced, StorageError
@@ -108,6 +109,10 @@ class LocalFile:
         self._fd = -1
         self._pid = -1
         self._lock = threading.Lock()
+        #: reads in flight (``held``) in process ``_users_pid``, and a ``close()`` left to the last
+        self._users = 0
+        self._users_pid = -1
+        self._closing = False
         #: (pid, fd, st_dev, st_ino) of the handle this one was pickled from (spawned workers)
         self._origin = origin
         self.identity: tuple[int, int] | None = (origin[2], origin[3]) if origin else None
@@ -275,10 +280,36 @@ class LocalFile:
             return False
         return (st.st_dev, st.st_ino) == self.identity
 
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Reads in flight: a ``close()`` meanwhile (another thread's) leaves the descriptor to the
+        last of them. Closed at once, its number could be given to another file that the rest of
+        a batch would then read."""
+        pid = this_process.pid
+        with self._lock:
+            if self._users_pid != pid:  # a forked child starts with none of its parent's
+                self._users, self._users_pid, self._closing = 0, pid, False
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                if not self._users and self._closing:
+                    self._close_now()
+
     def close(self) -> None:
+        """Close the descriptor now, or, while reads are in flight (``held``), when the last ends."""
+        with self._lock:
+            if self._users and self._users_pid == this_process.pid:
+                self._closing = True
+                return
+            self._close_now()
+
+    def _close_now(self) -> None:
         if self._fd >= 0 and self._pid == this_process.pid:
             os.close(self._fd)
-        self._fd, self._pid = -1, -1
+        self._fd, self._pid, self._closing = -1, -1, False
 
     def __enter__(self) -> LocalFile:
         return self

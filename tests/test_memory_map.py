@@ -396,3 +396,62 @@ def test_a_close_while_read_many_into_copies_from_the_map_neither_fails_nor_misr
             stop.set()
             t.join()
         assert errors == [] and wrong == 0
+
+
+@pytest.mark.parametrize("method", ["read_many", "read_many_into", "read"])
+@pytest.mark.parametrize("memory_map", [False, True])
+def test_a_close_and_an_open_in_other_threads_during_a_batch_do_not_change_its_bytes(
+    packed, tmp_path, monkeypatch, method, memory_map
+):
+    """The race a reused descriptor number makes: while a batch reads, another thread closes
+    the reader and a third opens a file, which takes the lowest free number (the pack's). The
+    batch must still read the pack: the close waits for it, then the descriptor goes."""
+    from hframe_cli import reader as reader_module
+
+    monkeypatch.setattr(reader_module, "_looks_cold", lambda seconds, nbytes: False)
+    want = expected(packed)
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"\xee" * 1_000_000)
+    ids = [5, 6, 7, 1, 2]
+    opened: list[int] = []
+    p = h.open_pack(packed, memory_map=memory_map)
+    (real_name, real) = ("preadv", os.preadv) if method == "read_many_into" else ("pread", os.pread)
+
+    def racing(fd, *args):
+        if not opened:  # first read of the batch: thread B closes, thread C opens (exactly)
+            closer = threading.Thread(target=p.close)
+            closer.start()
+            closer.join()
+            opened.append(os.open(other, os.O_RDONLY))
+        return real(fd, *args)
+
+    try:
+        monkeypatch.setattr(os, real_name, racing)
+        if method == "read_many":
+            got = [bytes(b) for b in p.read_many(ids, workers=1)]
+        elif method == "read_many_into":
+            got = [bytes(v) for v in p.read_many_into(ids)]
+        else:
+            got = [p.read_stored(i) for i in ids[:1]]
+            ids = ids[:1]
+        monkeypatch.undo()
+        assert opened, "the race did not run"
+        assert got == [want[i] for i in ids]
+        if not memory_map:  # (a mapped reader closed mid-batch maps again for the rest: open again)
+            assert fds_of(packed) == 0  # the close took effect once the batch was done
+    finally:
+        for fd in opened:
+            os.close(fd)
+        p.close()
+
+
+def fds_of(path: Path) -> int:
+    """How many of this process's descriptors name ``path``."""
+    real = os.path.realpath(path)
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.path.realpath(f"/proc/self/fd/{fd}") == real
+        except OSError:
+            pass
+    return n
