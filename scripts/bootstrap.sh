@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 stamp=".venv/.hframe-installed"
-want="$(cat pyproject.toml "$0" | sha256sum | cut -d' ' -f1)"
+want="$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)"
 if [[ ! -x .venv/bin/python ]]; then
     "$PY" -m venv .venv
 fi
