@@ -389,8 +389,10 @@ class PackReader:
             if self.memory_map and self._map is None and not self._map_failed:
                 self._map = _map_file(self._storage.fileno())
                 self._map_failed = self._map is None
-            if self._plain:
-                m = self._map
+            m = self._map
+            # (not on a descriptor a close() in another thread has left to the batches in flight:
+            # it goes when they end, and its number may then name another file)
+            if self._plain and (m is not None or not self._storage.closing):
                 self._fast_pread = _map_slicer(m) if m is not None else self._storage.preader()
                 self._fast_pid = this_process.pid
 
@@ -425,11 +427,10 @@ class PackReader:
     def _read_stored(self, i: int) -> bytes:
         offset, length = self._offsets[i], self._lengths[i]
         self._check_range(i, offset, length)
-        with self._held():
-            if length <= self.max_read:
-                data = self._storage.read_at(offset, length)
-            else:
-                data = b"".join(self._storage.read_at(o, n) for o, n in _split(offset, length, self.max_read))
+        if length <= self.max_read:
+            data = self._storage.read_at(offset, length)
+        else:
+            data = b"".join(self._storage.read_at(o, n) for o, n in _split(offset, length, self.max_read))
         if len(data) != length:
             raise FrameOutOfRange(
                 f"{self.shown}: frame {i} (offset {offset}, length {length}): short read ({len(data)} bytes); pack truncated?"
@@ -443,8 +444,7 @@ class PackReader:
             return self.read(i)[: max(nbytes, 0)]  # (unpinned remote: a frame is checked whole)
         offset, length = self._offsets[i], self._lengths[i]
         self._check_range(i, offset, length)
-        with self._held():
-            return self._storage.read_at(offset, min(max(nbytes, 0), length))
+        return self._storage.read_at(offset, min(max(nbytes, 0), length))
 
     def read_many(
         self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None
@@ -572,16 +572,17 @@ class PackReader:
     def _fill(self, ids: Sequence[int], offs: list[int], lens: list[int], views: Sequence[memoryview]) -> None:
         """``read_into`` of a pack with no compressed frames, its ranges looked up."""
         fileno = getattr(self._storage, "fileno", None)
-        if not self.remote and fileno is not None:
-            with self._held(), self._replaced_if_moved() if self.checks_md5 else contextlib.nullcontext():
-                if self._read_into(fileno(), offs, lens, views):
-                    if self.checks_md5:
-                        self._check_md5(ids, views)
-                    return
-        # remote, or a read that failed or came short: the checked path reads it (or says why
-        # it cannot)
-        for view, data in zip(views, self.read_many(ids), strict=True):
-            view[:] = data
+        with self._held():
+            if not self.remote and fileno is not None:
+                with self._replaced_if_moved() if self.checks_md5 else contextlib.nullcontext():
+                    if self._read_into(fileno(), offs, lens, views):
+                        if self.checks_md5:
+                            self._check_md5(ids, views)
+                        return
+            # remote, or a read that failed or came short: the checked path reads it (or says
+            # why it cannot)
+            for view, data in zip(views, self.read_many(ids), strict=True):
+                view[:] = data
 
     def frame_sizes(self, keys: Sequence[FrameKey]) -> list[int]:
         """The size of each frame as ``read`` returns it (decompressed), from the index."""
@@ -828,7 +829,11 @@ class PackReader:
             # a warm batch is only memory copies: more threads than cores would just take turns
             k = min(workers if cold else min(workers, usable_cpus()), len(rest))
             shares = [rest[i * len(rest) // k : (i + 1) * len(rest) // k] for i in range(k)]
-            for _ in self._get_pool(workers).map(read_share, shares):
+            try:
+                done = self._get_pool(workers).map(read_share, shares)
+            except RuntimeError:  # the pool shut down by a close() in another thread: read here
+                done = map(read_share, shares)
+            for _ in done:
                 pass
         return out
 
@@ -868,7 +873,10 @@ class PackReader:
         if workers <= 1 or len(rest) <= 1 or inline:
             seconds += map(timed, rest)
         else:
-            seconds += self._get_pool(workers).map(timed, rest)
+            try:
+                seconds += self._get_pool(workers).map(timed, rest)
+            except RuntimeError:  # the pool shut down by a close() in another thread: read here
+                seconds += map(timed, rest)
         return out, seconds
 
     def _cut(self, run: Run, blob: bytes, out: list[bytes], offs: list[int], lens: list[int]) -> None:
@@ -906,11 +914,12 @@ class PackReader:
         """Release the file descriptor and the thread pool (reopened on next use).
 
         A ``close()`` while another thread reads leaves the descriptor to the batches in flight
-        (``read_many``, ``read_many_into``, ``read_stored``, ``head``): they finish on the pack,
-        and the last closes it (closed at once, its number could go to a file opened meanwhile,
-        which the rest of the batch would read). A ``p[i]`` already past its checks is not
-        counted (a lock per frame would cost more than its read): close a reader when its reads
-        are done, as a ``with`` block does."""
+        (``read_many``, ``read_many_into``, ``read_into``): they finish on the pack (a mapped
+        reader's batch may map it again to finish, as any read after ``close()`` does), and the
+        last closes it (closed at once, its number could go to a file opened meanwhile, which the
+        rest of the batch would read). A single-frame read already under way (``p[i]``,
+        ``read_stored``, ``head``) is not counted (a lock per frame would cost as much as a
+        small read): close a reader when its reads are done, as a ``with`` block does."""
         if self._pool is not None and self._pool_pid == os.getpid():
             self._pool.shutdown(wait=True)
         self._pool = None

@@ -398,7 +398,7 @@ def test_a_close_while_read_many_into_copies_from_the_map_neither_fails_nor_misr
         assert errors == [] and wrong == 0
 
 
-@pytest.mark.parametrize("method", ["read_many", "read_many_into", "read"])
+@pytest.mark.parametrize("method", ["read_many", "read_many_into"])
 @pytest.mark.parametrize("memory_map", [False, True])
 def test_a_close_and_an_open_in_other_threads_during_a_batch_do_not_change_its_bytes(
     packed, tmp_path, monkeypatch, method, memory_map
@@ -429,11 +429,8 @@ def test_a_close_and_an_open_in_other_threads_during_a_batch_do_not_change_its_b
         monkeypatch.setattr(os, real_name, racing)
         if method == "read_many":
             got = [bytes(b) for b in p.read_many(ids, workers=1)]
-        elif method == "read_many_into":
-            got = [bytes(v) for v in p.read_many_into(ids)]
         else:
-            got = [p.read_stored(i) for i in ids[:1]]
-            ids = ids[:1]
+            got = [bytes(v) for v in p.read_many_into(ids)]
         monkeypatch.undo()
         assert opened, "the race did not run"
         assert got == [want[i] for i in ids]
@@ -455,3 +452,80 @@ def fds_of(path: Path) -> int:
         except OSError:
             pass
     return n
+
+
+def test_a_read_between_a_deferred_close_and_its_batch_end_does_not_keep_the_descriptor(packed, tmp_path, monkeypatch):
+    """A ``close()`` left to a batch in flight, then ``p[i]`` (which re-arms its one-``pread``
+    fast path), then the batch ends and the descriptor goes, then a file is opened and takes its
+    number: ``p[i]`` must still read the pack, not that file."""
+    from hframe_cli import reader as reader_module
+
+    monkeypatch.setattr(reader_module, "_looks_cold", lambda seconds, nbytes: False)
+    want = expected(packed)
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"\xee" * 1_000_000)
+    p = h.open_pack(packed)
+    real = os.pread
+    started, go = threading.Event(), threading.Event()
+
+    def paused(fd, n, off):
+        if threading.current_thread().name == "batch" and not started.is_set():
+            started.set()
+            assert go.wait(10)
+        return real(fd, n, off)
+
+    monkeypatch.setattr(os, "pread", paused)
+    got: dict[str, list[bytes]] = {}
+    batch = threading.Thread(target=lambda: got.setdefault("b", p.read_many([5, 6, 7], workers=1)), name="batch")
+    batch.start()
+    assert started.wait(10)
+    p.close()  # left to the batch
+    assert p[0] == want[0]  # the careful path, which arms the fast path again: not on that descriptor
+    go.set()
+    batch.join()
+    fd = os.open(other, os.O_RDONLY)  # the lowest free number: the pack's, now closed
+    try:
+        assert got["b"] == [want[5], want[6], want[7]]
+        assert [p[i] for i in range(len(want))] == want
+    finally:
+        os.close(fd)
+        p.close()
+
+
+def test_a_close_that_shuts_the_pool_under_a_batch_lets_the_batch_finish(packed, monkeypatch):
+    """``close()`` shuts the reader's thread pool down; a batch in another thread that had taken
+    the pool reads its runs on its own thread instead of failing."""
+    from hframe_cli import reader as reader_module
+
+    monkeypatch.setattr(reader_module, "_looks_cold", lambda seconds, nbytes: True)  # runs go to the pool
+    want = expected(packed)
+    p = h.open_pack(packed, coalesce_gap=0)
+    ids = list(range(0, len(want), 2))
+    assert p.read_many(ids, workers=4) == [want[i] for i in ids]  # the pool exists
+    took, closed = threading.Event(), threading.Event()
+    real_get_pool = p._get_pool
+
+    def get_pool(workers):
+        pool = real_get_pool(workers)
+        if threading.current_thread().name == "batch":
+            took.set()
+            assert closed.wait(10)  # another thread's close() shuts this pool down here
+        return pool
+
+    monkeypatch.setattr(p, "_get_pool", get_pool)
+    result: dict[str, object] = {}
+
+    def batch() -> None:
+        try:
+            result["got"] = p.read_many(ids, workers=4)
+        except BaseException as e:  # noqa: BLE001 - the test reports it
+            result["error"] = e
+
+    t = threading.Thread(target=batch, name="batch")
+    t.start()
+    assert took.wait(10)
+    p.close()
+    closed.set()
+    t.join()
+    p.close()
+    assert result == {"got": [want[i] for i in ids]}
