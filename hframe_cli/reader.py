@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -607,29 +607,10 @@ class PackReader:
                     if _looks_cold(time.perf_counter() - t0, n):
                         if len(offs) > 2:
                             self._storage.prefetch(offs[1:], lens[1:])  # the rest asked for at once
-                    elif self._mapped() is not None:
-                        return self._copy_from_map(offs[1:], lens[1:], views[1:])
+                    elif (m := self._mapped()) is not None:
+                        return _copy_from_map(m, offs[1:], lens[1:], views[1:])
         except (OSError, ValueError):
             return False
-        return True
-
-    def _copy_from_map(self, offs: list[int], lens: list[int], views: Sequence[memoryview]) -> bool:
-        """Each range copied from the map into its view; False when the map was closed meanwhile
-        or a range runs past its end (the checked path then reads it or says why)."""
-        m = self._map
-        if m is None:
-            return False
-        try:
-            mapped = memoryview(m)  # (a close() meanwhile leaves the map to this copy: see close)
-        except ValueError:
-            return False
-        try:
-            for off, n, view in zip(offs, lens, views, strict=True):
-                view[:] = mapped[off : off + n]  # (a short slice does not fit: ValueError)
-        except ValueError:
-            return False
-        finally:
-            mapped.release()
         return True
 
     def read_many_stored(
@@ -829,11 +810,7 @@ class PackReader:
             # a warm batch is only memory copies: more threads than cores would just take turns
             k = min(workers if cold else min(workers, usable_cpus()), len(rest))
             shares = [rest[i * len(rest) // k : (i + 1) * len(rest) // k] for i in range(k)]
-            try:
-                done = self._get_pool(workers).map(read_share, shares)
-            except RuntimeError:  # the pool shut down by a close() in another thread: read here
-                done = map(read_share, shares)
-            for _ in done:
+            for _ in self._pool_map(workers, read_share, shares):
                 pass
         return out
 
@@ -873,10 +850,7 @@ class PackReader:
         if workers <= 1 or len(rest) <= 1 or inline:
             seconds += map(timed, rest)
         else:
-            try:
-                seconds += self._get_pool(workers).map(timed, rest)
-            except RuntimeError:  # the pool shut down by a close() in another thread: read here
-                seconds += map(timed, rest)
+            seconds += self._pool_map(workers, timed, rest)
         return out, seconds
 
     def _cut(self, run: Run, blob: bytes, out: list[bytes], offs: list[int], lens: list[int]) -> None:
@@ -909,6 +883,14 @@ class PackReader:
                 self._pool = ThreadPoolExecutor(max_workers=min(workers, 64), thread_name_prefix="hframe-read")
                 self._pool_pid = pid
             return self._pool
+
+    def _pool_map(self, workers: int, fn: Callable[[_T], _R], items: list[_T]) -> Iterator[_R]:
+        """``fn`` over ``items`` on the pool, or on this thread when the pool was shut down
+        under the caller (by a ``close()``, or a call for another pool size, in another thread)."""
+        try:
+            return self._get_pool(workers).map(fn, items)
+        except RuntimeError:  # (raised as the work is handed over, before any of it runs)
+            return map(fn, items)
 
     def close(self) -> None:
         """Release the file descriptor and the thread pool (reopened on next use).
@@ -972,12 +954,32 @@ def _map_file(fd: int) -> mmap.mmap | None:
     return m
 
 
+def _copy_from_map(m: mmap.mmap, offs: list[int], lens: list[int], views: Sequence[memoryview]) -> bool:
+    """Each range copied from the map into its view; False when the map was closed meanwhile
+    or a range runs past its end (the checked path then reads it or says why)."""
+    try:
+        mapped = memoryview(m)  # (a close() meanwhile leaves the map to this copy: see close)
+    except ValueError:
+        return False
+    try:
+        for off, n, view in zip(offs, lens, views, strict=True):
+            view[:] = mapped[off : off + n]  # (a short slice does not fit: ValueError)
+    except ValueError:
+        return False
+    finally:
+        mapped.release()
+    return True
+
+
 def _map_slicer(m: mmap.mmap) -> Callable[[int, int], bytes]:
     def read(length: int, offset: int) -> bytes:
         return m[offset : offset + length]  # (short at the end of the map, as pread is)
 
     return read
 
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 _COLD_FIXED_S = 100e-6
 #: A warm batch up to this size is read on the calling thread (no pool hand-off).
