@@ -310,6 +310,8 @@ def test_prefetch_on_a_descriptor_closed_meanwhile_is_only_advice(packed):
     fd = f.fileno()
     os.close(fd)  # behind its back, as a close() in another thread
     try:
-        f.prefetch([4096, 8192], [100, 100])
+        f.prefetch([4096, 8192], [100, 100])  # no error: advice only
+        with pytest.raises(h.StorageError, match=str(packed)):  # the read says what is wrong, with the path
+            f.read_at(4096, 100)
     finally:
         f._fd = -1  # (already closed)
