@@ -269,6 +269,35 @@ class IndexBuilder:
         del self._name_data[self._name_offsets[-1] :]
         del self._md5[rows * 16 :]
 
+    def shift_offsets(self, by: int) -> None:
+        """Move every row's payload and record offset ``by`` bytes (a chunk written by a
+        ``fanout`` worker, whose rows were built before it knew where the chunk goes)."""
+        for key in ("offset", "record_offset"):
+            self._ints[key] = array("q", [x + by for x in self._ints[key]])
+        self._int_columns = tuple(self._ints.values())
+
+    def extend(self, other: IndexBuilder) -> None:
+        """Append ``other``'s rows after these, as if each had been appended here in turn
+        (labels and metadata values are renumbered into this builder's)."""
+        rows, names_at = len(self), len(self._name_data)
+        self._name_data += other._name_data
+        self._name_offsets.extend([x + names_at for x in other._name_offsets[1:]])
+        for row, value in other._invalid_names.items():
+            self._invalid_names[rows + row] = value
+        for mine, theirs in zip(self._int_columns, other._int_columns):
+            mine.extend(theirs)
+        self._md5 += other._md5
+        for mine_c, theirs_c in zip(self._code_columns, other._code_columns):
+            mine_c.extend(theirs_c)
+        renumber = [self._labels.setdefault(label, len(self._labels)) for label in other._labels]
+        self._label_idx.extend([-1 if i < 0 else renumber[i] for i in other._label_idx])
+        if other._meta is not None:
+            if self._meta is None:
+                self._meta = _MetaColumns()
+            self._meta.fill(rows)
+            self._meta.extend(other._meta)
+            self._meta_rows = rows + other._meta_rows
+
     def md5_hex(self, row: int) -> str:
         return bytes(self._md5[row * 16 : row * 16 + 16]).hex()
 
@@ -395,6 +424,18 @@ class _MetaColumns:
         for k in self._CODED:
             v = meta.get(k)
             self.codes[k].append(-1 if v is None else self.values[k].setdefault(str(v), len(self.values[k])))
+
+    def extend(self, other: _MetaColumns) -> None:
+        """Append ``other``'s rows (its coded values renumbered into these)."""
+        self.width.extend(other.width)
+        self.height.extend(other.height)
+        self.frame_index.extend(other.frame_index)
+        self.pts_s.extend(other.pts_s)
+        self.keyframe.extend(other.keyframe)
+        for k in self._CODED:
+            values = self.values[k]
+            renumber = [values.setdefault(v, len(values)) for v in other.values[k]]
+            self.codes[k].extend([-1 if i < 0 else renumber[i] for i in other.codes[k]])
 
     def truncate(self, rows: int) -> None:
         arrays: list[array[Any]] = [self.width, self.height, self.frame_index, self.pts_s, self.keyframe]

@@ -152,6 +152,10 @@ class OutputLock:
             return self._try_once()
         return fd
 
+    def fileno(self) -> int:
+        """The locked file's descriptor (-1 when not held)."""
+        return self._fd
+
     def holder(self) -> str:
         """Who holds the lock, as its file says (empty if nobody or unreadable)."""
         try:

@@ -29,12 +29,13 @@ from .checkpoint import (
     source_fingerprint,
 )
 from .errors import FormatError, InputError, IntegrityError, Interrupted, NothingToResume
+from .fanout import fanout_workers, write_chunks
 from .faults import fault_point
 from .format import HEADER_SIZE
 from .guard import StopSignals, stop_signals, writer_run
 from .index import get_index_path
 from .loading import STREAM_ABOVE, Loaded, child_may_load, loaded_by_child, loaded_in_order
-from .media import FramePrep, MediaOptions, PreparedFrame
+from .media import FramePrep, MediaOptions
 from .processes import usable_cpus
 from .sources import Rejected, Source, SourceList
 from .units import format_bytes, format_duration, parse_created
@@ -382,14 +383,20 @@ class _Run:
             small = self.sources.total_bytes < _THREADS_ABOVE_MEAN * len(self.sources.sources)
             workers = 1 if small else min(2, usable_cpus())
             by_child = small and not self.videos and len(todo) >= _CHILD_ABOVE_FILES and child_may_load()
+        self.done_bytes = sum(s.size for s in self.sources.sources[:start_source])
+        self.started = (time.monotonic(), self.done_bytes)
+        faults = bool(os.environ.get("HFRAME_FAULT"))  # fault injection (tests): looked up once, not per frame
+        crew = fanout_workers(self, todo, settings.workers)
+        if crew:
+            start_source = write_chunks(self, start_source, stop, faults, crew)
+            todo = self.sources.sources[start_source:]
+            if not todo:
+                return
         loaded = (
             loaded_by_child(todo, self.prep, self.videos)
             if by_child
             else loaded_in_order(todo, workers, self.prep, self.videos)
         )
-        self.done_bytes = sum(s.size for s in self.sources.sources[:start_source])
-        self.started = (time.monotonic(), self.done_bytes)
-        faults = bool(os.environ.get("HFRAME_FAULT"))  # fault injection (tests): looked up once, not per frame
         with closing(loaded):  # an error or a signal below ends the loader (and its child) at once
             self._write_loaded(loaded, start_source, stop, faults)
 
@@ -401,8 +408,7 @@ class _Run:
             self.add(k, item, stop)
             if item.error is not None:
                 if not settings.skip_bad:
-                    hint = "" if "--skip-bad" in item.error else " (use --skip-bad to leave it out)"
-                    raise InputError(f"{item.source.path}: {item.error}{hint}")
+                    raise self.bad_input(item.source.path, item.error)
                 self.skipped.append(Rejected(item.source.path, item.error))  # listed in the summary
             self.done_bytes += item.source.size  # a skipped source is done too: the rest is what is left
             if settings.on_progress is not None:
@@ -413,6 +419,12 @@ class _Run:
                 raise self.interrupted(stop, stop.signum, k + 1, "")
             if self.checkpoint_due():
                 self.checkpoint(k + 1, "periodic")
+
+    @staticmethod
+    def bad_input(path: str, error: str) -> InputError:
+        """The error that ends a run (without ``--skip-bad``) at a source it cannot pack."""
+        hint = "" if "--skip-bad" in error else " (use --skip-bad to leave it out)"
+        return InputError(f"{path}: {error}{hint}")
 
     def add(self, k: int, item: Loaded, stop: StopSignals) -> None:
         """Write source ``k`` (loaded as ``item``): a video's frames, a streamed large file, or
@@ -453,7 +465,7 @@ class _Run:
         if fr is None:
             writer.add(src.name, item.data or b"", mtime_ns=src.mtime_ns, md5=item.md5)
         else:
-            _add_prepared(writer, src, fr)
+            writer.add_prepared(src.name, src.mtime_ns, fr)
 
     def warn(self, src: Source, problem: str, consequence: str) -> None:
         self.warnings.append(Rejected(src.path, problem))
@@ -546,21 +558,6 @@ class _Run:
         if stop.signum is not None:
             note(self.settings.on_event, f"{out}: {stop.name} arrived while publishing; the pack was published first")
         return sealed, checked
-
-
-def _add_prepared(writer: PackWriter, src: Source, fr: PreparedFrame) -> None:
-    writer.add(
-        src.name,
-        fr.data,
-        mtime_ns=src.mtime_ns,
-        md5=fr.md5,
-        raw_length=fr.raw_length,
-        codec=fr.codec,
-        flags=fr.flags,
-        media=fr.media,
-        kind=fr.kind,
-        meta=fr.meta or None,
-    )
 
 
 _STOPPED = "stopped"  # _add_video's answers besides None and a damage note (compared by identity)

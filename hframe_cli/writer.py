@@ -61,12 +61,12 @@ from .index import (
     write_index,
 )
 from .lock import OutputLock
-from .media import encode_meta
+from .media import PreparedFrame, encode_meta
 from .processes import write_all
 from .scan import record_meta, walk_records
 from .storage import open_storage
 
-__all__ = ["PackWriter", "SealedPack", "finish_publish", "publish_partials"]
+__all__ = ["ChunkWriter", "PackWriter", "SealedPack", "WrittenChunk", "finish_publish", "publish_partials"]
 
 _FLUSH_BYTES = 8 << 20
 _MAX_IOV = 512
@@ -192,6 +192,16 @@ class PackWriter:
             self._fd = -1
         if self.own_lock:
             self.lock.release()
+
+    def fileno(self) -> int:
+        """The partial pack's descriptor."""
+        return self._fd
+
+    def lock_fileno(self) -> tuple[int, ...]:
+        """The output lock's descriptor, when it is held: a forked worker that keeps it open
+        keeps the lock held as long as it lives."""
+        fd = self.lock.fileno()
+        return (fd,) if fd >= 0 else ()
 
     @property
     def version(self) -> tuple[int, int]:
@@ -391,10 +401,54 @@ class PackWriter:
             meta=meta,
             extra=extra,
         )
-        self._write(
-            encode_record(hdr_size, frame_id, length, raw, md5, mtime_ns, codec, kind, name, extra, flags), data
-        )
+        self._put_record((hdr_size, frame_id, length, raw, md5, mtime_ns, codec, kind, name, extra, flags), data)
         return frame_id
+
+    def add_prepared(self, name: bytes, mtime_ns: int, fr: PreparedFrame) -> int:
+        """Append a frame ``media.FramePrep`` prepared (compressed, with its metadata)."""
+        return self.add(
+            name,
+            fr.data,
+            mtime_ns=mtime_ns,
+            md5=fr.md5,
+            raw_length=fr.raw_length,
+            codec=fr.codec,
+            flags=fr.flags,
+            media=fr.media,
+            kind=fr.kind,
+            meta=fr.meta or None,
+        )
+
+    def _put_record(self, header: tuple[Any, ...], data: bytes) -> None:
+        """Queue one record: its header (``encode_record``'s arguments) and payload."""
+        self._write(encode_record(*header), data)
+
+    def append_chunk(self, chunk: WrittenChunk) -> None:
+        """Take in a chunk of records a ``ChunkWriter`` has written right after the last frame
+        (``fanout``): its rows, its share of the digest, and its bytes, already on disk."""
+        if self._pending or chunk.start != self._pos or chunk.first_frame != len(self._index):
+            raise InputError(
+                f"{self.partial_path}: chunk at byte {chunk.start}, frame {chunk.first_frame} does not follow "
+                f"byte {self._pos}, frame {len(self._index)}"
+            )
+        self._index.extend(chunk.rows)
+        self._digest.update(chunk.digest_input)
+        self._payload_bytes += chunk.payload_bytes
+        self._compressed = self._compressed or chunk.compressed
+        self._extras = self._extras or chunk.extras
+        self._pos = self._flushed = chunk.start + chunk.size
+        os.lseek(self._fd, self._pos, os.SEEK_SET)
+
+    def cut_back(self) -> None:
+        """Drop any bytes past the last frame taken in (workers' chunks not taken in) and go on
+        appending from there."""
+        self._flush()
+        try:
+            os.ftruncate(self._fd, self._pos)
+        except OSError as e:
+            raise _write_error(self.partial_path, e) from e
+        os.lseek(self._fd, self._pos, os.SEEK_SET)
+        self._advised = min(self._advised, self._pos)
 
     def mark(self) -> tuple[Any, ...]:
         """A point to come back to with ``rollback`` (a video abandoned part-way)."""
@@ -555,6 +609,100 @@ class PackWriter:
             raise InputError(f"{self.path}: appeared while packing (use --force to replace it)")
         publish_partials(self.path)
         return self._sealed
+
+
+@dataclass
+class WrittenChunk:
+    """What a ``ChunkWriter`` sends back once its records are on disk (``PackWriter.append_chunk``)."""
+
+    start: int
+    first_frame: int
+    size: int
+    rows: IndexBuilder
+    digest_input: bytes
+    payload_bytes: int
+    compressed: bool
+    extras: bool
+
+
+class _DigestInput:
+    """Stands in for the pack digest in a ``ChunkWriter``: keeps what would be hashed, so the
+    parent hashes the chunks in order and gets the digest a single writer would have."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def update(self, data: bytes) -> None:
+        self.data += data
+
+
+class ChunkWriter(PackWriter):
+    """Builds the records of a run of frames in memory before it knows where they go, then
+    writes them at a given byte offset and frame id (a ``fanout`` worker).
+
+    ``add`` is ``PackWriter.add``: the same checks, rows and header bytes. A record header holds
+    its frame id (under its CRC), so headers are encoded in ``write_at``, once the first frame's
+    id is known. Only for packs whose record sizes do not depend on where they start: no
+    alignment, and no dictionary (frame 0 would carry it).
+    """
+
+    def __init__(self, fd: int, path: str | os.PathLike[str]) -> None:  # noqa: D107 - no PackWriter set-up
+        self._fd = fd
+        self.partial_path = Path(path)
+        self.alignment = 1
+        self.dictionary = None
+        self._index = IndexBuilder()
+        self._digest = _DigestInput()  # type: ignore[assignment]
+        self._payload_bytes = 0
+        self._compressed = self._extras = False
+        self._pos = 0
+        self._records: list[tuple[tuple[Any, ...], bytes]] = []
+        self._enospc_at = enospc_limit()
+
+    def _put_record(self, header: tuple[Any, ...], data: bytes) -> None:
+        self._records.append((header, data))
+        self._pos += header[0] + len(data)
+
+    def write_at(self, start: int, first_frame: int) -> WrittenChunk:
+        """Write the records at byte ``start`` with frame ids from ``first_frame``; the chunk
+        to hand to the parent's ``PackWriter.append_chunk``."""
+        parts: list[bytes] = []
+        at, pending = start, 0
+        for header, data in self._records:
+            size, frame_id, *rest = header
+            parts.append(encode_record(size, first_frame + frame_id, *rest))
+            parts.append(data)
+            pending += size + len(data)
+            if pending >= _FLUSH_BYTES or len(parts) >= _MAX_IOV:
+                at = self._pwrite(parts, at, pending)
+                parts, pending = [], 0
+        self._pwrite(parts, at, pending)
+        self._index.shift_offsets(start)
+        return WrittenChunk(
+            start,
+            first_frame,
+            self._pos,
+            self._index,
+            bytes(self._digest.data),  # type: ignore[attr-defined]
+            self._payload_bytes,
+            self._compressed,
+            self._extras,
+        )
+
+    def _pwrite(self, parts: list[bytes], at: int, size: int) -> int:
+        if not parts:
+            return at
+        try:
+            if self._enospc_at is not None and at + size > self._enospc_at:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(self.partial_path))
+            n = os.pwritev(self._fd, parts, at)
+            if n < size:
+                view = memoryview(b"".join(parts))[n:]
+                while view:
+                    view = view[os.pwrite(self._fd, view, at + size - len(view)) :]
+        except OSError as e:
+            raise _write_error(self.partial_path, e) from e
+        return at + size
 
 
 def publish_partials(path: str | os.PathLike[str]) -> None:

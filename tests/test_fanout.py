@@ -1,0 +1,324 @@
+"""``pack`` on several processes (``fanout``): byte for byte the pack of one writer, whatever the
+inputs hold, and a run that is stopped, killed, runs out of disk or loses a worker resumes to
+the same bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from array import array
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import hframe_bin, make_image, run_bin
+
+import hframe_cli as h
+import hframe_cli.fanout as fanout
+from hframe_cli.errors import InputError
+from hframe_cli.index import IndexBuilder, IndexMeta
+from hframe_cli.inputs import collect_sources
+from hframe_cli.processes import usable_cpus
+
+CREATED = ["--created", "1700000000", "--allow-empty"]
+
+
+def real_media(limit: int = 120) -> list[Path]:
+    """Images made by others: shipped inside the installed Python packages and Debian's."""
+    found: list[Path] = []
+    for root in (Path(sys.prefix), Path("/usr/share")):
+        for ext in ("png", "jpg", "jpeg", "gif", "webp"):
+            found += sorted(root.rglob(f"*.{ext}"))[:limit]
+    return [p for p in found if p.is_file() and 0 < p.stat().st_size < 4 << 20][:limit]
+
+
+def mixed_tree(root: Path, n: int = 600, seed: int = 0) -> Path:
+    """Tiny blobs, empty files, names that are not UTF-8, images of ours (one with a broken
+    header) and real ones, in nested folders (labels)."""
+    rng = random.Random(seed)
+    for i in range(n):
+        p = root / f"c{i % 7}" / f"{i:05d}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rng.randbytes(rng.choice([0, 1, 17, 300, 2600, 9000])))
+    os.makedirs(root / "odd", exist_ok=True)
+    with open(os.path.join(os.fsencode(root / "odd"), b"caf\xe9.bin"), "wb") as f:
+        f.write(b"latin-1 name")
+    for i in range(5):
+        make_image(root / "ours" / f"{i}.png", (20 + i, 10 + i), "RGB", i)
+        make_image(root / "ours" / f"{i}.jpg", (30 + i, 12 + i), "L", i)
+    (root / "ours" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    real = real_media()
+    assert len(real) >= 10, real  # the machine has images made by others
+    for i, p in enumerate(real):
+        dst = root / "real" / f"{i:03d}-{p.name}"
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p, dst)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def forks(monkeypatch):
+    """This test process has idle Arrow threads by now (from earlier tests), which makes
+    ``fork_is_safe`` say no; the ``hframe`` processes the other tests run have none."""
+    monkeypatch.setattr(fanout, "fork_is_safe", lambda: True)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    return mixed_tree(tmp_path_factory.mktemp("fanout") / "src")
+
+
+@pytest.fixture(scope="module")
+def clean(tree, tmp_path_factory) -> Path:
+    """The one-writer pack of ``tree``."""
+    out = tmp_path_factory.mktemp("clean") / "one.hframe"
+    r = run_bin(["pack", str(tree), "-o", str(out), "-q", "--workers", "1", *CREATED])
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def same(a: Path, b: Path) -> bool:
+    return (
+        a.read_bytes() == b.read_bytes()
+        and Path(f"{a}.index.parquet").read_bytes() == Path(f"{b}.index.parquet").read_bytes()
+    )
+
+
+@pytest.mark.parametrize("workers", ["2", "3", "7"])
+def test_workers_write_the_pack_of_one_writer(tree, clean, tmp_path, workers):
+    out = tmp_path / "n.hframe"
+    r = run_bin(["pack", str(tree), "-o", str(out), "--workers", workers, "--json", *CREATED])
+    assert r.returncode == 0, r.stderr
+    assert same(out, clean)
+    doc = json.loads(r.stdout)
+    assert [w["path"] for w in doc["warnings"]] == [str(tree / "ours" / "broken.jpg")]
+    t = pq.read_table(f"{out}.index.parquet")  # an independent reader agrees with the pack
+    assert t.num_rows == doc["frame_count"] and t.column("width").null_count < t.num_rows
+    assert h.verify_pack(out).ok
+
+
+@pytest.mark.skipif(usable_cpus() < 2, reason="the default uses workers only with two CPUs or more")
+def test_the_default_uses_workers_for_many_files(tree, tmp_path, monkeypatch):
+    sources = collect_sources([str(tree)], allow_empty=True)
+    used = []
+    real = fanout.write_chunks
+    monkeypatch.setattr(fanout, "_DEFAULT_ABOVE_FILES", 100)
+    monkeypatch.setattr("hframe_cli.packing.write_chunks", lambda *a: used.append(a[-1]) or real(*a))
+    h.pack_sources(sources, tmp_path / "d.hframe", created_us=1)
+    assert used and used[0] >= 2
+    used.clear()
+    h.pack_sources(sources, tmp_path / "a.hframe", created_us=1, alignment=64)  # sizes depend on offsets
+    assert not used
+
+
+def test_bad_inputs_are_skipped_or_fail_as_with_one_writer(tree, tmp_path):
+    work = tmp_path / "src"
+    shutil.copytree(tree, work)
+    sources = collect_sources([str(work)], allow_empty=True)
+    paths = [s.path for s in sources.sources]
+    gone = [paths[40], paths[41], paths[300]]
+    grown = paths[500]
+    for p in gone:
+        os.unlink(p)
+    with open(grown, "ab") as f:
+        f.write(b"more")
+    results = {}
+    for workers in (1, 3):
+        out = tmp_path / f"s{workers}.hframe"
+        results[workers] = h.pack_sources(sources, out, created_us=1, skip_bad=True, workers=workers)
+    assert same(tmp_path / "s1.hframe", tmp_path / "s3.hframe")
+    for workers in (1, 3):
+        assert [r.path for r in results[workers].skipped] == [*gone[:2], gone[2], grown]
+    # without --skip-bad: the first bad file in order is named, nothing is left behind
+    with pytest.raises(InputError, match=re.escape(f"{paths[40]}: vanished while packing")):
+        h.pack_sources(sources, tmp_path / "f.hframe", created_us=1, workers=3)
+    assert not list(tmp_path.glob("f.hframe*"))
+
+
+def test_strict_images_fail_on_the_broken_header(tree, tmp_path):
+    r = run_bin(["pack", str(tree), "-o", str(tmp_path / "x.hframe"), "--workers", "3", "--strict-images", *CREATED])
+    assert r.returncode != 0 and b"broken.jpg" in r.stderr and b"Traceback" not in r.stderr
+    assert not list(tmp_path.glob("x.hframe*"))
+
+
+def test_a_lost_worker_is_replaced_by_this_process(tree, clean, tmp_path, monkeypatch):
+    """A worker that dies mid-run (killed here as the fourth chunk is placed): the others are
+    killed and reaped, the pack is cut back to the chunks taken in, and this process packs the
+    rest: the same bytes."""
+    pids: list[int] = []
+    real_fork, real_write = fanout.fork_helper, os.write
+    placed = []
+
+    def fork_helper(*a):
+        pids.append(real_fork(*a))
+        return pids[-1]
+
+    def write(fd, data):
+        if len(data) == fanout._PLACE.size and len(pids) == 2:
+            placed.append(fd)
+            if len(placed) == 4:
+                os.kill(pids[0], signal.SIGKILL)
+        return real_write(fd, data)
+
+    monkeypatch.setattr(fanout, "fork_helper", fork_helper)
+    monkeypatch.setattr(fanout.os, "write", write)
+    events: list[str] = []
+    out = tmp_path / "lost.hframe"
+    h.pack_sources(
+        collect_sources([str(tree)], allow_empty=True),
+        out,
+        created_us=1_700_000_000_000_000,
+        workers=2,
+        on_event=events.append,
+    )
+    assert any("a packing worker stopped" in e for e in events), events
+    assert same(out, clean)
+    assert len(pids) == 2 and all(_parent(p) == -1 for p in pids)  # both reaped
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def _paused(tree: Path, out: Path, *args: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "HFRAME_TTY": "0", "HFRAME_FAULT": "after-frame:300:stop"}
+    proc = subprocess.Popen(
+        [hframe_bin(), "pack", str(tree), "-o", str(out), "--workers", "2", *CREATED, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    deadline = time.monotonic() + 60
+    while True:  # until it stops itself after frame 300 (state T)
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        with open(f"/proc/{proc.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                return proc
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_mid_pack_ends_the_workers_and_resume_gives_the_same_pack(tree, clean, tmp_path, sig):
+    out = tmp_path / "s.hframe"
+    proc = _paused(tree, out, "--checkpoint-every", "100")
+    workers = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid]
+    assert len(workers) == 2
+    for pid in workers:  # each holds the pack and the output's lock, and nothing else of the parent's
+        fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        assert f"{out}.partial" in fds and f"{out}.lock" in fds, fds
+    proc.send_signal(sig)
+    proc.send_signal(signal.SIGCONT)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130 and b"Traceback" not in err, err
+    for pid in workers:
+        assert _parent(pid) == -1  # gone
+    r = run_bin(["resume", str(out), "--json"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["resumed_from_frame"] >= 300  # the end of the chunk it stopped in
+    assert same(out, clean)
+
+
+def test_a_packer_killed_with_a_stuck_worker_is_resumed_to_the_same_pack(tree, clean, tmp_path):
+    """SIGKILL of the packer while a worker is stopped: the worker dies with it (it could
+    still write into the pack), so the next run takes the lock and finishes the same pack."""
+    out = tmp_path / "k.hframe"
+    proc = _paused(tree, out, "--checkpoint-every", "100")
+    stuck = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid][0]
+    os.kill(stuck, signal.SIGSTOP)
+    proc.kill()
+    proc.communicate(timeout=60)
+    r = run_bin(["resume", str(out), "--wait", "30"])
+    assert r.returncode == 0, r.stderr
+    assert same(out, clean)
+
+
+@pytest.mark.parametrize("frame", [1, 150, 420])
+def test_killed_anywhere_then_resumed(tree, clean, tmp_path, frame):
+    out = tmp_path / "k.hframe"
+    r = run_bin(
+        ["pack", str(tree), "-o", str(out), "--workers", "3", "--checkpoint-every", "50", *CREATED],
+        env={"HFRAME_FAULT": f"after-frame:{frame}"},
+    )
+    assert r.returncode == -signal.SIGKILL
+    r = run_bin(["resume", str(out), "--workers", "2", "--json"])
+    assert r.returncode == 0, r.stderr
+    assert same(out, clean)
+
+
+def test_disk_full_keeps_the_checkpoint_and_resumes(tree, clean, tmp_path):
+    out = tmp_path / "full.hframe"
+    r = run_bin(
+        ["pack", str(tree), "-o", str(out), "--workers", "3", "--checkpoint-every", "50", *CREATED],
+        env={"HFRAME_FAULT": "enospc:400000"},
+    )
+    assert r.returncode == 3, r.stderr
+    assert b"disk full" in r.stderr and b"Traceback" not in r.stderr
+    assert Path(f"{out}.ckpt").exists()
+    r = run_bin(["resume", str(out), "--json"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["resumed_from_frame"] > 0
+    assert same(out, clean)
+
+
+def test_index_builders_joined_are_the_builder_of_all_rows():
+    rng = random.Random(7)
+    rows = []
+    for i in range(400):
+        name = rng.choice([b"a/", b"b/", b"", b"c\xff/"]) + f"{i}".encode() + rng.choice([b"", b"\xfe"])
+        meta = rng.choice(
+            [
+                None,
+                {"width": i, "height": 2 * i, "mode": rng.choice(["RGB", "L"])},
+                {"label": rng.choice(["x", "y", None]), "split": rng.choice(["train", "val"])},
+                {
+                    "frame_index": i,
+                    "pts_s": i / 3,
+                    "keyframe": bool(i % 2),
+                    "source": "v.mp4",
+                    "width": 4,
+                    "height": 3,
+                    "mode": "RGB",
+                },
+            ]
+        )
+        rows.append(
+            dict(
+                name=name,
+                offset=rng.randrange(1 << 40),
+                length=i,
+                md5=rng.randbytes(16),
+                media_type=rng.choice(["jpeg", "png", "unknown"]),
+                kind=rng.choice([0, 1, 2]),
+                codec=0,
+                raw_length=i,
+                source_size=i,
+                mtime_ns=rng.randrange(1 << 60),
+                record_offset=rng.randrange(1 << 40),
+                meta=meta,
+            )
+        )
+    whole = IndexBuilder()
+    for row in rows:
+        whole.append(**row)
+    cuts = sorted(rng.sample(range(1, 400), 9))
+    joined = IndexBuilder()
+    for a, b in zip([0, *cuts], [*cuts, 400]):
+        part = IndexBuilder()
+        for row in rows[a:b]:
+            part.append(**{**row, "offset": row["offset"] - 5, "record_offset": row["record_offset"] - 5})
+        part.shift_offsets(5)
+        joined.extend(part)
+    meta = IndexMeta("1.1", "1", "0" * 32, "t", 400, 1, 1, 1, "x")
+    assert joined.to_table(meta).equals(whole.to_table(meta))
+    assert array("q", joined._ints["offset"]) == whole._ints["offset"]
