@@ -230,8 +230,9 @@ def pack(
         typer.Option(
             "--workers",
             metavar="N",
-            help="Threads reading and hashing sources (default: chosen by file size; many small files: "
-            "one forked loader process).",
+            help="Packing processes (default: one per CPU, up to 8, for 2,000+ files or 64 MiB+; 1: this "
+            "process alone). Packs with --align, a zstd dictionary or videos use N reader threads instead. "
+            "The bytes are the same for every N.",
             min=1,
         ),
     ] = None,
@@ -485,7 +486,7 @@ def resume_cmd(
         ),
     ] = False,
     workers: Annotated[
-        Optional[int], typer.Option("--workers", metavar="N", help="Threads reading and hashing sources.", min=1)
+        Optional[int], typer.Option("--workers", metavar="N", help="Packing processes, as for pack.", min=1)
     ] = None,
     wait: WaitOpt = 0.0,
     skip_if_locked: SkipLockedOpt = False,

@@ -102,6 +102,14 @@ def hframe_bin() -> str:
     return str(exe) if exe.exists() else (shutil.which("hframe") or "hframe")
 
 
+def same_pack(a: Path, b: Path) -> bool:
+    """Whether two packs and their indexes are the same bytes."""
+    return (
+        a.read_bytes() == b.read_bytes()
+        and Path(f"{a}.index.parquet").read_bytes() == Path(f"{b}.index.parquet").read_bytes()
+    )
+
+
 def run_bin(args: list[str], **kw) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "HFRAME_TTY": "0", **kw.pop("env", {})}
     return subprocess.run([hframe_bin(), *args], capture_output=True, env=env, timeout=120, **kw)

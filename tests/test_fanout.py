@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import hframe_bin, make_image, run_bin
+from conftest import same_pack as same
 
 import hframe_cli as h
 import hframe_cli.fanout as fanout
@@ -82,13 +83,6 @@ def clean(tree, tmp_path_factory) -> Path:
     r = run_bin(["pack", str(tree), "-o", str(out), "-q", "--workers", "1", *CREATED])
     assert r.returncode == 0, r.stderr
     return out
-
-
-def same(a: Path, b: Path) -> bool:
-    return (
-        a.read_bytes() == b.read_bytes()
-        and Path(f"{a}.index.parquet").read_bytes() == Path(f"{b}.index.parquet").read_bytes()
-    )
 
 
 @pytest.mark.parametrize("workers", ["2", "3", "7"])
@@ -322,3 +316,17 @@ def test_index_builders_joined_are_the_builder_of_all_rows():
     meta = IndexMeta("1.1", "1", "0" * 32, "t", 400, 1, 1, 1, "x")
     assert joined.to_table(meta).equals(whole.to_table(meta))
     assert array("q", joined._ints["offset"]) == whole._ints["offset"]
+
+
+@pytest.mark.parametrize(
+    "extra", [["--compress", "zstd:3"], ["--label-from", "none", "--split", "train=0.8,val=0.2"], ["--no-image-meta"]]
+)
+def test_workers_with_compression_and_options_write_the_pack_of_one_writer(tree, tmp_path, extra):
+    packs = []
+    for workers in ("1", "3"):
+        out = tmp_path / f"w{workers}.hframe"
+        r = run_bin(["pack", str(tree), "-o", str(out), "-q", "--workers", workers, *CREATED, *extra])
+        assert r.returncode == 0, r.stderr
+        packs.append(out)
+    assert same(*packs)
+    assert h.verify_pack(packs[1]).ok

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import hframe_bin, run_bin
+from conftest import same_pack as same
 
 import hframe_cli as h
 
@@ -37,13 +38,6 @@ def clean(src, tmp_path_factory) -> Path:
     r = run_bin(["pack", str(src), "-o", str(out), "--created", "1700000000", "-q"])
     assert r.returncode == 0, r.stderr
     return out
-
-
-def same(a: Path, b: Path) -> bool:
-    return (
-        a.read_bytes() == b.read_bytes()
-        and Path(f"{a}.index.parquet").read_bytes() == Path(f"{b}.index.parquet").read_bytes()
-    )
 
 
 def leftovers(out: Path) -> list[str]:
