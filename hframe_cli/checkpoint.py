@@ -29,7 +29,7 @@ from typing import Any
 from .errors import FormatError, StorageError
 from .faults import fault_point
 from .lock import OutputLock, lock_path
-from .sources import Rejected, Source, SourceList
+from .sources import Rejected, SourceList
 
 __all__ = [
     "CHECKPOINT_VERSION",
@@ -159,13 +159,16 @@ def load_checkpoint(output: str | os.PathLike[str]) -> tuple[Checkpoint | None, 
     return None, notes
 
 
-def source_fingerprint(sources: list[Source]) -> str:
+def source_fingerprint(sources: SourceList) -> str:
+    """What the checkpoint keeps to know its saved source list: a hash of every source's name,
+    size and mtime, in order (read from the list's columns: no object per source)."""
     h = hashlib.sha256()
-    for s in sources:
-        h.update(len(s.name).to_bytes(4, "little"))
-        h.update(s.name)
-        h.update(s.size.to_bytes(8, "little"))
-        h.update(s.mtime_ns.to_bytes(8, "little", signed=True))
+    update = h.update
+    for name, size, mtime_ns in zip(sources.names, sources.sizes, sources.mtimes_ns):
+        update(len(name).to_bytes(4, "little"))
+        update(name)
+        update(size.to_bytes(8, "little"))
+        update(mtime_ns.to_bytes(8, "little", signed=True))
     return h.hexdigest()
 
 

@@ -110,41 +110,57 @@ _PLACE = struct.Struct("<QQ")
 _PIPE_BYTES = 1 << 20
 
 
-def fanout_workers(run: Run, todo: Sequence[Source], workers: int | None) -> int:
-    """How many worker processes should write ``todo`` (0: the one-writer loop does).
+def fanout_workers(run: Run, start: int, workers: int | None) -> int:
+    """How many worker processes should write sources ``start`` onwards (0: the one-writer
+    loop does).
 
     ``workers`` given (``--workers N``, N >= 2) asks for N whenever this pack allows it; by
     default there is one per usable CPU (at most 8) when the sources are many or large enough
     to pay for the forks.
     """
     writer = run.writer
+    sizes = run.sources.sizes[start:]
     if workers is not None and workers < 2:
         return 0
-    if writer.alignment != 1 or writer.dictionary is not None or run.videos or not todo:
+    if writer.alignment != 1 or writer.dictionary is not None or run.videos or not sizes:
         return 0
-    if max(s.size for s in todo) > STREAM_ABOVE or not fork_is_safe():
+    if max(sizes) > STREAM_ABOVE or not fork_is_safe():
         return 0
     if workers is not None:
         return workers
-    total = sum(s.size for s in todo)
-    if usable_cpus() < 2 or (len(todo) < _DEFAULT_ABOVE_FILES and total < _DEFAULT_ABOVE_BYTES):
+    if usable_cpus() < 2 or (len(sizes) < _DEFAULT_ABOVE_FILES and sum(sizes) < _DEFAULT_ABOVE_BYTES):
         return 0
     return min(usable_cpus(), _MAX_DEFAULT_WORKERS)
 
 
-def _cut(todo: Sequence[Source], start: int, workers: int) -> list[tuple[int, int]]:
-    """Chunks of consecutive sources, as (first, end) source numbers; at least a few per
-    worker when there are enough sources, so that the work stays shared to the end."""
-    per_chunk = max(1, min(CHUNK_FILES, len(todo) // (4 * workers)))
-    bounds, first, size = [], 0, 0
-    for k, s in enumerate(todo):
-        size += s.size
+def _cut(sizes: Sequence[int], start: int, workers: int) -> list[tuple[int, int]]:
+    """Chunks of consecutive sources, as (first, end) source numbers, from ``start`` on; at
+    least a few per worker when there are enough sources, so that the work stays shared to
+    the end."""
+    count = len(sizes) - start
+    per_chunk = max(1, min(CHUNK_FILES, count // (4 * workers)))
+    bounds, first, size = [], start, 0
+    for k in range(start, len(sizes)):
+        size += sizes[k]
         if k + 1 - first >= per_chunk or size >= CHUNK_BYTES:
-            bounds.append((start + first, start + k + 1))
+            bounds.append((first, k + 1))
             first, size = k + 1, 0
-    if first < len(todo):
-        bounds.append((start + first, start + len(todo)))
+    if first < len(sizes):
+        bounds.append((first, len(sizes)))
     return bounds
+
+
+@dataclass
+class _Columns:
+    """The run's sources as its list's columns (what a worker turns into a ``Source`` at a time)."""
+
+    paths: list[str]
+    names: list[bytes]
+    sizes: list[int]
+    mtimes_ns: list[int]
+
+    def source(self, k: int) -> Source:
+        return Source(self.paths[k], self.names[k], self.sizes[k], self.mtimes_ns[k])
 
 
 @dataclass
@@ -173,8 +189,9 @@ def write_chunks(run: Run, start: int, stop: StopSignals, faults: bool, workers:
     """Pack sources ``start`` onwards with ``workers`` processes, as ``_Run._write_loaded``
     would. Returns the first source not packed: all of them, or where the one-writer loop must
     take over (a worker was lost, or no worker could be forked)."""
-    sources = run.sources.sources
-    bounds = _cut(sources[start:], start, workers)
+    listed = run.sources
+    sources = _Columns(listed.paths, listed.names, listed.sizes, listed.mtimes_ns)
+    bounds = _cut(sources.sizes, start, workers)
     writer = run.writer
     writer.cut_back()  # what is buffered goes to disk first: workers write after it
     strict = run.settings.media.strict_images
@@ -207,14 +224,14 @@ def write_chunks(run: Run, start: int, stop: StopSignals, faults: bool, workers:
             worker = crew[c % workers]
             while worker.placed:  # the chunk this worker had before, the oldest not taken in
                 prev = worker.placed.popleft()
-                _take_in(run, worker, bounds[prev], sized.pop(prev), stop, faults)
+                _take_in(run, sources, worker, bounds[prev], sized.pop(prev), stop, faults)
                 merged += 1
             answer = _receive(worker.answers)
             if not isinstance(answer, _Sized):
                 raise _WorkerLost
             for k, is_error, problem in answer.problems:
                 if is_error and not run.settings.skip_bad:
-                    raise run.bad_input(sources[k].path, problem)
+                    raise run.bad_input(sources.paths[k], problem)
             sized[c] = answer
             try:
                 os.write(worker.orders, _PLACE.pack(at, frame))
@@ -225,9 +242,9 @@ def write_chunks(run: Run, start: int, stop: StopSignals, faults: bool, workers:
         for c in range(merged, len(bounds)):
             worker = crew[c % workers]
             worker.placed.popleft()
-            _take_in(run, worker, bounds[c], sized.pop(c), stop, faults)
+            _take_in(run, sources, worker, bounds[c], sized.pop(c), stop, faults)
             merged += 1
-        return len(sources)
+        return len(sources.sizes)
     except _WorkerLost:
         _stop_crew(crew)  # none of them writes after this
         crew = []
@@ -241,22 +258,26 @@ def write_chunks(run: Run, start: int, stop: StopSignals, faults: bool, workers:
 
 
 def _take_in(
-    run: Run, worker: _Worker, bounds: tuple[int, int], sized: _Sized, stop: StopSignals, faults: bool
+    run: Run,
+    sources: _Columns,
+    worker: _Worker,
+    bounds: tuple[int, int],
+    sized: _Sized,
+    stop: StopSignals,
+    faults: bool,
 ) -> None:
     """Take in the worker's chunk, written: rows, problems, progress, checkpoint."""
     chunk = _receive(worker.answers)
     if not isinstance(chunk, WrittenChunk):
         raise _WorkerLost
     first, end = bounds
-    sources = run.sources.sources
     run.writer.append_chunk(chunk)
     for k, is_error, problem in sized.problems:
-        src = sources[k]
         if is_error:
-            run.skipped.append(Rejected(src.path, problem))
+            run.skipped.append(Rejected(sources.paths[k], problem))
         else:
-            run.warn(src, problem, " (packed without width/height)")
-    run.done_bytes += sum(s.size for s in sources[first:end])
+            run.warn(sources.source(k), problem, " (packed without width/height)")
+    run.done_bytes += sum(sources.sizes[first:end])
     settings = run.settings
     if settings.on_progress is not None:
         settings.on_progress(len(run.writer), run.done_bytes)
@@ -292,7 +313,7 @@ def _stop_crew(crew: list[_Worker]) -> None:
 
 
 def _work(
-    sources: Sequence[Source],
+    sources: _Columns,
     mine: list[tuple[int, int]],
     prep: FramePrep,
     strict: bool,
@@ -306,7 +327,7 @@ def _work(
         chunk = ChunkWriter(fd, path)
         problems: list[tuple[int, bool, str]] = []
         for k in range(first, end):
-            src = sources[k]
+            src = sources.source(k)
             item = load_prepared(src, prep, False)
             fr = item.frame
             error = item.error

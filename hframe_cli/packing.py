@@ -190,8 +190,8 @@ def pack_sources(
                 "collect": sources.collect,  # how they were found: resume walks the folders again
                 "media": media.to_dict(),
             },
-            fingerprint=source_fingerprint(sources.sources),
-            source_count=len(sources.sources),
+            fingerprint=source_fingerprint(sources),
+            source_count=len(sources),
             committed_bytes=HEADER_SIZE,
         )
         dictionary = _dictionary_for(sources, media, on_event)  # a bad --zstd-dict fails before any file is made
@@ -373,25 +373,25 @@ class _Run:
         """Append every source from ``start_source`` in order, checkpointing as the policy says;
         a signal stops the loop after the current source (``Interrupted``)."""
         settings = self.settings
-        workers = settings.workers
+        count, sizes = len(self.sources), self.sources.sizes
+        self.done_bytes = sum(sizes[:start_source])
+        self.started = (time.monotonic(), self.done_bytes)
+        faults = bool(os.environ.get("HFRAME_FAULT"))  # fault injection (tests): looked up once, not per frame
+        crew = fanout_workers(self, start_source, settings.workers)
+        if crew:  # (its sources are the list's columns: no object per source)
+            start_source = write_chunks(self, start_source, stop, faults, crew)
+            if start_source == count:
+                return
         todo = self.sources.sources[start_source:]
+        workers = settings.workers
         by_child = False
         if workers is None:
             # threads pay off when hashing and copying dominate; for small files the per-file
             # Python work dominates and a second thread only contends for the GIL: a forked
             # process loads them instead, while this one writes
-            small = self.sources.total_bytes < _THREADS_ABOVE_MEAN * len(self.sources.sources)
+            small = sum(sizes) < _THREADS_ABOVE_MEAN * count
             workers = 1 if small else min(2, usable_cpus())
             by_child = small and not self.videos and len(todo) >= _CHILD_ABOVE_FILES and child_may_load()
-        self.done_bytes = sum(s.size for s in self.sources.sources[:start_source])
-        self.started = (time.monotonic(), self.done_bytes)
-        faults = bool(os.environ.get("HFRAME_FAULT"))  # fault injection (tests): looked up once, not per frame
-        crew = fanout_workers(self, todo, settings.workers)
-        if crew:
-            start_source = write_chunks(self, start_source, stop, faults, crew)
-            todo = self.sources.sources[start_source:]
-            if not todo:
-                return
         loaded = (
             loaded_by_child(todo, self.prep, self.videos)
             if by_child
@@ -495,7 +495,7 @@ class _Run:
     def progress_line(self, next_source: int, why: str) -> str:
         """``checkpoint: 1,200 of 5,000 files (24%), 3.2 GB of 13.1 GB, 12.4 MB/s, about 14 min
         left; 1,200 frames committed``: a cron log's answer to "how far, how fast, how long"."""
-        total_files, total_bytes = len(self.sources.sources), self.sources.total_bytes
+        total_files, total_bytes = len(self.sources), self.sources.total_bytes
         done = self.done_bytes
         share = done / total_bytes if total_bytes else next_source / max(1, total_files)
         line = (
@@ -528,7 +528,7 @@ class _Run:
         if len(self.writer) == 0:
             raise InputError("nothing to pack: every input was skipped")
         with stop.deferred(act_after=False):
-            self.checkpoint(len(self.sources.sources), "all frames written")
+            self.checkpoint(len(self.sources), "all frames written")
         if stop.signum is not None:
             raise Interrupted(
                 f"{self.out}: interrupted by {stop.name} after all {len(self.writer)} frames were written; "
@@ -759,7 +759,7 @@ def _resume_locked(
     MediaOptions.from_dict(opts.get("media")).fix_label_csv()  # the labels CSV must be unchanged
     saved = load_sources(out)
     saved.collect = opts.get("collect", {})
-    if source_fingerprint(saved.sources) != ckpt.fingerprint:
+    if source_fingerprint(saved) != ckpt.fingerprint:
         raise FormatError(f"{out}: the saved source list does not match the checkpoint; start over with --force")
     current = _current_sources(saved)
     changes = _describe_changes(saved.sources, current)

@@ -48,12 +48,6 @@ DEFAULT_MAX_PACK_BYTES = 16 << 30  # BRIEF: keep packs around 10-20 GB
 _META_ALLOWANCE = 128
 
 
-def estimated_bytes(s: Source, alignment: int, meta_bytes: int = _META_ALLOWANCE) -> int:
-    """An upper bound on the bytes a source adds to a pack (not for videos cut into frames,
-    whose output size is unknown until they are decoded; compression only makes it smaller)."""
-    return RECORD_FIXED + len(s.name) + meta_bytes + s.size + (alignment - 1)
-
-
 def media_allowances(media: Any) -> tuple[int, int]:
     """(bytes per frame, bytes per shard) that ``media`` options may add beyond the sources:
     the metadata in record headers (longest label and split name), and a stored dictionary."""
@@ -76,7 +70,7 @@ def media_allowances(media: Any) -> tuple[int, int]:
 
 
 def plan_shards(
-    sources: Sequence[Source],
+    sources: SourceList | Sequence[Source],
     max_pack_bytes: int,
     alignment: int = 1,
     per_frame: int = _META_ALLOWANCE,
@@ -86,18 +80,30 @@ def plan_shards(
 
     ``per_frame`` and ``per_shard`` are the most the media options add (``media_allowances``).
     Returns [start, stop) index ranges; a single source larger than the limit gets a shard alone.
+    A ``SourceList`` is read by its columns (no object per source).
     """
     if max_pack_bytes < 1:
         raise InputError(f"--max-pack-bytes must be positive (got {max_pack_bytes})")
+    if isinstance(sources, SourceList):
+        names, sizes = sources.names, sources.sizes
+    else:
+        names, sizes = [s.name for s in sources], [s.size for s in sources]
+    # an upper bound on what a source adds to a pack: its record header (metadata included), name,
+    # bytes and padding (not for videos cut into frames, whose size is unknown until decoded;
+    # compression only makes it smaller)
+    fixed = RECORD_FIXED + per_frame + alignment - 1
+    empty = HEADER_SIZE + TRAILER_SIZE + per_shard
+    if empty + fixed * len(names) + sum(map(len, names)) + sum(sizes) <= max_pack_bytes:
+        return [(0, len(names))]  # everything fits (the common case: no loop)
     ranges: list[tuple[int, int]] = []
-    start, size = 0, HEADER_SIZE + TRAILER_SIZE + per_shard
-    for k, s in enumerate(sources):
-        b = estimated_bytes(s, alignment, per_frame)
+    start, size = 0, empty
+    for k, (name, nbytes) in enumerate(zip(names, sizes)):
+        b = fixed + len(name) + nbytes
         if k > start and size + b > max_pack_bytes:
             ranges.append((start, k))
-            start, size = k, HEADER_SIZE + TRAILER_SIZE + per_shard
+            start, size = k, empty
         size += b
-    ranges.append((start, len(sources)))
+    ranges.append((start, len(names)))
     return ranges
 
 
@@ -240,7 +246,7 @@ def pack_sharded(
     """
 
     out = os.fspath(output)
-    ranges = plan_shards(sources.sources, max_pack_bytes, alignment, *media_allowances(options.get("media")))
+    ranges = plan_shards(sources, max_pack_bytes, alignment, *media_allowances(options.get("media")))
     mpath = get_manifest_path(out)
     if not force and (mpath.exists() if len(ranges) == 1 else os.path.exists(out)):
         other = "a dataset (its manifest)" if len(ranges) == 1 else "a single pack"

@@ -15,7 +15,7 @@ import hframe_cli as h
 from hframe_cli.dataset import DatasetReader
 from hframe_cli.errors import InputError
 from hframe_cli.shards import parse_shard_of, plan_shards, split_for_worker
-from hframe_cli.sources import Source
+from hframe_cli.sources import Source, SourceList
 
 
 def files_of(dataset: Path) -> dict[str, bytes]:
@@ -28,6 +28,9 @@ def test_plan_and_split_are_deterministic_and_cover_everything():
     assert ranges[0][0] == 0 and ranges[-1][1] == 100
     assert all(a < b for a, b in ranges) and all(r[1] == s[0] for r, s in zip(ranges, ranges[1:]))
     assert plan_shards(srcs, 20_000) == ranges and len(plan_shards(srcs, 1 << 40)) == 1
+    listed = SourceList(list(srcs))
+    listed.columns()  # read by its columns
+    assert plan_shards(listed, 20_000) == ranges and plan_shards(listed, 1 << 40) == [(0, 100)]
     parts = [split_for_worker(srcs, i, 8) for i in range(8)]
     assert [s for p in parts for s in p] == srcs and parse_shard_of("3/8") == (3, 8)
 
