@@ -6,7 +6,7 @@ Usage: python scripts/bench_pack.py DATA_DIR [--repeat N]
 DATA_DIR holds ``jpegs/`` and ``blobs/`` from ``scripts/make_bench_data.py``. Outputs go to
 ``DATA_DIR/_bench_out/`` (the 1M-frame index pack is kept there and reused). For each data set
 the sources are read once first (warm page cache), then each of these runs ``--repeat`` times
-(default 3), in an order that turns with every run, and the median wall time is reported:
+(default 3), in a new random (seeded) order every run, and the median wall time is reported:
 
 * ``tar``:    ``tar cf OUT.tar -C SRC . && sync`` (the baseline that makes data durable);
 * ``seed``:   the minimal packer below (sorted walk, concatenate, md5 each file, JSON index
@@ -40,6 +40,7 @@ import gc
 import hashlib
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -137,14 +138,18 @@ def bench_dataset(data_dir: str, out_dir: str, name: str, repeat: int) -> dict[s
     methods["hframe_nockpt"] = ([nockpt_out, nockpt_out + ".index.parquet"],
                                 [HFRAME, "pack", src, "-o", nockpt_out, "--force", "--no-checkpoint"])
     runs: dict[str, list[tuple[float, float]]] = {m: [] for m in methods}
-    # the order turns with every run (the no-op update stays right after the pack it updates):
-    # a run right after one that wrote 700 MB seems to pay for it (the VM host flushing them?):
-    # checkpoint_overhead read 0.2-0.4 when hframe always followed seed, ~0 when run by hand
+    # a new random (seeded) order every run; the no-op update stays right after the pack it
+    # updates. A run right after one that wrote 700 MB pays for it (the VM host flushing them?),
+    # so no method may always follow the same one: the order used to turn, which kept every
+    # method's predecessor (hframe always after seed, hframe_nockpt always after the no-op
+    # update), and checkpoint_overhead read 0.2-1.0 in three runs while in-process, alternating,
+    # the two measured the same
     groups = [[m] for m in methods if m not in ("hframe", "hframe_update_noop")]
-    groups.insert(2, [m for m in ("hframe", "hframe_update_noop") if m in methods])
+    groups.append([m for m in ("hframe", "hframe_update_noop") if m in methods])
+    shuffler = random.Random(len(name) + repeat)
     for r in range(1, repeat + 1):
-        turn = (r - 1) % len(groups)
-        order = [m for g in groups[turn:] + groups[:turn] for m in g]
+        shuffler.shuffle(groups)
+        order = [m for g in groups for m in g]
         for method in order:
             outputs, cmd = methods[method]
             remove(*outputs)
