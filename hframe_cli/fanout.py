@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from .faults import fault_point
-from .loading import STREAM_ABOVE, load_prepared
+from .loading import STREAM_ABOVE, WITHOUT_SIZE, add_loaded, load_prepared
 from .processes import (
     fork_helper,
     fork_is_safe,
@@ -151,19 +151,6 @@ def _cut(sizes: Sequence[int], start: int, workers: int) -> list[tuple[int, int]
 
 
 @dataclass
-class _Columns:
-    """The run's sources as its list's columns (what a worker turns into a ``Source`` at a time)."""
-
-    paths: list[str]
-    names: list[bytes]
-    sizes: list[int]
-    mtimes_ns: list[int]
-
-    def source(self, k: int) -> Source:
-        return Source(self.paths[k], self.names[k], self.sizes[k], self.mtimes_ns[k])
-
-
-@dataclass
 class _Sized:
     """A worker's first answer for a chunk: its size, frames and problems (source number,
     whether it is an error, what is wrong)."""
@@ -189,9 +176,9 @@ def write_chunks(run: Run, start: int, stop: StopSignals, faults: bool, workers:
     """Pack sources ``start`` onwards with ``workers`` processes, as ``_Run._write_loaded``
     would. Returns the first source not packed: all of them, or where the one-writer loop must
     take over (a worker was lost, or no worker could be forked)."""
-    listed = run.sources
-    sources = _Columns(listed.paths, listed.names, listed.sizes, listed.mtimes_ns)
-    bounds = _cut(sources.sizes, start, workers)
+    sources = run.sources
+    paths, _, sizes, _ = sources.columns()  # read as columns: no object per source
+    bounds = _cut(sizes, start, workers)
     writer = run.writer
     writer.cut_back()  # what is buffered goes to disk first: workers write after it
     strict = run.settings.media.strict_images
@@ -231,7 +218,7 @@ def write_chunks(run: Run, start: int, stop: StopSignals, faults: bool, workers:
                 raise _WorkerLost
             for k, is_error, problem in answer.problems:
                 if is_error and not run.settings.skip_bad:
-                    raise run.bad_input(sources.paths[k], problem)
+                    raise run.bad_input(paths[k], problem)
             sized[c] = answer
             try:
                 os.write(worker.orders, _PLACE.pack(at, frame))
@@ -244,7 +231,7 @@ def write_chunks(run: Run, start: int, stop: StopSignals, faults: bool, workers:
             worker.placed.popleft()
             _take_in(run, sources, worker, bounds[c], sized.pop(c), stop, faults)
             merged += 1
-        return len(sources.sizes)
+        return len(sources)
     except _WorkerLost:
         _stop_crew(crew)  # none of them writes after this
         crew = []
@@ -259,7 +246,7 @@ def write_chunks(run: Run, start: int, stop: StopSignals, faults: bool, workers:
 
 def _take_in(
     run: Run,
-    sources: _Columns,
+    sources: SourceList,
     worker: _Worker,
     bounds: tuple[int, int],
     sized: _Sized,
@@ -276,7 +263,7 @@ def _take_in(
         if is_error:
             run.skipped.append(Rejected(sources.paths[k], problem))
         else:
-            run.warn(sources.source(k), problem, " (packed without width/height)")
+            run.warn(sources.source(k), problem, WITHOUT_SIZE)
     run.done_bytes += sum(sources.sizes[first:end])
     settings = run.settings
     if settings.on_progress is not None:
@@ -313,7 +300,7 @@ def _stop_crew(crew: list[_Worker]) -> None:
 
 
 def _work(
-    sources: _Columns,
+    sources: SourceList,
     mine: list[tuple[int, int]],
     prep: FramePrep,
     strict: bool,
@@ -329,19 +316,11 @@ def _work(
         for k in range(first, end):
             src = sources.source(k)
             item = load_prepared(src, prep, False)
-            fr = item.frame
-            error = item.error
-            if error is None and fr is not None and fr.warning is not None:
-                if strict:
-                    error = fr.warning
-                else:
-                    problems.append((k, False, fr.warning))
-            if error is not None:
-                problems.append((k, True, error))
-            elif fr is None:
-                chunk.add(src.name, item.data or b"", mtime_ns=src.mtime_ns, md5=item.md5)
-            else:
-                chunk.add_prepared(src.name, src.mtime_ns, fr)
+            warning = add_loaded(chunk, item, strict) if item.error is None else None
+            if warning is not None:
+                problems.append((k, False, warning))
+            if item.error is not None:
+                problems.append((k, True, item.error))
         send_message(answers, pickle.dumps(_Sized(chunk.position, len(chunk), problems), pickle.HIGHEST_PROTOCOL))
         order = os.read(orders, _PLACE.size)
         if len(order) != _PLACE.size:

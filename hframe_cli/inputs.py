@@ -15,7 +15,7 @@ import os
 import stat
 import sys
 from collections.abc import Iterable, Sequence
-from typing import BinaryIO, TypeVar
+from typing import Any, BinaryIO
 
 from .errors import InputError
 from .listing import Folder, sorted_entries, walk_in_parallel
@@ -24,8 +24,6 @@ from .sources import Rejected, SourceList
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "expand_globs", "collect_sources"]
 
 DEFAULT_MAX_FRAME_BYTES = 1 << 30  # 1 GiB: 4K wallpapers and raw arrays of tens of MB are normal
-
-_T = TypeVar("_T")
 
 
 def expand_globs(patterns: Iterable[str]) -> list[str]:
@@ -310,13 +308,11 @@ def _sort_by_name(col: _Collector) -> None:
     """Put the sources in name order (stable: of two files with one name, the first found is
     kept, the other rejected), on the columns: a sort of positions by name, and each column
     taken in that order once, unless it is already sorted."""
-    paths, names, sizes, mtimes = col.out.columns()
+    columns = col.out.columns()
+    paths, names = columns[0], columns[1]
     order = sorted(range(len(names)), key=names.__getitem__)
     if order != list(range(len(order))):
-        _reorder(paths, order)
-        _reorder(names, order)
-        _reorder(sizes, order)
-        _reorder(mtimes, order)
+        _reorder(columns, order)
     if any(map(bytes.__eq__, names[1:], names)):  # rare: the slow path names each duplicate
         keep = [True] * len(names)
         first = 0
@@ -330,16 +326,13 @@ def _sort_by_name(col: _Collector) -> None:
                 f"(also {paths[first]}); use --base or separate packs",
             )
             keep[j] = False
-        kept = [j for j, k in enumerate(keep) if k]
-        _reorder(paths, kept)
-        _reorder(names, kept)
-        _reorder(sizes, kept)
-        _reorder(mtimes, kept)
+        _reorder(columns, [j for j, k in enumerate(keep) if k])
 
 
-def _reorder(column: list[_T], positions: list[int]) -> None:
-    """``column`` in place: its items at ``positions``, in that order."""
-    column[:] = [column[i] for i in positions]
+def _reorder(columns: tuple[list[Any], ...], positions: list[int]) -> None:
+    """Each column in place: its items at ``positions``, in that order."""
+    for column in columns:
+        column[:] = [column[i] for i in positions]
 
 
 def _relative_names(files: Sequence[str], base: str | None) -> list[str]:

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .media import FramePrep, PreparedFrame
 from .processes import (
@@ -40,9 +40,14 @@ from .processes import (
 )
 from .sources import Source
 
+if TYPE_CHECKING:
+    from .writer import PackWriter
+
 __all__ = [
     "STREAM_ABOVE",
+    "WITHOUT_SIZE",
     "Loaded",
+    "add_loaded",
     "child_may_load",
     "load_prepared",
     "loaded_by_child",
@@ -89,6 +94,26 @@ def load_prepared(src: Source, prep: FramePrep | None, videos: bool) -> Loaded:
     if prep is not None and item.data is not None and not item.video:
         item.frame = prep.prepare(src.name, item.data, item.md5)
     return item
+
+
+#: How an image whose header could not be read is packed (said after its warning).
+WITHOUT_SIZE = " (packed without width/height)"
+
+
+def add_loaded(writer: PackWriter, item: Loaded, strict_images: bool) -> str | None:
+    """Append a loaded source (read whole, not a video, no error) to ``writer``, as both
+    packing loops do. Returns the warning to report for it (an image header that could not be
+    read: packed ``WITHOUT_SIZE``); with ``strict_images`` that is ``item.error`` instead, and
+    nothing is appended."""
+    src, fr = item.source, item.frame
+    if fr is None:
+        writer.add(src.name, item.data or b"", mtime_ns=src.mtime_ns, md5=item.md5)
+        return None
+    if fr.warning is not None and strict_images:
+        item.error = fr.warning
+        return None
+    writer.add_prepared(src.name, src.mtime_ns, fr)
+    return fr.warning
 
 
 def _load(src: Source) -> Loaded:

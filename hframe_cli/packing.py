@@ -34,7 +34,15 @@ from .faults import fault_point
 from .format import HEADER_SIZE
 from .guard import StopSignals, stop_signals, writer_run
 from .index import get_index_path
-from .loading import STREAM_ABOVE, Loaded, child_may_load, loaded_by_child, loaded_in_order
+from .loading import (
+    STREAM_ABOVE,
+    WITHOUT_SIZE,
+    Loaded,
+    add_loaded,
+    child_may_load,
+    loaded_by_child,
+    loaded_in_order,
+)
 from .media import FramePrep, MediaOptions
 from .processes import usable_cpus
 from .sources import Rejected, Source, SourceList
@@ -456,16 +464,9 @@ class _Run:
             return
         if item.error is not None:
             return
-        fr = item.frame
-        if fr is not None and fr.warning is not None:
-            if self.settings.media.strict_images:
-                item.error = fr.warning
-                return
-            self.warn(src, fr.warning, " (packed without width/height)")
-        if fr is None:
-            writer.add(src.name, item.data or b"", mtime_ns=src.mtime_ns, md5=item.md5)
-        else:
-            writer.add_prepared(src.name, src.mtime_ns, fr)
+        warning = add_loaded(writer, item, self.settings.media.strict_images)
+        if warning is not None:
+            self.warn(src, warning, WITHOUT_SIZE)
 
     def warn(self, src: Source, problem: str, consequence: str) -> None:
         self.warnings.append(Rejected(src.path, problem))

@@ -91,12 +91,15 @@ class SourceList:
         """The paths, names, sizes and mtimes (ns), to read or to append to in step (the objects,
         if they were built, become columns again)."""
         if self._objects is not None:
-            objs, self._objects = self._objects, None
-            self._paths = [s.path for s in objs]
-            self._names = [s.name for s in objs]
-            self._sizes = [s.size for s in objs]
-            self._mtimes = [s.mtime_ns for s in objs]
+            self._paths, self._names, self._sizes, self._mtimes = self.paths, self.names, self.sizes, self.mtimes_ns
+            self._objects = None
         return self._paths, self._names, self._sizes, self._mtimes
+
+    def source(self, k: int) -> Source:
+        """Source ``k`` as an object (built for the asking when the list is held as columns)."""
+        if self._objects is not None:
+            return self._objects[k]
+        return Source(self._paths[k], self._names[k], self._sizes[k], self._mtimes[k])
 
     # the four columns, to read (not to change: they may be the list's own, or copies)
 

@@ -277,8 +277,7 @@ class PackWriter:
         if not self._chunks:
             return
         try:
-            if self._enospc_at is not None and self._flushed + self._pending > self._enospc_at:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(self.partial_path))
+            self._check_room(self._flushed + self._pending)
             n = os.writev(self._fd, self._chunks)
             if n < self._pending:  # rare short write: finish it plainly
                 write_all(self._fd, memoryview(b"".join(self._chunks))[n:])
@@ -292,6 +291,11 @@ class PackWriter:
             # the final fsync then has little left to wait for
             os.posix_fadvise(self._fd, self._advised, self._flushed - self._advised, os.POSIX_FADV_DONTNEED)
             self._advised = self._flushed
+
+    def _check_room(self, end: int) -> None:
+        """Fail as a full disk would if the pack is to grow past the injected limit (tests)."""
+        if self._enospc_at is not None and end > self._enospc_at:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(self.partial_path))
 
     def _append_row(
         self,
@@ -497,13 +501,9 @@ class PackWriter:
                 if not head:
                     head = chunk[:SNIFF_BYTES]
                 digest.update(chunk)
-                if self._enospc_at is not None and pos + len(chunk) > self._enospc_at:
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(self.partial_path))
-                view = memoryview(chunk)
-                while view:
-                    n = os.pwrite(self._fd, view, pos)
-                    view = view[n:]
-                    pos += n
+                self._check_room(pos + len(chunk))
+                _pwrite_all(self._fd, chunk, pos)
+                pos += len(chunk)
                 got += len(chunk)
                 if got > size:
                     break
@@ -693,16 +693,21 @@ class ChunkWriter(PackWriter):
         if not parts:
             return at
         try:
-            if self._enospc_at is not None and at + size > self._enospc_at:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(self.partial_path))
+            self._check_room(at + size)
             n = os.pwritev(self._fd, parts, at)
-            if n < size:
-                view = memoryview(b"".join(parts))[n:]
-                while view:
-                    view = view[os.pwrite(self._fd, view, at + size - len(view)) :]
+            if n < size:  # rare short write: finish it plainly
+                _pwrite_all(self._fd, memoryview(b"".join(parts))[n:], at + n)
         except OSError as e:
             raise _write_error(self.partial_path, e) from e
         return at + size
+
+
+def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+    """Write every byte of ``data`` at ``offset`` (a file may take less at a time)."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
 
 
 def publish_partials(path: str | os.PathLike[str]) -> None:

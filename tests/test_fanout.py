@@ -212,6 +212,9 @@ def test_a_signal_mid_pack_ends_the_workers_and_resume_gives_the_same_pack(tree,
     for pid in workers:  # each holds the pack and the output's lock, and nothing else of the parent's
         fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
         assert f"{out}.partial" in fds and f"{out}.lock" in fds, fds
+    # a second run meanwhile, a second process: locked out, and the paused run's pack untouched
+    r = run_bin(["pack", str(tree), "-o", str(out), "--force", "--workers", "2", *CREATED])
+    assert r.returncode == 3 and b"locked by another hframe run" in r.stderr, r.stderr
     proc.send_signal(sig)
     proc.send_signal(signal.SIGCONT)
     err = proc.communicate(timeout=60)[1]
