@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -189,7 +190,7 @@ def write_source_list(path: str | os.PathLike[str], sources: SourceList) -> None
 
     table = pa.table(
         {
-            "path": pa.array(list(map(os.fsencode, sources.paths)), pa.binary()),
+            "path": pa.array(_fsencoded(sources.paths), pa.binary()),
             "name": pa.array(sources.names, pa.binary()),
             "size": pa.array(sources.sizes, pa.int64()),
             "mtime_ns": pa.array(sources.mtimes_ns, pa.int64()),
@@ -206,6 +207,13 @@ def write_source_list(path: str | os.PathLike[str], sources: SourceList) -> None
         os.replace(tmp, path)
     except OSError as e:
         raise StorageError(f"{os.fspath(path)}: cannot write: {e.strerror}") from e
+
+
+def _fsencoded(paths: list[str]) -> list[bytes]:
+    """``[os.fsencode(p) for p in paths]``, encoded as one string (no path holds a NUL)."""
+    if not paths:
+        return []
+    return "\0".join(paths).encode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()).split(b"\0")
 
 
 def read_source_list(path: str | os.PathLike[str], what: str = "the source list") -> SourceList:

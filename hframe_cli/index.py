@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import FormatError, IndexMismatch, InputError, NotFound, UnsupportedVersion
-from .format import CODEC_NAMES, FORMAT_VERSION, KIND_NAMES, MEDIA_TYPES
+from .format import CODEC_NAMES, FORMAT_VERSION, KIND_IDS, KIND_NAMES, MEDIA_TYPES
 from .labels import parent_label
 from .locations import with_suffix
 
@@ -163,6 +163,7 @@ def display_name(name: bytes) -> str:
 
 
 _MEDIA_CODE = {m: i for i, m in enumerate(MEDIA_TYPES)}
+_UNKNOWN, _BLOB = _MEDIA_CODE["unknown"], KIND_IDS["blob"]
 
 
 class IndexBuilder:
@@ -219,6 +220,47 @@ class IndexBuilder:
                 f"{', '.join(MEDIA_TYPES)} / {', '.join(map(str, KIND_NAMES))}"
             )
         row = len(self)
+        if meta and "source_size" in meta:
+            source_size = meta["source_size"]
+        if meta and "label" in meta:
+            value = meta["label"]
+            label = None if value is None else str(value).encode()
+        else:
+            label = parent_label(name)
+        self._add_row(
+            name, offset, length, md5, media_code, kind, codec, raw_length, source_size, mtime_ns, record_offset, label
+        )
+        if meta:
+            if self._meta is None:
+                self._meta = _MetaColumns()
+            self._meta.fill(row)
+            self._meta.add(meta)
+            self._meta_rows = row + 1
+
+    def append_blob(self, name: bytes, offset: int, length: int, md5: bytes, mtime_ns: int, record_offset: int) -> None:
+        """``append`` for a frame stored as it is with nothing to record: an unknown media type
+        (a blob), no compression, no metadata, labelled by its parent folder (a pack of small
+        files spends its time here, and keyword arguments cost)."""
+        self._add_row(
+            name, offset, length, md5, _UNKNOWN, _BLOB, 0, length, length, mtime_ns, record_offset, parent_label(name)
+        )
+
+    def _add_row(
+        self,
+        name: bytes,
+        offset: int,
+        length: int,
+        md5: bytes,
+        media_code: int,
+        kind: int,
+        codec: int,
+        raw_length: int,
+        source_size: int,
+        mtime_ns: int,
+        record_offset: int,
+        label: bytes | None,
+    ) -> None:
+        row = len(self)
         self._name_data += name
         self._name_offsets.append(len(self._name_data))
         try:
@@ -229,7 +271,7 @@ class IndexBuilder:
         offsets.append(offset)
         lengths.append(length)
         raw_lengths.append(raw_length)
-        source_sizes.append(meta["source_size"] if meta and "source_size" in meta else source_size)
+        source_sizes.append(source_size)
         mtimes_us.append(mtime_ns // 1000)
         record_offsets.append(record_offset)
         self._md5 += md5
@@ -237,21 +279,7 @@ class IndexBuilder:
         media_types.append(media_code)
         kinds.append(kind)
         codecs.append(codec)
-        if meta and "label" in meta:
-            value = meta["label"]
-            label = None if value is None else str(value).encode()
-        else:
-            label = parent_label(name)
-        if label is None:
-            self._label_idx.append(-1)
-        else:
-            self._label_idx.append(self._labels.setdefault(label, len(self._labels)))
-        if meta:
-            if self._meta is None:
-                self._meta = _MetaColumns()
-            self._meta.fill(row)
-            self._meta.add(meta)
-            self._meta_rows = row + 1
+        self._label_idx.append(-1 if label is None else self._labels.setdefault(label, len(self._labels)))
 
     def truncate(self, rows: int) -> None:
         """Drop rows past ``rows`` (used when a frame is abandoned mid-write)."""

@@ -107,7 +107,8 @@ def add_loaded(writer: PackWriter, item: Loaded, strict_images: bool) -> str | N
     nothing is appended."""
     src, fr = item.source, item.frame
     if fr is None:
-        writer.add(src.name, item.data or b"", mtime_ns=src.mtime_ns, md5=item.md5)
+        data = item.data or b""
+        writer.add_blob(src.name, data, item.md5 or hashlib.md5(data).digest(), src.mtime_ns)
         return None
     if fr.warning is not None and strict_images:
         item.error = fr.warning

@@ -408,6 +408,30 @@ class PackWriter:
         self._put_record((hdr_size, frame_id, length, raw, md5, mtime_ns, codec, kind, name, extra, flags), data)
         return frame_id
 
+    def add_blob(self, name: bytes, data: bytes, md5: bytes, mtime_ns: int) -> int:
+        """``add(name, data, mtime_ns=mtime_ns, md5=md5)`` for a frame ``FramePrep.prepare`` left
+        as it is: the same record and row, without ``add``'s general path when the frame is a
+        blob in an unaligned pack, and not the frame that carries a dictionary (a pack of small files spends its time here)."""
+        media = sniff_media_type(data[:SNIFF_BYTES])
+        frame_id = len(self._index)
+        nlen = len(name)
+        if (
+            media != "unknown"
+            or self.alignment > 1
+            or nlen > MAX_NAME_BYTES
+            or self._fd < 0
+            or (frame_id == 0 and self.dictionary)
+        ):
+            return self.add(name, data, mtime_ns=mtime_ns, md5=md5, media=media)
+        rec_off = self._pos
+        hdr_size = RECORD_FIXED + nlen
+        length = len(data)
+        self._index.append_blob(name, rec_off + hdr_size, length, md5, mtime_ns, rec_off)
+        self._payload_bytes += length
+        self._digest.update(_DIGEST.pack(nlen, length, mtime_ns) + name + md5)
+        self._put_record((hdr_size, frame_id, length, length, md5, mtime_ns, 0, _BLOB, name, b"", 0), data)
+        return frame_id
+
     def add_prepared(self, name: bytes, mtime_ns: int, fr: PreparedFrame) -> int:
         """Append a frame ``media.FramePrep`` prepared (compressed, with its metadata)."""
         return self.add(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import same_pack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -212,3 +213,39 @@ def test_writer_refuses_an_unknown_media_type_and_the_pack_goes_on(tmp_path):
     with h.open_pack(out) as p:
         assert [p.read(0), p.read(1)] == [b"first", b"third"]
     assert h.verify_pack(out).ok
+
+
+_NAMES = st.lists(st.binary(min_size=1, max_size=40).filter(lambda n: b"\0" not in n), min_size=1, max_size=12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    names=_NAMES,
+    payloads=st.lists(
+        st.one_of(st.binary(max_size=600), st.sampled_from([b"\xff\xd8\xff\xe0" + b"j" * 40, b"\x89PNG\r\n\x1a\n"])),
+        min_size=12,
+        max_size=12,
+    ),
+    mtime=st.integers(min_value=-(2**62), max_value=2**62),
+    align=st.sampled_from([1, 64]),
+)
+def test_add_blob_writes_what_add_writes(tmp_path, names, payloads, mtime, align):
+    """The plain-blob fast path (what small-file packs spend their time in) gives the same
+    pack and index bytes as ``add``: folder labels, names that are not UTF-8, image bytes (which
+    it hands to ``add``), aligned packs."""
+    names = list(dict.fromkeys(b"d/" * (i % 2) + n for i, n in enumerate(names)))
+    packs = []
+    for how in ("add", "add_blob"):
+        out = tmp_path / f"{how}{align}.hframe"
+        with PackWriter(
+            out, alignment=align, created_us=1, pack_uuid="00000000-0000-4000-8000-000000000001", force=True
+        ) as w:
+            for i, (name, data) in enumerate(zip(names, payloads)):
+                if how == "add":
+                    w.add(name, data, mtime_ns=mtime + i, md5=hashlib.md5(data).digest())
+                else:
+                    w.add_blob(name, data, hashlib.md5(data).digest(), mtime + i)
+            w.seal()
+            w.publish()
+        packs.append(out)
+    assert same_pack(*packs)
