@@ -15,6 +15,7 @@ import os
 import stat
 import sys
 from collections.abc import Iterable, Sequence
+from itertools import islice
 from typing import Any, BinaryIO
 
 from .errors import InputError
@@ -149,8 +150,11 @@ class _Collector:
                 self.add_entries(folder, entries, stack)
 
     def add_entries(self, folder: Folder, entries: Iterable[os.DirEntry[str]], stack: list[Folder]) -> None:
-        """Add the files among ``entries`` (of ``folder``), in order; push its subfolders on ``stack``."""
+        """Add the files among ``entries`` (of ``folder``), in order; push its subfolders on
+        ``stack`` so that the walk pops them in name order (the sources then mostly come out
+        sorted, and ``collect_sources`` need not reorder them)."""
         prefix = folder[1]
+        pushed = len(stack)
         # the common case, a plain regular file with no globs to match, is taken inline: the rest
         # (symlinks, special files, empty or oversized files, the output itself) goes through
         # add_file, which applies every rule
@@ -197,6 +201,7 @@ class _Collector:
                     self.reject(path, f"cannot stat: {e.strerror}")
                     continue
                 self.add_file(path, prefix + entry.name, est)
+        stack[pushed:] = stack[pushed:][::-1]
 
     def subfolder(self, folder: Folder, entry: os.DirEntry[str], reject: bool = True) -> Folder | tuple[()] | None:
         """``entry`` of ``folder`` as a folder to walk; ``()`` for a folder rejected (it cannot be
@@ -307,9 +312,13 @@ def collect_sources(
 def _sort_by_name(col: _Collector) -> None:
     """Put the sources in name order (stable: of two files with one name, the first found is
     kept, the other rejected), on the columns: a sort of positions by name, and each column
-    taken in that order once, unless it is already sorted."""
+    taken in that order once, unless it is already sorted. A walk of folders that hold either
+    files or folders gives the names in order already: checked in one pass, which also shows
+    that no name appears twice."""
     columns = col.out.columns()
     paths, names = columns[0], columns[1]
+    if all(map(bytes.__lt__, names, islice(names, 1, None))):
+        return
     order = sorted(range(len(names)), key=names.__getitem__)
     if order != list(range(len(order))):
         _reorder(columns, order)

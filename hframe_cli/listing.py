@@ -2,7 +2,7 @@
 
 One process lists about 150,000 small files a second: a ``stat`` per file and the Python objects
 around it, all under the GIL. ``walk_in_parallel`` cuts the walk into units in the order one
-walk takes them (a folder's files in slices, then its subfolders from the last), forks helpers
+walk takes them (a folder's files in slices, then its subfolders in name order), forks helpers
 that take units from a shared queue while this process takes them too, and adds what each unit
 found in unit order. So the sources, the rejections and their order, and the first error
 without ``--skip-bad`` are those of the one-process walk (``inputs._Collector.walk``). A helper
@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import operator
 import os
 import pickle
 import signal
@@ -79,11 +80,11 @@ _Found = tuple[SourceList, "Exception | None"]  # sources and rejections, the er
 def sorted_entries(folder: str) -> list[os.DirEntry[str]]:
     """The entries of ``folder`` in the order every walk takes them, by name (raises OSError):
     the one order the units are cut in and the walk of one process adds them in."""
-    return sorted(os.scandir(folder), key=_entry_name)
+    with os.scandir(folder) as it:
+        return sorted(it, key=_ENTRY_NAME)
 
 
-def _entry_name(entry: os.DirEntry[str]) -> str:
-    return entry.name
+_ENTRY_NAME = operator.attrgetter("name")
 
 
 def walk_in_parallel(col: Walker, top: Folder) -> bool:
@@ -110,7 +111,7 @@ def walk_in_parallel(col: Walker, top: Folder) -> bool:
 
 def _cut(col: Walker, unit: _Unit) -> list[_Unit]:
     """A whole-tree unit as the units one walk of it takes in order: its files (and the folders
-    it will reject) in slices, then its subfolders' trees from the last. A folder that cannot be
+    it will reject) in slices, then its subfolders' trees in name order. A folder that cannot be
     listed is left whole (the walk rejects it in its turn)."""
     if unit.entries is not None:
         return [unit]
@@ -127,7 +128,7 @@ def _cut(col: Walker, unit: _Unit) -> list[_Unit]:
         else:
             rest.append(entry)
     slices = [_Unit(unit.folder, rest[i : i + _SLICE]) for i in range(0, len(rest), _SLICE)]
-    return slices + trees[::-1]
+    return slices + trees
 
 
 def _estimate(units: list[_Unit]) -> int:

@@ -108,7 +108,7 @@ def test_an_unforeseen_error_is_raised_in_its_turn_too(tmp_path, forked, monkeyp
     from hframe_cli.inputs import _Collector
 
     tree = messy_tree(tmp_path / "src")
-    (tree / "a" / "000link.bin").symlink_to(tree / "a" / "000.bin")  # a later unit than the first bad input
+    (tree / "h" / "000link.bin").symlink_to(tree / "a" / "000.bin")  # the last folder walked, in name order
     real = _Collector.add_file
 
     def add_file(self, path, name, st=None):

@@ -88,3 +88,28 @@ def test_a_no_op_update_compares_columns_without_building_sources(tmp_path, monk
     monkeypatch.undo()
     plan = plan_update(collect_sources([str(src)]), out)
     assert plan.status == "repack" and plan.changed == [b"07.bin"]
+
+
+def test_sources_come_out_in_byte_order_reordered_only_when_the_walk_did_not(tmp_path, monkeypatch):
+    """The walk visits subfolders in name order, so a tree whose folders hold files or folders
+    (not both) lists sorted and is not reordered; files beside folders, and a folder ``a-b``
+    beside ``a`` ('-' sorts before '/'), are put in byte order of the name."""
+    import hframe_cli.inputs as inputs
+
+    reorders: list[int] = []
+    real = inputs._reorder
+    monkeypatch.setattr(inputs, "_reorder", lambda columns, positions: reorders.append(1) or real(columns, positions))
+    clean = tmp_path / "clean"
+    for folder in ("n/10", "n/2", "m", "z/y/x"):
+        for f in ("b.bin", "a.bin", "c.bin"):
+            (clean / folder).mkdir(parents=True, exist_ok=True)
+            (clean / folder / f).write_bytes(f.encode())
+    names = collect_sources([str(clean)], base=str(clean)).names
+    assert names == sorted(names) and len(names) == 12 and not reorders
+    mixed = tmp_path / "mixed"
+    for rel in ("a.bin", "a/x.bin", "a-b/y.bin", "b/z.bin", "c.bin", "a/0/q.bin", "a/1.bin"):
+        (mixed / rel).parent.mkdir(parents=True, exist_ok=True)
+        (mixed / rel).write_bytes(b"x")
+    names = collect_sources([str(mixed)], base=str(mixed)).names
+    assert names == [b"a-b/y.bin", b"a.bin", b"a/0/q.bin", b"a/1.bin", b"a/x.bin", b"b/z.bin", b"c.bin"]
+    assert reorders
