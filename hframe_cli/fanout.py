@@ -94,7 +94,7 @@ class Run(Protocol):
     def warn(self, src: Source, problem: str, consequence: str) -> None: ...
     def interrupted(self, stop: StopSignals, signum: int, next_source: int, where: str) -> Interrupted: ...
     def checkpoint_due(self) -> bool: ...
-    def checkpoint(self, next_source: int, why: str) -> None: ...
+    def checkpoint(self, next_source: int, why: str, *, wait: bool = True) -> None: ...
 
 
 __all__ = ["CHUNK_BYTES", "CHUNK_FILES", "fanout_workers", "write_chunks"]
@@ -274,7 +274,7 @@ def _take_in(
     if stop.signum is not None:
         raise run.interrupted(stop, stop.signum, end, "")
     if run.checkpoint_due():
-        run.checkpoint(end, "periodic")
+        run.checkpoint(end, "periodic", wait=False)  # the workers go on while the disk catches up
 
 
 def _receive(fd: int) -> object:

@@ -9,8 +9,10 @@ serves a fresh run, a resumed one and an ``--update`` append; checkpoints are wr
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
+import threading
 import time
 import uuid as uuid_mod
 from collections.abc import Callable, Generator, Iterator
@@ -332,9 +334,14 @@ def run_loop(
     appended in order, checkpoints, then seal, self-check and publish."""
     t0 = time.perf_counter()
     run = _Run(writer, sources, ckpt, policy, settings, skipped)
-    with stop_signals(settings.handle_signals) as stop, stop.deferred(act_after=False):
-        # a signal stops the loop after the current frame, with a checkpoint
-        run.write(start_source, stop)
+    try:
+        with stop_signals(settings.handle_signals) as stop, stop.deferred(act_after=False):
+            # a signal stops the loop after the current frame, with a checkpoint
+            run.write(start_source, stop)
+    except BaseException:
+        with suppress(Exception):  # a checkpoint still on its thread ends before the run does
+            run.settle()
+        raise
     run.finish_writing(stop)
     sealed, checked = run.seal_and_publish(stop)
     return PackResult(
@@ -351,6 +358,22 @@ def run_loop(
         resumed_from_frame=resumed_from,
         warnings=run.warnings,
     )
+
+
+class _Commit(threading.Thread):
+    """A checkpoint being committed: the pack's fsync, then the checkpoint saved."""
+
+    def __init__(self, writer: PackWriter, ckpt: Checkpoint, out: str, next_source: int, why: str) -> None:
+        super().__init__(name="hframe-checkpoint", daemon=True)
+        self.writer, self.ckpt, self.out, self.next_source, self.why = writer, ckpt, out, next_source, why
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.writer.sync()
+            self.ckpt.save(self.out)
+        except BaseException as e:  # noqa: BLE001 - raised where the run settles it
+            self.error = e
 
 
 class _Run:
@@ -376,6 +399,7 @@ class _Run:
         self.videos = settings.media.video_frames is not None
         # a video's frames are named VIDEO#frame=N: an input file of such a name would clash
         self.input_names = {s.name for s in sources.sources if b"#frame=" in s.name} if self.videos else set()
+        self.pending: _Commit | None = None  # a checkpoint being committed on a thread
 
     def write(self, start_source: int, stop: StopSignals) -> None:
         """Append every source from ``start_source`` in order, checkpointing as the policy says;
@@ -473,6 +497,7 @@ class _Run:
         note(self.settings.on_event, f"warning: {src.path}: {problem}{consequence}")
 
     def checkpoint_due(self) -> bool:
+        self.settle(done=False)  # a checkpoint committed on its thread is reported here
         policy, writer = self.policy, self.writer
         return policy.enabled and bool(
             (policy.every_frames and len(writer) - self.last_frames >= policy.every_frames)
@@ -480,18 +505,49 @@ class _Run:
             or (policy.every_seconds and time.monotonic() - self.last_time >= policy.every_seconds)
         )
 
-    def checkpoint(self, next_source: int, why: str) -> None:
-        """Commit what is written and save the checkpoint (when checkpoints are on)."""
+    def checkpoint(self, next_source: int, why: str, *, wait: bool = True) -> None:
+        """Commit what is written and save the checkpoint (when checkpoints are on).
+
+        Without ``wait`` (``fanout``, whose workers go on packing meanwhile) the fsync and the
+        save run on a thread: the disk's writeback no longer stalls the run. It is settled by
+        the next ``checkpoint_due``, ``checkpoint`` or ``settle``; until then the checkpoint
+        on disk is the one before, as if the run had stopped a little earlier."""
         if not self.policy.enabled:
             return
-        ckpt = self.ckpt
-        ckpt.frames, ckpt.committed_bytes = self.writer.commit()
-        ckpt.next_source = next_source
-        ckpt.skipped = [[r.path, r.reason] for r in self.skipped]
-        ckpt.save(self.out)
-        self.last_frames, self.last_bytes, self.last_time = ckpt.frames, ckpt.committed_bytes, time.monotonic()
-        if why != "all frames written":  # that one is followed at once by the summary line
-            note(self.settings.on_event, self.progress_line(next_source, why))
+        self.settle()
+        frames, committed = self.writer.flush()
+        ckpt = dataclasses.replace(
+            self.ckpt,
+            frames=frames,
+            committed_bytes=committed,
+            next_source=next_source,
+            skipped=[[r.path, r.reason] for r in self.skipped],
+        )
+        self.last_frames, self.last_bytes, self.last_time = frames, committed, time.monotonic()
+        pending = _Commit(self.writer, ckpt, self.out, next_source, why)
+        if wait:
+            pending.run()
+            self._committed(pending)
+        else:
+            pending.start()
+            self.pending = pending
+
+    def settle(self, *, done: bool = True) -> None:
+        """Wait for a checkpoint still being committed on its thread, and raise what it met.
+        ``done=False``: only if it has finished."""
+        pending = self.pending
+        if pending is None or (not done and pending.is_alive()):
+            return
+        self.pending = None
+        pending.join()
+        if pending.error is not None:
+            raise pending.error
+        self._committed(pending)
+
+    def _committed(self, commit: _Commit) -> None:
+        self.ckpt = commit.ckpt
+        if commit.why != "all frames written":  # that one is followed at once by the summary line
+            note(self.settings.on_event, self.progress_line(commit.next_source, commit.why))
 
     def progress_line(self, next_source: int, why: str) -> str:
         """``checkpoint: 1,200 of 5,000 files (24%), 3.2 GB of 13.1 GB, 12.4 MB/s, about 14 min

@@ -572,12 +572,23 @@ class PackWriter:
 
     def commit(self) -> tuple[int, int]:
         """Make everything written so far durable. Returns (frames, committed bytes)."""
+        done = self.flush()
+        self.sync()
+        return done
+
+    def flush(self) -> tuple[int, int]:
+        """Hand what is buffered to the file (not yet durable: ``sync``). Returns (frames,
+        bytes) written so far."""
         self._flush()
+        return len(self._index), self._pos
+
+    def sync(self) -> None:
+        """fsync the partial pack: what was handed to the file before is durable (safe on
+        another thread, while more is written)."""
         try:
             os.fsync(self._fd)
         except OSError as e:
             raise _write_error(self.partial_path, e) from e
-        return len(self._index), self._pos
 
     def seal(self) -> SealedPack:
         """Write the final header and the trailer, fsync, and write the index (all partial)."""

@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from array import array
 from pathlib import Path
@@ -23,11 +24,13 @@ from conftest import same_pack as same
 
 import hframe_cli as h
 import hframe_cli.fanout as fanout
-from hframe_cli.errors import InputError
+from hframe_cli.checkpoint import CheckpointPolicy
+from hframe_cli.errors import InputError, StorageError
 from hframe_cli.index import IndexBuilder, IndexMeta
 from hframe_cli.inputs import collect_sources
 from hframe_cli.processes import usable_cpus
 from hframe_cli.sources import SourceList
+from hframe_cli.writer import PackWriter
 
 CREATED = ["--created", "1700000000", "--allow-empty"]
 
@@ -346,4 +349,67 @@ def test_a_pack_by_workers_builds_no_source_objects(tree, clean, tmp_path, monke
     monkeypatch.setattr(SourceList, "sources", property(refuse))
     out = tmp_path / "cols.hframe"
     h.pack([str(tree)], out, allow_empty=True, workers=2, created_us=1_700_000_000_000_000)
+    assert same(out, clean)
+
+
+def test_a_checkpoint_is_committed_on_a_thread_while_the_workers_go_on(tree, clean, tmp_path, monkeypatch):
+    """A periodic checkpoint's fsync waits for the disk (0.3 s here); the workers' chunks are
+    taken in meanwhile, the checkpoint is saved after its fsync, and every one is reported."""
+    seen: list[tuple[str, int, int]] = []
+    real = PackWriter.sync
+
+    def slow_sync(self):
+        before = len(self)
+        if threading.current_thread() is not threading.main_thread():
+            time.sleep(0.3)
+        real(self)
+        seen.append((threading.current_thread().name, before, len(self)))
+
+    monkeypatch.setattr(PackWriter, "sync", slow_sync)
+    events: list[str] = []
+    out = tmp_path / "ck.hframe"
+    h.pack(
+        [str(tree)],
+        out,
+        allow_empty=True,
+        workers=2,
+        created_us=1_700_000_000_000_000,
+        checkpoints=CheckpointPolicy(every_frames=150),
+        on_event=events.append,
+    )
+    assert same(out, clean)
+    on_thread = [(b, a) for name, b, a in seen if name == "hframe-checkpoint"]
+    assert on_thread and any(after > before for before, after in on_thread), seen
+    periodic = [e for e in events if e.startswith("checkpoint:") and "frames committed" in e]
+    assert len(periodic) == len(on_thread), events
+    assert not [t for t in threading.enumerate() if t.name == "hframe-checkpoint"]
+
+
+def test_a_checkpoint_that_fails_on_its_thread_fails_the_run(tree, clean, tmp_path, monkeypatch):
+    """An fsync that fails on the checkpoint's thread (the disk went away) fails the run as one
+    in the packer would: nothing is published, the checkpoint before it is kept, and resume
+    gives the same pack."""
+    real = PackWriter.sync
+
+    def failing_sync(self):
+        if threading.current_thread() is not threading.main_thread():
+            raise StorageError(f"{self.partial_path}: cannot write: Input/output error")
+        real(self)
+
+    monkeypatch.setattr(PackWriter, "sync", failing_sync)
+    out = tmp_path / "fail.hframe"
+    with pytest.raises(StorageError, match="Input/output error"):
+        h.pack(
+            [str(tree)],
+            out,
+            allow_empty=True,
+            workers=2,
+            created_us=1_700_000_000_000_000,
+            checkpoints=CheckpointPolicy(every_frames=150),
+        )
+    assert not out.exists() and Path(f"{out}.partial").exists() and Path(f"{out}.ckpt").exists()
+    assert not [t for t in threading.enumerate() if t.name == "hframe-checkpoint"]
+    monkeypatch.setattr(PackWriter, "sync", real)
+    r = run_bin(["resume", str(out), "--json"])
+    assert r.returncode == 0, r.stderr
     assert same(out, clean)
