@@ -565,8 +565,11 @@ def verify(
             raise InputError("--merge reads reports: it takes no checking options")
         report = merge_reports(packs)
     else:
-        from .shards import parse_shard_of
+        part = None
+        if shard_of:  # (shards brings the packing modules: ~15 ms a plain verify need not pay)
+            from .shards import parse_shard_of
 
+            part = parse_shard_of(shard_of)
         report = verify_packs(
             packs,
             use_index=not no_index,
@@ -577,7 +580,7 @@ def verify(
             max_errors=max_errors,
             workers=workers,
             progress=render.progress_factory(quiet or json_out or jsonl, label="verifying"),
-            part=parse_shard_of(shard_of) if shard_of else None,
+            part=part,
         )
     render.verify_outcome(
         report, junit=os.fspath(junit) if junit else None, as_json=json_out, as_jsonl=jsonl, quiet=quiet
