@@ -625,6 +625,7 @@ class PackWriter:
             write_index(self._index.to_table(meta), self.partial_index_path)
         except OSError as e:
             raise _write_error(self.partial_index_path, e) from e
+        self._index.release()  # written: the self-check and publishing need only the count
         self._sealed = SealedPack(
             self.partial_path,
             self.partial_index_path,

@@ -113,3 +113,26 @@ def test_sources_come_out_in_byte_order_reordered_only_when_the_walk_did_not(tmp
     names = collect_sources([str(mixed)], base=str(mixed)).names
     assert names == [b"a-b/y.bin", b"a.bin", b"a/0/q.bin", b"a/1.bin", b"a/x.bin", b"b/z.bin", b"c.bin"]
     assert reorders
+
+
+def test_a_saved_source_list_is_written_in_slices_and_reads_back_whole(tmp_path, monkeypatch):
+    """The saved list (resume's record of the run's sources) is written a slice at a time, one
+    row group each, so a list of millions is never all in Arrow at once; it reads back the same,
+    paths that are not UTF-8 and rejections included, and so does an empty list."""
+    import pyarrow.parquet as pq
+
+    import hframe_cli.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "_LIST_SLICE", 3)
+    paths = [os.fsdecode(b"/in/caf\xe9-%d.jpg" % i) if i % 4 == 0 else f"/in/{i:02d}.jpg" for i in range(10)]
+    names = [os.fsencode(p)[4:] for p in paths]
+    sl = SourceList.from_columns(paths, names, list(range(100, 110)), [-(2**40) + i for i in range(10)])
+    sl.rejected.append(Rejected("/in/bad", "zero-byte file"))
+    out = tmp_path / "list.parquet"
+    checkpoint.write_source_list(out, sl)
+    assert pq.ParquetFile(out).metadata.num_row_groups == 4
+    back = checkpoint.read_source_list(out)
+    assert back.columns() == sl.columns() and back.rejected == sl.rejected
+    assert os.fsencode(back.paths[0]) == b"/in/caf\xe9-0.jpg"
+    checkpoint.write_source_list(out, SourceList())
+    assert len(checkpoint.read_source_list(out)) == 0
