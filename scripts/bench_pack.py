@@ -18,7 +18,9 @@ the sources are read once first (warm page cache), then each of these runs ``--r
   end), for the cost of checkpoints (default: on);
 * ``hframe_update_noop``: ``hframe pack SRC -o OUT.hframe --update`` on the pack
   the ``hframe`` run just wrote, nothing having changed (no rewrite expected; the script fails
-  if the pack's size or mtime changes).
+  if the pack's size or mtime changes);
+* ``find_stat``: ``find SRC -type f -printf "%s %T@\\n"``: the ``stat`` of every file a no-op
+  update must make, by a C program on one core (printed as ``find_stat_vs_full``).
 
 Index lookup at 1,000,000 frames: a real pack of 1M tiny frames is written once through
 ``hframe_cli.PackWriter`` (no million files on disk), plus the matching JSON list. Timed
@@ -135,6 +137,8 @@ def bench_dataset(data_dir: str, out_dir: str, name: str, repeat: int) -> dict[s
     }
     if name in UPDATE_DATASETS:  # right after "hframe", on the pack it wrote; nothing is removed
         methods["hframe_update_noop"] = ([], [HFRAME, "pack", src, "-o", hf_out, "--update"])
+        # what any no-op update must do at least: a stat of every file (C, one process)
+        methods["find_stat"] = ([], ["sh", "-c", f'find "{src}" -type f -printf "%s %T@\\n" > /dev/null'])
     methods["hframe_nockpt"] = ([nockpt_out, nockpt_out + ".index.parquet"],
                                 [HFRAME, "pack", src, "-o", nockpt_out, "--force", "--no-checkpoint"])
     runs: dict[str, list[tuple[float, float]]] = {m: [] for m in methods}
@@ -288,6 +292,9 @@ def main() -> int:
         m = medians[name]
         verdict("update_noop_vs_full", m["hframe_update_noop"][0] / m["hframe"][0], 0.10, False,
                 f" dataset={name} update_s={m['hframe_update_noop'][0]:.3f} full_s={m['hframe'][0]:.3f}")
+        print(f"find_stat_vs_full={m['find_stat'][0] / m['hframe'][0]:.3f} dataset={name} "
+              f"find_s={m['find_stat'][0]:.3f} full_s={m['hframe'][0]:.3f} target=none "
+              "(the stat of every file a no-op update makes, by find on one core)", flush=True)
     print(f"bench=pack load_avg={' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     return 0
 

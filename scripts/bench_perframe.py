@@ -79,6 +79,7 @@ ROWS: list[tuple[str, str, dict[str, str], str, str]] = [
         "≥ 1.3",
     ),
     ("`pack --update`, nothing changed ÷ full pack", "update_noop_vs_full", {}, "x", "≤ 0.10"),
+    ("`find` (C, one core) stat of every file ÷ full pack: a no-op update's floor", "find_stat_vs_full", {}, "x", ""),
     # the same warm reads on a reader opened with memory_map=True (a copy per frame, no system call)
     ("`memory_map=True`: warm `p[i]` loop ÷ bare `os.pread` loop", "getitem_mmap_vs_bare_pread", {"mode": "warm"}, "x", ""),
     (
