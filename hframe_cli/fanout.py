@@ -46,6 +46,7 @@ from .loading import STREAM_ABOVE, WITHOUT_SIZE, add_loaded, load_prepared
 from .processes import (
     fork_helper,
     fork_is_safe,
+    keep_freed_heap,
     pipe_with_room,
     reap,
     receive_message,
@@ -309,6 +310,7 @@ def _work(
     orders: int,
 ) -> None:
     """A worker: load, size, wait to be placed, write, for each of its chunks in turn."""
+    keep_freed_heap()
     fd, path = writer.fileno(), writer.partial_path
     for first, end in mine:
         chunk = ChunkWriter(fd, path)

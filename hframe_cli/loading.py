@@ -31,6 +31,7 @@ from .media import FramePrep, PreparedFrame
 from .processes import (
     fork_helper,
     fork_is_safe,
+    keep_freed_heap,
     pipe_with_room,
     reap,
     receive_message,
@@ -216,6 +217,7 @@ def loaded_by_child(
     taken = 0  # sources yielded from what the child sent
 
     def load_all() -> None:  # in the child
+        keep_freed_heap()
         for batch in batches:
             send_message(w, _encode([load_prepared(src, prep, videos) for src in batch]))
 

@@ -21,6 +21,7 @@ __all__ = [
     "die_with_parent",
     "fork_helper",
     "fork_is_safe",
+    "keep_freed_heap",
     "pipe_with_room",
     "read_exactly",
     "reap",
@@ -176,6 +177,27 @@ def fork_helper(work: Callable[[], object], *keep: int) -> int:
         finally:
             os._exit(code)
     return pid
+
+
+def keep_freed_heap(limit: int = 256 << 20) -> bool:
+    """In a helper that reads, hashes and writes files one after another: ask glibc to keep up
+    to ``limit`` bytes of freed memory instead of giving it back to the kernel, and to serve
+    allocations up to 32 MiB from that heap, so each file's bytes land in pages faulted in
+    already. By default glibc trims the heap whenever a freed file leaves its top free, and the
+    next file faults every page in again: for 20,000 JPEGs of 34 KB, the workers' system time
+    went from 1.4-1.8 s to 0.6-0.8 s. Only for our own helpers (a library must not set this in
+    its caller's process). False where the C library has no ``mallopt`` (not glibc)."""
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(mallopt(_M_TRIM_THRESHOLD, limit)) and bool(mallopt(_M_MMAP_THRESHOLD, 32 << 20))
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 
 
 def pipe_with_room(nbytes: int) -> tuple[int, int]:
