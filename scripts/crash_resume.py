@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Kill `hframe pack` at many moments, resume it, and check the result is byte-identical.
 
-Usage: python scripts/crash_resume.py [--kills 100] [--files 400] [--seed 1] [--keep DIR]
+Usage: python scripts/crash_resume.py [--kills 100] [--files 400] [--seed 1] [--workers N] [--keep DIR]
 
 Two kinds of kill, alternating:
 - at a named point (HFRAME_FAULT=after-frame:K, checkpoint-before-rename:K,
@@ -11,6 +11,8 @@ Two kinds of kill, alternating:
 
 After each kill: `hframe resume OUT` (run again if the resume itself was killed), then the
 pack and index must equal a clean run's byte for byte, and no checkpoint or lock may be left.
+``--workers N`` packs with N forked workers (``hframe_cli/fanout.py``), whose periodic
+checkpoints are committed on a thread while they go on.
 Prints one line per kill and a summary; exits 1 on the first mismatch. The suite runs 20+ of
 these in tests/test_resume.py; this script runs as many as you like.
 """
@@ -54,6 +56,7 @@ def main() -> int:
     ap.add_argument("--kills", type=int, default=100)
     ap.add_argument("--files", type=int, default=400)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--workers", type=int, help="pack (and resume) with --workers N")
     ap.add_argument("--keep", help="work in this folder and keep it")
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -63,6 +66,8 @@ def main() -> int:
     if not src.exists():
         make_files(src, args.files, rng)
     pack_args = ["pack", str(src), "--created", "1700000000", "--checkpoint-every", "7", "-q"]
+    if args.workers:
+        pack_args += ["--workers", str(args.workers)]
     clean = work / "clean.hframe"
     t0 = time.perf_counter()
     if run([*pack_args, "-o", str(clean), "--force"]).returncode != 0:
@@ -121,7 +126,8 @@ def main() -> int:
             print(r.stderr.decode(errors="replace"), file=sys.stderr)
             break
     print(
-        f"crash_resume kills={k + 1} failures={failures} files={args.files} clean_pack_s={clean_s:.2f} "
+        f"crash_resume kills={k + 1} failures={failures} files={args.files} workers={args.workers or 'default'} "
+        f"clean_pack_s={clean_s:.2f} "
         f"result={'PASS' if failures == 0 else 'FAIL'}"
     )
     if not args.keep:
