@@ -525,12 +525,14 @@ class _Run:
         )
         self.last_frames, self.last_bytes, self.last_time = frames, committed, time.monotonic()
         pending = _Commit(self.writer, ckpt, self.out, next_source, why)
-        if wait:
-            pending.run()
-            self._committed(pending)
-        else:
+        if not wait:
             pending.start()
             self.pending = pending
+            return
+        pending.run()  # here, on this thread
+        if pending.error is not None:
+            raise pending.error
+        self._committed(pending)
 
     def settle(self, *, done: bool = True) -> None:
         """Wait for a checkpoint still being committed on its thread, and raise what it met.

@@ -411,7 +411,8 @@ class PackWriter:
     def add_blob(self, name: bytes, data: bytes, md5: bytes, mtime_ns: int) -> int:
         """``add(name, data, mtime_ns=mtime_ns, md5=md5)`` for a frame ``FramePrep.prepare`` left
         as it is: the same record and row, without ``add``'s general path when the frame is a
-        blob in an unaligned pack, and not the frame that carries a dictionary (a pack of small files spends its time here)."""
+        blob in an unaligned pack and not the frame that carries a dictionary (a pack of small
+        files spends its time here)."""
         media = sniff_media_type(data[:SNIFF_BYTES])
         frame_id = len(self._index)
         nlen = len(name)

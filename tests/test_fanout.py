@@ -385,14 +385,17 @@ def test_a_checkpoint_is_committed_on_a_thread_while_the_workers_go_on(tree, cle
     assert not [t for t in threading.enumerate() if t.name == "hframe-checkpoint"]
 
 
-def test_a_checkpoint_that_fails_on_its_thread_fails_the_run(tree, clean, tmp_path, monkeypatch):
-    """An fsync that fails on the checkpoint's thread (the disk went away) fails the run as one
-    in the packer would: nothing is published, the checkpoint before it is kept, and resume
-    gives the same pack."""
+@pytest.mark.parametrize("workers", [2, 1])
+def test_a_checkpoint_that_fails_fails_the_run(tree, clean, tmp_path, monkeypatch, workers):
+    """A checkpoint fsync that fails (the disk went away), on the checkpoint's thread while
+    workers pack or in the one-writer loop, fails the run: nothing is published, the
+    checkpoint before it is kept, and resume gives the same pack."""
     real = PackWriter.sync
+    calls: list[str] = []
 
-    def failing_sync(self):
-        if threading.current_thread() is not threading.main_thread():
+    def failing_sync(self):  # the first call is the partial pack's creation; then checkpoints
+        calls.append(threading.current_thread().name)
+        if threading.current_thread() is not threading.main_thread() or (workers == 1 and len(calls) > 1):
             raise StorageError(f"{self.partial_path}: cannot write: Input/output error")
         real(self)
 
@@ -403,12 +406,13 @@ def test_a_checkpoint_that_fails_on_its_thread_fails_the_run(tree, clean, tmp_pa
             [str(tree)],
             out,
             allow_empty=True,
-            workers=2,
+            workers=workers,
             created_us=1_700_000_000_000_000,
             checkpoints=CheckpointPolicy(every_frames=150),
         )
     assert not out.exists() and Path(f"{out}.partial").exists() and Path(f"{out}.ckpt").exists()
     assert not [t for t in threading.enumerate() if t.name == "hframe-checkpoint"]
+    assert len(calls) == 2 and calls[-1] == ("hframe-checkpoint" if workers > 1 else "MainThread")
     monkeypatch.setattr(PackWriter, "sync", real)
     r = run_bin(["resume", str(out), "--json"])
     assert r.returncode == 0, r.stderr
