@@ -70,10 +70,14 @@ def main() -> int:
         pack_args += ["--workers", str(args.workers)]
     clean = work / "clean.hframe"
     t0 = time.perf_counter()
-    if run([*pack_args, "-o", str(clean), "--force"]).returncode != 0:
+    r = run([*[a for a in pack_args if a != "-q"], "-o", str(clean), "--force"])
+    if r.returncode != 0:
         print("clean pack failed", file=sys.stderr)
         return 1
     clean_s = time.perf_counter() - t0
+    # checkpoint saves in a clean run: one line per periodic one, plus the intent and the last
+    # (workers checkpoint once per chunk, far fewer than --checkpoint-every alone would say)
+    saves = r.stderr.count(b"checkpoint:") + 2
     points = [
         "after-frame",
         "checkpoint-before-rename",
@@ -88,7 +92,7 @@ def main() -> int:
             p.unlink()
         if k % 2 == 0:
             point = rng.choice(points)
-            fault = f"{point}:{rng.randrange(1, args.files // 7 + 1) if point.startswith('checkpoint') else rng.randrange(1, args.files + 1)}"
+            fault = f"{point}:{rng.randrange(1, saves + 1) if point.startswith('checkpoint') else rng.randrange(1, args.files + 1)}"
             if point in ("after-seal", "publish-between-renames"):
                 fault = point
             r = run([*pack_args, "-o", str(out)], env={"HFRAME_FAULT": fault})
