@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import mmap
 import os
 import shutil
 import struct
@@ -69,6 +70,9 @@ from .storage import open_storage
 __all__ = ["ChunkWriter", "PackWriter", "SealedPack", "WrittenChunk", "finish_publish", "publish_partials"]
 
 _FLUSH_BYTES = 8 << 20
+#: a worker's chunk whose records average at least this many bytes is copied into a shared map
+#: of the pack (``ChunkWriter._map_write``); smaller records are written with ``pwritev``
+_MAP_RECORDS_ABOVE = 8 << 10
 _MAX_IOV = 512
 _WRITEBACK_BYTES = 64 << 20
 _STREAM_CHUNK = 8 << 20
@@ -148,6 +152,7 @@ class PackWriter:
         self._sealed: SealedPack | None = None
         self._enospc_at = enospc_limit()
         self._advised = 0
+        self._reserved = 0  # how far the file was extended for workers' maps (reserve)
         self.dictionary = dictionary
         self._compressed = False  # some frame has a codec other than none
         self._extras = False  # some record header has an extra field (format 1.1)
@@ -468,6 +473,17 @@ class PackWriter:
         self._pos = self._flushed = chunk.start + chunk.size
         os.lseek(self._fd, self._pos, os.SEEK_SET)
 
+    def reserve(self, end: int) -> None:
+        """Extend the partial pack (sparse) to ``end`` bytes before a chunk is placed there, so
+        that its worker may write it through a map (``ChunkWriter``): a map cannot grow a file.
+        Only this process changes the file's size while workers write."""
+        if end > self._reserved:
+            try:
+                os.ftruncate(self._fd, end)
+            except OSError as e:
+                raise _write_error(self.partial_path, e) from e
+            self._reserved = end
+
     def cut_back(self) -> None:
         """Drop any bytes past the last frame taken in (workers' chunks not taken in) and go on
         appending from there."""
@@ -478,6 +494,7 @@ class PackWriter:
             raise _write_error(self.partial_path, e) from e
         os.lseek(self._fd, self._pos, os.SEEK_SET)
         self._advised = min(self._advised, self._pos)
+        self._reserved = self._pos
 
     def mark(self) -> tuple[Any, ...]:
         """A point to come back to with ``rollback`` (a video abandoned part-way)."""
@@ -731,12 +748,39 @@ class ChunkWriter(PackWriter):
             return at
         try:
             self._check_room(at + size)
+            if 2 * size >= _MAP_RECORDS_ABOVE * len(parts) and self._map_write(parts, at, size):
+                return at + size
             n = os.pwritev(self._fd, parts, at)
             if n < size:  # rare short write: finish it plainly
                 _pwrite_all(self._fd, memoryview(b"".join(parts))[n:], at + n)
         except OSError as e:
             raise _write_error(self.partial_path, e) from e
         return at + size
+
+    def _map_write(self, parts: list[bytes], at: int, size: int) -> bool:
+        """Copy ``parts`` into a shared map of bytes [at, at + size) of the pack, which the
+        parent extended past them (``PackWriter.reserve``). Workers that ``pwritev`` into one
+        file take turns on its inode lock, and ext4's buffered-write path costs more a page
+        than a fault and a copy: writing 20,000 JPEGs of 34 KB, the workers spent 10 % of their
+        CPU spinning on that lock, and their write phase took 1.9-2.7 s against 1.6 s mapped.
+        False (the caller writes with ``pwritev``) when the file is shorter than that or cannot
+        be mapped. A disk that fills up shows as SIGBUS when a page is first written: the
+        worker dies, and the parent packs on in its own process (``fanout``), where the write
+        fails with ENOSPC as usual."""
+        base = at - at % mmap.ALLOCATIONGRANULARITY
+        try:
+            if os.fstat(self._fd).st_size < at + size:
+                return False
+            view = mmap.mmap(self._fd, at + size - base, offset=base)
+        except (OSError, ValueError):
+            return False
+        with view:
+            pos = at - base
+            for part in parts:
+                end = pos + len(part)
+                view[pos:end] = part
+                pos = end
+        return True
 
 
 def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:

@@ -24,13 +24,14 @@ from conftest import same_pack as same
 
 import hframe_cli as h
 import hframe_cli.fanout as fanout
+import hframe_cli.writer as writer_mod
 from hframe_cli.checkpoint import CheckpointPolicy
 from hframe_cli.errors import InputError, StorageError
 from hframe_cli.index import IndexBuilder, IndexMeta
 from hframe_cli.inputs import collect_sources
 from hframe_cli.processes import usable_cpus
 from hframe_cli.sources import SourceList
-from hframe_cli.writer import PackWriter
+from hframe_cli.writer import ChunkWriter, PackWriter
 
 CREATED = ["--created", "1700000000", "--allow-empty"]
 
@@ -417,3 +418,80 @@ def test_a_checkpoint_that_fails_fails_the_run(tree, clean, tmp_path, monkeypatc
     r = run_bin(["resume", str(out), "--json"])
     assert r.returncode == 0, r.stderr
     assert same(out, clean)
+
+
+@pytest.fixture(scope="module")
+def big_records(tmp_path_factory) -> tuple[Path, Path]:
+    """A tree whose records average 40 KB (the chunks are written through a map of the pack),
+    real images among them, and its one-writer pack."""
+    root = tmp_path_factory.mktemp("bigrec") / "src"
+    rng = random.Random(3)
+    for i in range(90):
+        p = root / f"d{i % 3}" / f"{i:03d}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rng.randbytes(rng.randrange(20_000, 60_000)))
+    (root / "real").mkdir()
+    for i, src in enumerate(real_media(20)):
+        shutil.copyfile(src, root / "real" / f"{i:02d}-{src.name}")
+    one = tmp_path_factory.mktemp("bigrec1") / "one.hframe"
+    r = run_bin(["pack", str(root), "-o", str(one), "-q", "--workers", "1", *CREATED])
+    assert r.returncode == 0, r.stderr
+    return root, one
+
+
+def _mapped_calls(monkeypatch, log: Path, before=None) -> None:
+    """Record each worker's ``_map_write`` (pid, answer) in ``log`` (workers are forked: a file
+    outlives them); ``before(at)`` runs first."""
+    real = ChunkWriter._map_write
+
+    def logged(self, parts, at, size):
+        if before is not None:
+            before(at)
+        ok = real(self, parts, at, size)
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()} {ok}\n")
+        return ok
+
+    monkeypatch.setattr(ChunkWriter, "_map_write", logged)
+
+
+def test_chunks_of_large_records_are_written_through_a_map_to_the_same_bytes(big_records, tmp_path, monkeypatch):
+    root, one = big_records
+    log = tmp_path / "maps.log"
+    _mapped_calls(monkeypatch, log)
+    out = tmp_path / "m.hframe"
+    h.pack_sources(collect_sources([str(root)]), out, created_us=1_700_000_000_000_000, workers=2)
+    calls = log.read_text().split()
+    assert calls.count("True") >= 4 and len(set(calls[0::2])) == 2  # both workers mapped
+    assert same(out, one)
+    assert pq.read_table(f"{out}.index.parquet").num_rows == pq.read_table(f"{one}.index.parquet").num_rows
+    assert h.verify_pack(out).ok
+
+
+def test_a_pack_that_cannot_be_mapped_is_written_with_pwritev(big_records, tmp_path, monkeypatch):
+    root, one = big_records
+    monkeypatch.setattr(writer_mod.mmap, "mmap", lambda *a, **k: (_ for _ in ()).throw(OSError(19, "No such device")))
+    out = tmp_path / "p.hframe"
+    h.pack_sources(collect_sources([str(root)]), out, created_us=1_700_000_000_000_000, workers=2)
+    assert same(out, one)
+
+
+def test_a_worker_killed_by_sigbus_in_its_map_is_replaced(big_records, tmp_path, monkeypatch):
+    """A page of the map that cannot be written (the disk filled up, an I/O error) is a SIGBUS
+    in the worker: it dies, and this process packs the rest, to the same bytes."""
+    root, one = big_records
+    log = tmp_path / "maps.log"
+    half = sum(p.stat().st_size for p in root.rglob("*")) // 2
+
+    def sigbus_past_half(at: int) -> None:
+        if at > half:  # (both workers may get here: each dies)
+            os.kill(os.getpid(), signal.SIGBUS)
+
+    _mapped_calls(monkeypatch, log, sigbus_past_half)
+    events: list[str] = []
+    out = tmp_path / "b.hframe"
+    h.pack_sources(
+        collect_sources([str(root)]), out, created_us=1_700_000_000_000_000, workers=2, on_event=events.append
+    )
+    assert any("a packing worker stopped" in e for e in events), events
+    assert same(out, one)
