@@ -221,7 +221,7 @@ def write_chunks(run: Run, start: int, stop: StopSignals, faults: bool, workers:
                 if is_error and not run.settings.skip_bad:
                     raise run.bad_input(paths[k], problem)
             sized[c] = answer
-            writer.reserve(at + answer.size)  # the file holds the chunk's bytes before it is placed
+            writer.reserve(at, answer.size, answer.frames)  # a chunk to be mapped: the file holds it first
             try:
                 os.write(worker.orders, _PLACE.pack(at, frame))
             except BrokenPipeError:

@@ -473,11 +473,13 @@ class PackWriter:
         self._pos = self._flushed = chunk.start + chunk.size
         os.lseek(self._fd, self._pos, os.SEEK_SET)
 
-    def reserve(self, end: int) -> None:
-        """Extend the partial pack (sparse) to ``end`` bytes before a chunk is placed there, so
-        that its worker may write it through a map (``ChunkWriter``): a map cannot grow a file.
-        Only this process changes the file's size while workers write."""
-        if end > self._reserved:
+    def reserve(self, start: int, size: int, records: int) -> None:
+        """Extend the partial pack (sparse) past a chunk of ``size`` bytes and ``records``
+        records before it is placed at ``start``, when its worker will write it through a map
+        (records of ``_MAP_RECORDS_ABOVE`` bytes or more on average, ``ChunkWriter``): a map
+        cannot grow a file. Only this process changes the file's size while workers write."""
+        end = start + size
+        if end > self._reserved and size >= _MAP_RECORDS_ABOVE * records:
             try:
                 os.ftruncate(self._fd, end)
             except OSError as e:
