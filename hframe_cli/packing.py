@@ -530,9 +530,7 @@ class _Run:
             self.pending = pending
             return
         pending.run()  # here, on this thread
-        if pending.error is not None:
-            raise pending.error
-        self._committed(pending)
+        self._finish(pending)
 
     def settle(self, *, done: bool = True) -> None:
         """Wait for a checkpoint still being committed on its thread, and raise what it met.
@@ -542,11 +540,13 @@ class _Run:
             return
         self.pending = None
         pending.join()
-        if pending.error is not None:
-            raise pending.error
-        self._committed(pending)
+        self._finish(pending)
 
-    def _committed(self, commit: _Commit) -> None:
+    def _finish(self, commit: _Commit) -> None:
+        """A commit that has ended: raise what it met, or make its checkpoint the run's and
+        report it."""
+        if commit.error is not None:
+            raise commit.error
         self.ckpt = commit.ckpt
         if commit.why != "all frames written":  # that one is followed at once by the summary line
             note(self.settings.on_event, self.progress_line(commit.next_source, commit.why))
