@@ -382,7 +382,12 @@ _SIGNATURES: tuple[tuple[str, bytes], ...] = (
     ("tiff", b"MM\x00*"),
 )
 
-SNIFF_BYTES = 12
+SNIFF_BYTES = 18
+
+#: The DIB header sizes a BMP can have (byte 14, little-endian): core (12), OS/2 2.x (16, 64),
+#: info (40), the v2/v3 extensions (52, 56), v4 (108), v5 (124). "BM" alone is two bytes, which
+#: one random blob in 65,536 starts with (and text such as "BMW ..."): such a blob is not a BMP.
+_BMP_DIB_SIZES = frozenset({12, 16, 40, 52, 56, 64, 108, 124})
 
 
 def sniff_media_type(head: bytes | memoryview) -> str:
@@ -397,7 +402,8 @@ def sniff_media_type(head: bytes | memoryview) -> str:
     if first == 0x47:  # G
         return "gif" if head[:6] in (b"GIF87a", b"GIF89a") else "unknown"
     if first == 0x42:  # B
-        return "bmp" if head[:2] == b"BM" else "unknown"
+        bmp = head[:2] == b"BM" and len(head) >= 18 and int.from_bytes(head[14:18], "little") in _BMP_DIB_SIZES
+        return "bmp" if bmp else "unknown"
     if first in (0x49, 0x4D):  # I, M
         return "tiff" if head[:4] in (b"II*\x00", b"MM\x00*") else "unknown"
     if first == 0x52:  # R

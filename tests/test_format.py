@@ -98,7 +98,12 @@ def test_trailer_must_sit_at_the_end_and_match_the_header():
         (b"\x89PNG\r\n\x1a\n\0\0\0\r", "png"),
         (b"GIF89a\x01\0", "gif"),
         (b"RIFF\x10\0\0\0WEBPVP8 ", "webp"),
-        (b"BM\x36\0\0\0", "bmp"),
+        (b"BM\x36\0\0\0\0\0\0\0\x36\0\0\0\x28\0\0\0", "bmp"),  # info header (40)
+        (b"BM\x1a\0\0\0\0\0\0\0\x1a\0\0\0\x0c\0\0\0", "bmp"),  # core header (12)
+        (b"BM\x8a\0\0\0\0\0\0\0\x8a\0\0\0\x7c\0\0\0", "bmp"),  # v5 header (124)
+        (b"BM\x36\0\0\0\0\0\0\0\x36\0\0\0\x29\0\0\0", "unknown"),  # no such DIB header size
+        (b"BMW 320i, 1987, blue: 18 bytes+", "unknown"),  # text that starts with BM
+        (b"BM\x36\0\0\0\0\0\0\0\x36\0\0\0\x28", "unknown"),  # too short to hold the header size
         (b"II*\0\x08\0", "tiff"),
         (b"MM\0*\0\0", "tiff"),
         (b"\x00\x01\x02", "unknown"),

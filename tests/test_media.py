@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import os
+import random
 import signal
 from fractions import Fraction
 from pathlib import Path
@@ -228,6 +229,40 @@ def test_unreadable_image_header_is_a_warning_unless_strict(tmp_path):
     assert r.exit_code == 2 and "broken.jpg" in r.stderr and "header" in r.stderr
 
 
+def test_bmps_are_told_from_blobs_that_start_with_bm(tmp_path):
+    """ "BM" is two bytes: one random blob in 65,536 and text such as "BMW ..." start with it.
+    Only a frame with a BMP's DIB header size is a BMP (a blob called one got a warning and a
+    wrong media type); real BMPs, Pillow's and the one CPython ships, still are."""
+    src = tmp_path / "src"
+    (src / "bmp").mkdir(parents=True)
+    (src / "blob").mkdir()
+    base = Image.new("RGB", (37, 21), (200, 30, 90))
+    ImageDraw.Draw(base).line((0, 0, 36, 20), fill=(0, 0, 0))
+    made = {"rgb.bmp": base, "rgba.bmp": base.convert("RGBA"), "p.bmp": base.convert("P"), "l.bmp": base.convert("L")}
+    made["1.bmp"] = base.convert("1")
+    for name, img in made.items():
+        img.save(src / "bmp" / name, "BMP")
+    shipped = sorted(Path(os.__file__).parent.glob("test/**/*.bmp"))[:1]
+    for f in shipped:
+        (src / "bmp" / "cpython.bmp").write_bytes(f.read_bytes())
+    rng = random.Random(7)
+    for k in range(40):
+        (src / "blob" / f"{k:02}.bin").write_bytes(b"BM" + rng.randbytes(rng.randrange(0, 300)))
+    (src / "blob" / "car.txt").write_bytes(b"BMW 320i, 1987, blue, 4 doors\n")
+    out = tmp_path / "b.hframe"
+    r = run_cli(["pack", str(src), "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["warnings"] == []
+    rows = {row["name"]: row for row in index_rows(out)}
+    bmps = {n for n, row in rows.items() if row["media_type"] == "bmp"}
+    assert bmps == {f"bmp/{n}" for n in made} | ({"bmp/cpython.bmp"} if shipped else set())
+    for name in bmps:
+        with Image.open(src / name) as img:
+            assert (rows[name]["width"], rows[name]["height"], rows[name]["mode"]) == (img.width, img.height, img.mode)
+    assert all(rows[n]["width"] is None for n in rows if n.startswith("blob/"))
+    assert run_cli(["verify", str(out)]).exit_code == 0
+
+
 def test_splits_are_deterministic_by_name_and_stable_when_files_are_added(tmp_path):
     src = tmp_path / "src"
     for i in range(200):
@@ -335,7 +370,7 @@ def test_sigterm_in_the_middle_of_a_video_rolls_it_back_and_resume_finishes(tmp_
 
 
 def test_header_parser_agrees_with_pillow_on_many_variants(tmp_path):
-    from hframe_cli.format import sniff_media_type
+    from hframe_cli.format import SNIFF_BYTES, sniff_media_type
     from hframe_cli.imagehead import _jpeg, _png, image_info
 
     base = Image.new("RGB", (37, 23), (200, 30, 90))
@@ -363,7 +398,7 @@ def test_header_parser_agrees_with_pillow_on_many_variants(tmp_path):
     variants.append(("png P transparency", buf.getvalue()))
     fast_hits = 0
     for label, data in variants:
-        media = sniff_media_type(data[:12])
+        media = sniff_media_type(data[:SNIFF_BYTES])
         with Image.open(io.BytesIO(data)) as img:
             want = (img.width, img.height, img.mode)
         assert image_info(data, media) == want, label
