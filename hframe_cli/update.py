@@ -13,32 +13,23 @@ import time
 import uuid as uuid_mod
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from .checkpoint import Checkpoint, load_checkpoint, remove_checkpoint_files
+from .checkpoint import Checkpoint, CheckpointPolicy, load_checkpoint, remove_checkpoint_files
 from .errors import InputError
 from .faults import fault_point
 from .guard import writer_run
 from .index import get_index_path
-from .lock import OutputLock
 from .media import MediaOptions
-from .packing import (
-    CheckpointPolicy,
-    EventFn,
-    PackResult,
-    ProgressFn,
-    RunSettings,
-    abandon_on_bad_data,
-    finish_publishing,
-    note,
-    pack_sources,
-    run_loop,
-)
 from .sources import Source, SourceList
 from .verify import DEFAULT_SELF_CHECK
-from .writer import PackWriter
+
+if TYPE_CHECKING:  # the packer is imported when there is something to pack: a no-op run (cron's
+    # usual one) starts faster without it
+    from .lock import OutputLock
+    from .packing import EventFn, PackResult, ProgressFn, RunSettings
 
 __all__ = ["UpdatePlan", "decide", "dry_run", "plan_update", "update_pack"]
 
@@ -274,6 +265,8 @@ def update_pack(
         fault_point("after-plan")
         if plan.status == "up_to_date":
             return plan, None
+        from .packing import RunSettings, note, pack_sources
+
         if plan.status in ("new", "repack"):
             if plan.status == "repack":
                 note(on_event, f"update: {plan.summary()}: full repack")
@@ -311,6 +304,10 @@ def _settle_interrupted_run(out: str, on_event: EventFn | None) -> None:
     pack again, which that run never changed, and writes what is needed from there.
     """
     state = _interrupted_run(out)
+    if state is None:
+        return
+    from .packing import finish_publishing, note
+
     if state == "publishing":
         finish_publishing(out)
         note(on_event, f"update: finished publishing {out}, left by an interrupted run")
@@ -341,6 +338,9 @@ def _append(
     settings: RunSettings,
 ) -> PackResult:
     """A new pack: the published records copied verbatim (ids and offsets kept), then the new files."""
+    from .packing import abandon_on_bad_data, note, run_loop
+    from .writer import PackWriter
+
     pack_uuid = None
     if created_us is None:
         created_us = time.time_ns() // 1000

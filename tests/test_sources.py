@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
+import sys
 
 import pytest
 
@@ -88,6 +90,33 @@ def test_a_no_op_update_compares_columns_without_building_sources(tmp_path, monk
     monkeypatch.undo()
     plan = plan_update(collect_sources([str(src)]), out)
     assert plan.status == "repack" and plan.changed == [b"07.bin"]
+
+
+def test_a_no_op_update_command_does_not_import_the_packer(tmp_path):
+    """Cron's usual run finds nothing to do: its start-up is most of its time, so the command
+    leaves the packer (packing, its workers, the writer) unimported, and imports it when a file
+    changed."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(5):
+        (src / f"{i}.bin").write_bytes(os.urandom(50))
+    out = str(tmp_path / "p.hframe")
+    pack_sources(collect_sources([str(src)]), out)
+    code = (
+        "import sys\n"
+        "from hframe_cli.cli import main\n"
+        "try:\n"
+        "    main(['pack', sys.argv[1], '-o', sys.argv[2], '--update', '--quiet'])\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n"
+        "print(','.join(m for m in ('hframe_cli.packing', 'hframe_cli.fanout', 'hframe_cli.writer') if m in sys.modules))"
+    )
+    run = [sys.executable, "-c", code, str(src), out]
+    assert subprocess.run(run, capture_output=True, text=True, check=True).stdout.strip() == ""
+    (src / "5.bin").write_bytes(b"new")
+    imported = subprocess.run(run, capture_output=True, text=True, check=True).stdout.strip()
+    assert imported == "hframe_cli.packing,hframe_cli.fanout,hframe_cli.writer"
+    assert plan_update(collect_sources([str(src)]), out).status == "up_to_date"
 
 
 def test_sources_come_out_in_byte_order_reordered_only_when_the_walk_did_not(tmp_path, monkeypatch):
