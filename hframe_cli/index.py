@@ -16,6 +16,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -346,41 +347,33 @@ class IndexBuilder:
         if self._released:
             raise ValueError("the rows of this index were released once written")
         n = len(self)
-        names_bin = pa.Array.from_buffers(
-            pa.large_binary(),
-            n,
-            [None, pa.py_buffer(self._name_offsets.tobytes()), pa.py_buffer(bytes(self._name_data))],
-        )
         if self._invalid_names:
+            names_bin = pa.Array.from_buffers(
+                pa.large_binary(),
+                n,
+                [None, pa.py_buffer(self._name_offsets.tobytes()), pa.py_buffer(bytes(self._name_data))],
+            )
             fixed = names_bin.to_pylist()
             raw: list[bytes | None] = [None] * n
             for row, value in self._invalid_names.items():
                 fixed[row] = display_name(value).encode()
                 raw[row] = value
-            name = pa.array(fixed, pa.large_binary()).cast(pa.string())
+            name = _utf8(array("q", accumulate(map(len, fixed), initial=0)), b"".join(fixed))
             name_raw = pa.array(raw, pa.binary())
         else:
-            name = names_bin.cast(pa.large_string()).cast(pa.string())
+            name = _utf8(self._name_offsets, self._name_data)
             name_raw = pa.nulls(n, pa.binary())
 
         def ints(key: str) -> pa.Array:
             return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self._ints[key].tobytes())])
 
         def coded(key: str, names: tuple[str, ...] | dict[int, str]) -> pa.Array:
-            values = list(names.values()) if isinstance(names, dict) else list(names)
-            keys = list(names.keys()) if isinstance(names, dict) else list(range(len(names)))
-            lookup = [""] * (max(keys) + 1)
-            for k, v in zip(keys, values):
+            lookup = [""] * (max(names) + 1 if isinstance(names, dict) else len(names))
+            for k, v in names.items() if isinstance(names, dict) else enumerate(names):
                 lookup[k] = v
-            idx = pa.Array.from_buffers(pa.int8(), n, [None, pa.py_buffer(self._codes[key].tobytes())])
-            return pa.DictionaryArray.from_arrays(idx, pa.array(lookup)).cast(pa.string())
+            return _coded_strings(self._codes[key], lookup)
 
-        label_dict = pa.array([display_name(k) for k in self._labels], pa.string())
-        label_idx = pa.array(self._label_idx, pa.int32())
-        import pyarrow.compute as pc  # imported here: verify and get never need it
-
-        label_idx = pc.if_else(pc.less(label_idx, 0), pa.scalar(None, pa.int32()), label_idx)
-        label = pa.DictionaryArray.from_arrays(label_idx, label_dict).cast(pa.string())
+        label = _coded_strings(self._label_idx, [display_name(k) for k in self._labels])
         md5_hex = binascii.hexlify(bytes(self._md5))
         md5_col = pa.Array.from_buffers(
             pa.string(),
@@ -486,24 +479,68 @@ class _MetaColumns:
             del a[rows:]
 
     def to_arrays(self) -> dict[str, pa.Array]:
-        import pyarrow.compute as pc
-
-        def masked(values: array[Any], typ: pa.DataType) -> pa.Array:
-            arr = pa.array(values, typ)
-            return pc.if_else(pc.equal(arr, -1), pa.scalar(None, typ), arr)
-
+        n = len(self)
+        keyframe = self.keyframe
         out = {
-            "width": masked(self.width, pa.int32()),
-            "height": masked(self.height, pa.int32()),
-            "frame_index": masked(self.frame_index, pa.int64()),
-            "keyframe": pc.equal(masked(self.keyframe, pa.int8()), 1),
-        }
-        pts = pa.array(self.pts_s, pa.float64())
-        out["pts_s"] = pc.if_else(pc.is_nan(pts), pa.scalar(None, pa.float64()), pts)
+            "width": _with_nulls(pa.int32(), self.width, _valid_unless(-1, self.width)),
+            "height": _with_nulls(pa.int32(), self.height, _valid_unless(-1, self.height)),
+            "frame_index": _with_nulls(pa.int64(), self.frame_index, _valid_unless(-1, self.frame_index)),
+            "keyframe": _with_nulls(
+                pa.bool_(), _bitmap(bytes(map((1).__eq__, keyframe))), _valid_unless(-1, keyframe), n
+            ),
+            "pts_s": _with_nulls(pa.float64(), self.pts_s, bytes(map(float.__eq__, self.pts_s, self.pts_s))),
+        }  # (pts_s: NaN, which is not equal to itself, is null)
         for k in self._CODED:
-            idx = masked(self.codes[k], pa.int32())
-            out[k] = pa.DictionaryArray.from_arrays(idx, pa.array(list(self.values[k]), pa.string())).cast(pa.string())
+            out[k] = _coded_strings(self.codes[k], list(self.values[k]))
         return out
+
+
+# Columns are built from their typed arrays with ``pa.Array.from_buffers``, nulls included:
+# ``pyarrow.compute`` (a cast, ``if_else``) would cost every pack ~40 ms just to import it.
+
+_BITS = bytes.maketrans(b"\x00\x01", b"01")
+
+
+def _bitmap(flags: bytes) -> bytes:
+    """Arrow's bitmap (bit i of byte i // 8, least significant first) of one 0/1 byte per row."""
+    if not flags:
+        return b""
+    return int(flags.translate(_BITS)[::-1], 2).to_bytes((len(flags) + 7) // 8, "little")
+
+
+def _valid_unless(null: int, values: array[Any]) -> bytes:
+    """One byte per row: 1 where ``values`` is not ``null``."""
+    return bytes(map(null.__ne__, values))
+
+
+def _with_nulls(typ: pa.DataType, data: array[Any] | bytes, valid: bytes, n: int | None = None) -> pa.Array:
+    """An array of ``typ`` over ``data`` (typed values, or a bitmap for booleans), null where
+    ``valid`` has 0."""
+    rows = len(valid) if n is None else n
+    nulls = valid.count(0)
+    validity = pa.py_buffer(_bitmap(valid)) if nulls else None
+    buf = data if isinstance(data, bytes) else data.tobytes()
+    return pa.Array.from_buffers(typ, rows, [validity, pa.py_buffer(buf)], null_count=nulls)
+
+
+def _utf8(offsets: array[Any], data: bytes | bytearray) -> pa.Array:
+    """A string column from int64 ``offsets`` into ``data`` (UTF-8, checked)."""
+    if offsets[-1] > 0x7FFFFFFF:
+        raise FormatError(f"frame names take {offsets[-1]} bytes: more than an index column holds (2 GiB)")
+    arr = pa.Array.from_buffers(
+        pa.string(), len(offsets) - 1, [None, pa.py_buffer(array("i", offsets).tobytes()), pa.py_buffer(bytes(data))]
+    )
+    arr.validate(full=True)
+    return arr
+
+
+def _coded_strings(codes: array[Any], values: Sequence[str]) -> pa.Array:
+    """The string column of ``codes`` into ``values`` (-1: null)."""
+    n = len(codes)
+    if n and codes.count(codes[0]) == n:  # one value throughout (a pack of blobs: every code column)
+        return pa.nulls(n, pa.string()) if codes[0] < 0 else pa.repeat(pa.scalar(values[codes[0]], pa.string()), n)
+    pick = [*values, None]  # code -1 picks the None at the end
+    return pa.array(list(map(pick.__getitem__, codes)), pa.string())
 
 
 #: What pyarrow raises, one way or another, for a Parquet file that is damaged or crafted.
