@@ -97,6 +97,7 @@ class Run(Protocol):
     def interrupted(self, stop: StopSignals, signum: int, next_source: int, where: str) -> Interrupted: ...
     def checkpoint_due(self) -> bool: ...
     def checkpoint(self, next_source: int, why: str, *, wait: bool = True) -> None: ...
+    def settle(self, *, done: bool = True) -> None: ...
 
 
 __all__ = ["CHUNK_BYTES", "CHUNK_FILES", "fanout_workers", "write_chunks"]
@@ -238,6 +239,7 @@ def write_chunks(run: Run, start: int, stop: StopSignals, faults: bool, workers:
     except _WorkerLost:
         _stop_crew(crew)  # none of them writes after this
         crew = []
+        run.settle()  # no checkpoint thread left: the one-writer loop may fork its loader again
         writer.cut_back()  # the bytes of chunks placed but not taken in
         first = bounds[merged][0]
         if run.settings.on_event is not None:

@@ -20,6 +20,7 @@ Leaving the ``with`` block by an exception never writes an index nor publishes a
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import mmap
 import os
@@ -27,6 +28,7 @@ import shutil
 import struct
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -67,7 +69,16 @@ from .processes import write_all
 from .scan import record_meta, walk_records
 from .storage import open_storage
 
-__all__ = ["ChunkWriter", "PackWriter", "SealedPack", "WrittenChunk", "finish_publish", "publish_partials"]
+__all__ = [
+    "ChunkWriter",
+    "PackWriter",
+    "SealedPack",
+    "WrittenChunk",
+    "filesystem_type",
+    "finish_publish",
+    "maps_coherently",
+    "publish_partials",
+]
 
 _FLUSH_BYTES = 8 << 20
 #: a worker's chunk whose records average at least this many bytes is copied into a shared map
@@ -76,9 +87,43 @@ _MAP_RECORDS_ABOVE = 8 << 10
 
 
 def _mapped(size: int, records: int) -> bool:
-    """Whether ``records`` records of ``size`` bytes in all are written through a map: the
-    rule the parent reserves room by and the worker writes by."""
-    return size >= _MAP_RECORDS_ABOVE * records
+    """Whether ``records`` records of ``size`` bytes in all are written through a map (on a
+    filesystem that ``maps_coherently``): the rule the parent reserves room for a chunk by, and
+    the worker writes each batch of its records by."""
+    return records > 0 and size >= _MAP_RECORDS_ABOVE * records
+
+
+#: Filesystems whose page cache holds both what ``write`` writes and what a shared map writes,
+#: so that a page one worker writes through its map and the neighbouring bytes another worker
+#: ``pwritev``s are one page. Elsewhere (FUSE with direct I/O, CIFS with cache=none, ...)
+#: ``write`` may go around the cache, and a mapped page written back whole could put stale
+#: bytes over the neighbour's: packs there are written with ``pwritev`` only.
+_COHERENT_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "tmpfs"})
+
+
+def filesystem_type(dev: int, mountinfo: Iterable[bytes]) -> str | None:
+    """The type of the filesystem whose device is ``dev`` (an ``st_dev``), from the lines of
+    ``/proc/self/mountinfo``; None if none matches."""
+    for line in mountinfo:
+        fields = line.split()
+        try:
+            major, minor = fields[2].split(b":")
+            if os.makedev(int(major), int(minor)) == dev:
+                return fields[fields.index(b"-", 6) + 1].decode("utf-8", "replace")
+        except (ValueError, IndexError):
+            continue
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def maps_coherently(dev: int) -> bool:
+    """Whether files on device ``dev`` may be written partly through shared maps and partly
+    with ``pwritev`` (``_COHERENT_FILESYSTEMS``; False when that cannot be told)."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            return filesystem_type(dev, f) in _COHERENT_FILESYSTEMS
+    except OSError:
+        return False
 
 
 _MAX_IOV = 512
@@ -487,7 +532,7 @@ class PackWriter:
         (records of ``_MAP_RECORDS_ABOVE`` bytes or more on average, ``ChunkWriter``): a map
         cannot grow a file. Only this process changes the file's size while workers write."""
         end = start + size
-        if end > self._reserved and _mapped(size, records):
+        if end > self._reserved and _mapped(size, records) and maps_coherently(os.fstat(self._fd).st_dev):
             try:
                 os.ftruncate(self._fd, end)
             except OSError as e:
@@ -722,6 +767,7 @@ class ChunkWriter(PackWriter):
         self._pos = 0
         self._records: list[tuple[tuple[Any, ...], bytes]] = []
         self._enospc_at = enospc_limit()
+        self._may_map = maps_coherently(os.fstat(fd).st_dev)
 
     def _put_record(self, header: tuple[Any, ...], data: bytes) -> None:
         self._records.append((header, data))
@@ -758,7 +804,9 @@ class ChunkWriter(PackWriter):
             return at
         try:
             self._check_room(at + size)
-            if _mapped(size, len(parts) // 2) and self._map_write(parts, at, size):  # (header, payload) each
+            if (
+                self._may_map and _mapped(size, len(parts) // 2) and self._map_write(parts, at, size)
+            ):  # (header, payload)
                 return at + size
             n = os.pwritev(self._fd, parts, at)
             if n < size:  # rare short write: finish it plainly

@@ -453,6 +453,7 @@ def _mapped_calls(monkeypatch, log: Path, before=None) -> None:
         return ok
 
     monkeypatch.setattr(ChunkWriter, "_map_write", logged)
+    monkeypatch.setattr(writer_mod, "maps_coherently", lambda dev: True)  # whatever holds tmp_path
 
 
 def test_chunks_of_large_records_are_written_through_a_map_to_the_same_bytes(big_records, tmp_path, monkeypatch):
@@ -474,6 +475,75 @@ def test_a_pack_that_cannot_be_mapped_is_written_with_pwritev(big_records, tmp_p
     out = tmp_path / "p.hframe"
     h.pack_sources(collect_sources([str(root)]), out, created_us=1_700_000_000_000_000, workers=2)
     assert same(out, one)
+
+
+def test_a_pack_on_a_filesystem_that_writes_around_its_cache_is_never_mapped(big_records, tmp_path, monkeypatch):
+    """Where ``write`` may go around the page cache (FUSE with direct I/O, CIFS cache=none), a
+    mapped page written back whole could put stale bytes over a neighbouring chunk: no map, no
+    room reserved for one, the same bytes."""
+    root, one = big_records
+    log = tmp_path / "maps.log"
+    _mapped_calls(monkeypatch, log)
+    monkeypatch.setattr(writer_mod, "maps_coherently", lambda dev: False)
+    asked, extended = [], []  # reserve calls, and ftruncate calls made inside them
+    real_reserve, real_ftruncate = writer_mod.PackWriter.reserve, os.ftruncate
+
+    def reserve(self, start, size, records):
+        asked.append(start)
+        real_reserve(self, start, size, records)
+
+    def ftruncate(fd, n):
+        if len(asked) > len(extended) and sys._getframe(1).f_code.co_name == "reserve":
+            extended.append(n)
+        real_ftruncate(fd, n)
+
+    monkeypatch.setattr(writer_mod.PackWriter, "reserve", reserve)
+    monkeypatch.setattr(writer_mod.os, "ftruncate", ftruncate)
+    out = tmp_path / "n.hframe"
+    h.pack_sources(collect_sources([str(root)]), out, created_us=1_700_000_000_000_000, workers=2)
+    assert not log.exists() and asked and extended == []  # room asked for, none taken, no map
+    assert same(out, one)
+
+
+MOUNTINFO = b"""22 27 0:21 / /proc rw,relatime - proc proc rw
+29 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw,discard
+31 29 0:42 / /mnt/fast rw,relatime master:4 shared:9 - xfs /dev/nvme0n1 rw
+33 29 0:50 / /mnt/sshfs rw,nosuid,nodev,relatime - fuse.sshfs host:/data rw,user_id=0
+34 29 0:51 / /mnt/smb\040share rw,relatime - cifs //nas/share rw,cache=none
+35 29 0:52 / /var/lib/docker/x rw - overlay overlay rw,lowerdir=/a,upperdir=/b
+a broken line
+"""
+
+
+@pytest.mark.parametrize(
+    ("dev", "fstype", "coherent"),
+    [
+        ((254, 0), "ext4", True),
+        ((0, 42), "xfs", True),
+        ((0, 50), "fuse.sshfs", False),
+        ((0, 51), "cifs", False),
+        ((0, 52), "overlay", False),
+        ((9, 9), None, False),
+    ],
+)
+def test_the_filesystem_of_a_device_is_read_from_mountinfo(dev, fstype, coherent):
+    found = writer_mod.filesystem_type(os.makedev(*dev), MOUNTINFO.splitlines())
+    assert found == fstype
+    assert (found in writer_mod._COHERENT_FILESYSTEMS) is coherent
+
+
+def test_maps_coherently_names_the_filesystem_findmnt_names(tmp_path):
+    findmnt = shutil.which("findmnt")
+    if findmnt is None:
+        pytest.skip("no findmnt here to compare with")
+    for where in (tmp_path, Path("/dev/shm"), Path("/proc")):
+        if not where.exists():
+            continue
+        fstype = subprocess.run([findmnt, "-n", "-o", "FSTYPE", "-T", str(where)], capture_output=True, text=True)
+        want = fstype.stdout.strip().splitlines()[-1] if fstype.stdout.strip() else None
+        with open("/proc/self/mountinfo", "rb") as f:
+            assert writer_mod.filesystem_type(os.stat(where).st_dev, f) == want, where
+        assert writer_mod.maps_coherently(os.stat(where).st_dev) is (want in writer_mod._COHERENT_FILESYSTEMS)
 
 
 def test_a_worker_killed_by_sigbus_in_its_map_is_replaced(big_records, tmp_path, monkeypatch):
