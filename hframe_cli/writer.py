@@ -804,9 +804,8 @@ class ChunkWriter(PackWriter):
             return at
         try:
             self._check_room(at + size)
-            if (
-                self._may_map and _mapped(size, len(parts) // 2) and self._map_write(parts, at, size)
-            ):  # (header, payload)
+            mapped = self._may_map and _mapped(size, len(parts) // 2)  # (parts: header, payload, ...)
+            if mapped and self._map_write(parts, at, size):
                 return at + size
             n = os.pwritev(self._fd, parts, at)
             if n < size:  # rare short write: finish it plainly
