@@ -154,6 +154,26 @@ def goal_met(value: float, goal: str) -> bool:
     return value <= target if goal.startswith("≤") else value >= target
 
 
+def io_stalled_s() -> float | None:
+    """Seconds so far in which every task waiting on I/O was stalled (Linux PSI, "full"), or
+    None where the kernel does not say. A shared VM disk stalls now and then; a run during which
+    it did is not a measurement of the packer."""
+    try:
+        with open("/proc/pressure/io") as f:
+            for line in f:
+                if line.startswith("full"):
+                    return int(line.rsplit("total=", 1)[1]) / 1e6
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def io_share(before: float | None, after: float | None, seconds: float) -> str:
+    if before is None or after is None or seconds <= 0:
+        return "unknown"
+    return f"{(after - before) / seconds:.0%}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data_dir")
@@ -171,6 +191,7 @@ def main() -> int:
     import hframe_cli
 
     subprocess.run([py, "-m", "compileall", "-q", os.path.dirname(hframe_cli.__file__)], check=True)
+    stalled0, t0 = io_stalled_s(), time.monotonic()
     with open(log_path, "w") as log:
         print(f"cpus={os.cpu_count()} load1={os.getloadavg()[0]:.2f} started={time.strftime('%F %T')}", file=log)
         results += parse(
@@ -189,11 +210,12 @@ def main() -> int:
         )
         starts = startup(os.path.join(out_dir, "jpegs.hframe"))
         print(" ".join(f"startup[{k}]={v:.3f}" for k, v in starts.items()), file=log)
-        print(f"load1={os.getloadavg()[0]:.2f} finished={time.strftime('%F %T')}", file=log)
+        stalled = io_share(stalled0, io_stalled_s(), time.monotonic() - t0)
+        print(f"load1={os.getloadavg()[0]:.2f} io_full_stall={stalled} finished={time.strftime('%F %T')}", file=log)
 
     print(
         f"Measured {time.strftime('%F')} by `scripts/bench_perframe.py {args.data_dir} --repeat {args.repeat}` "
-        f"({os.cpu_count()} cores; full output in {log_path}).\n"
+        f"({os.cpu_count()} cores; the disk fully stalled {stalled} of the run; full output in {log_path}).\n"
     )
     print("| measurement | jpegs (20k, 34 KB mean) | blobs (200k, 2.6 KB mean) | goal |")
     print("| --- | --- | --- | --- |")
