@@ -184,6 +184,7 @@ def write_chunks(run: Run, start: int, stop: StopSignals, faults: bool, workers:
     bounds = _cut(sizes, start, workers)
     writer = run.writer
     writer.cut_back()  # what is buffered goes to disk first: workers write after it
+    writer.maps_coherently()  # asked once here: the workers inherit the answer (no file opened in each)
     strict = run.settings.media.strict_images
     fds = (writer.fileno(), *writer.lock_fileno())
     crew: list[_Worker] = []

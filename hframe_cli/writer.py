@@ -532,12 +532,17 @@ class PackWriter:
         (records of ``_MAP_RECORDS_ABOVE`` bytes or more on average, ``ChunkWriter``): a map
         cannot grow a file. Only this process changes the file's size while workers write."""
         end = start + size
-        if end > self._reserved and _mapped(size, records) and maps_coherently(os.fstat(self._fd).st_dev):
+        if end > self._reserved and _mapped(size, records) and self.maps_coherently():
             try:
                 os.ftruncate(self._fd, end)
             except OSError as e:
                 raise _write_error(self.partial_path, e) from e
             self._reserved = end
+
+    def maps_coherently(self) -> bool:
+        """Whether the pack's filesystem lets workers write it partly through maps
+        (``maps_coherently``; the answer is kept, and forked workers inherit it)."""
+        return maps_coherently(os.fstat(self._fd).st_dev)
 
     def cut_back(self) -> None:
         """Drop any bytes past the last frame taken in (workers' chunks not taken in) and go on

@@ -96,6 +96,18 @@ def cli():
     return run_cli
 
 
+def open_files(pid: int) -> set[str]:
+    """What ``pid``'s descriptors name; one closed while they are listed is left out (a loader
+    or packing worker still running opens and closes the files it reads)."""
+    names = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            names.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except FileNotFoundError:
+            pass
+    return names
+
+
 def hframe_bin() -> str:
     """The installed console script (next to this Python)."""
     exe = Path(sys.executable).with_name("hframe")

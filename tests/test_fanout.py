@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import hframe_bin, make_image, run_bin
+from conftest import hframe_bin, make_image, open_files, run_bin
 from conftest import same_pack as same
 
 import hframe_cli as h
@@ -214,7 +214,7 @@ def test_a_signal_mid_pack_ends_the_workers_and_resume_gives_the_same_pack(tree,
     workers = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid]
     assert len(workers) == 2
     for pid in workers:  # each holds the pack and the output's lock, and nothing else of the parent's
-        fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        fds = open_files(pid)
         assert f"{out}.partial" in fds and f"{out}.lock" in fds, fds
     # a second run meanwhile, a second process: locked out, and the paused run's pack untouched
     r = run_bin(["pack", str(tree), "-o", str(out), "--force", "--workers", "2", *CREATED])

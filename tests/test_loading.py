@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import hframe_bin, make_image, run_bin
+from conftest import hframe_bin, make_image, open_files, run_bin
 
 import hframe_cli.loading as loading
 import hframe_cli.processes as processes
@@ -116,18 +116,6 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _open_files(pid: int) -> set[str]:
-    """What ``pid``'s descriptors name; one closed while they are listed is left out (a loader
-    still running opens and closes the files it reads)."""
-    names = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            names.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except FileNotFoundError:
-            pass
-    return names
-
-
 def _paused_pack(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path, Path]:
     """A clean one-thread pack of a small tree, and a default run of the same (a forked loader)
     stopped by itself after frame 1,200; (that run, its output, the clean pack)."""
@@ -157,7 +145,7 @@ def test_a_signal_mid_pack_ends_the_loader_and_resume_gives_the_same_pack(tmp_pa
     loaders = _children(proc.pid)
     assert len(loaders) == 1  # the forked loader, still there
     # it keeps its pipe and stdio on /dev/null, nothing of the parent's (its lock, its stdio)
-    fds = _open_files(loaders[0])
+    fds = open_files(loaders[0])
     assert not any(f.endswith(".lock") for f in fds) and sum(f.startswith("pipe:") for f in fds) <= 1, fds
     proc.send_signal(sig)
     proc.send_signal(signal.SIGCONT)
