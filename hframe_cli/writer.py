@@ -772,7 +772,7 @@ class ChunkWriter(PackWriter):
         self._pos = 0
         self._records: list[tuple[tuple[Any, ...], bytes]] = []
         self._enospc_at = enospc_limit()
-        self._may_map = maps_coherently(os.fstat(fd).st_dev)
+        self._may_map = self.maps_coherently()
 
     def _put_record(self, header: tuple[Any, ...], data: bytes) -> None:
         self._records.append((header, data))
