@@ -18,11 +18,13 @@ import operator
 import os
 import threading
 import time
+import weakref
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -52,7 +54,7 @@ from .format import (
 from .generation import PackInfo, generation_checks, open_generation
 from .index import index_location, int64_column, read_index
 from .locations import shown_url
-from .processes import this_process, usable_cpus
+from .processes import usable_cpus
 from .storage import LocalFile, Storage, unpinned_and_moved
 
 __all__ = [
@@ -159,7 +161,8 @@ class PackReader:
             self._index.alternates = (self.index_path,)
         self._pool: ThreadPoolExecutor | None = None
         # what close() undoes, set before anything can fail
-        self._fast_pid = -1
+        self._fast_fd = -1  # ``read`` of an id: one pread on this descriptor (-1: not armed) ...
+        self._fast_map: mmap.mmap | None = None  # ... or one slice of this map
         self._map: mmap.mmap | None = None
         self._map_failed = False  # the file could not be mapped: pread, until close()
         self._arm_lock = threading.Lock()  # arming and close() one at a time (threads)
@@ -180,19 +183,19 @@ class PackReader:
         self._data_end = self.info.trailer.data_end
         # bounds of every index entry, checked once against the real pack size; reads of an
         # index with any entry out of range are checked frame by frame instead
-        self._all_in_range = _all_in_range(table, self._data_end, self._offsets, self._lengths)
+        self._all_in_range, longest = _bounds(table, self._data_end, self._offsets, self._lengths)
         # compressed packs (format 1.1): per-frame codec and raw length, to return raw bytes
         self._codecs: array[int] | None = None
         self._raw_lengths: array[int] | None = None
         self._decompressor: Decompressor | None = None
         if self.info.header.flags & FLAG_COMPRESSED:
             self._load_codecs()
-        #: ``read`` of an id needs one read and nothing else (no range check, decompression or md5)
-        self._plain = self._all_in_range and self._codecs is None and not self.checks_md5
-        #: a plain local pack: ``read`` of an id is one ``os.pread`` on this descriptor (or one
-        #: slice of ``_map``), while ``this_process.pid`` is ``_fast_pid`` (a forked child, or a
-        #: reader closed, takes the careful path once, which arms it again)
-        self._fast_pread: Callable[[int, int], bytes] = functools.partial(os.pread, -1)
+        #: ``read`` of an id needs one read and nothing else (no range check, decompression,
+        #: md5, or frame longer than ``max_read``)
+        self._plain = self._all_in_range and self._codecs is None and not self.checks_md5 and longest <= self.max_read
+        # a plain local pack: ``read`` of an id is one ``os.pread`` on ``_fast_fd`` (or one slice
+        # of ``_fast_map``); a close() or a fork (``_disarm_forked``) disarms it, and the careful
+        # path arms it again
         self._arm_fast_read()
         self._table: pa.Table | None = None
         self._names: tuple[pa.Array, pa.Array] | None = None
@@ -353,20 +356,32 @@ class PackReader:
     def read(self, key: FrameKey) -> bytes:
         """The exact bytes of one frame (decompressed if it is stored compressed)."""
         # the fast path, for ``p[i]`` loops of small frames: every test and attribute here
-        # costs about 2 % of a warm 2.6 KB read (``scripts/bench_read.py``: getitem)
-        if type(key) is int and key >= 0 and self._fast_pid == this_process.pid:
-            try:
-                length = self._lengths[key]
-                if length <= self.max_read:
-                    data = self._fast_pread(length, self._offsets[key])
+        # costs about 2 % of a warm 2.6 KB read (``scripts/bench_read.py``: getitem); a call
+        # through a ``functools.partial`` costs 3 %, a pid compared 5 %: so neither
+        if type(key) is int and key >= 0:
+            fd = self._fast_fd
+            if fd >= 0:
+                try:
+                    length = self._lengths[key]
+                    data = _pread(fd, length, self._offsets[key])
                     if len(data) == length:
                         return data
-            except (IndexError, OSError, ValueError):
-                pass  # no such frame, a failed read or a map closed: the careful path says which
+                except (IndexError, OSError):
+                    pass  # no such frame or a failed read: the careful path says which
+            else:
+                m = self._fast_map
+                if m is not None:
+                    try:
+                        length, offset = self._lengths[key], self._offsets[key]
+                        data = m[offset : offset + length]  # (short at the end, as pread is)
+                        if len(data) == length:
+                            return data
+                    except (IndexError, ValueError):
+                        pass  # no such frame, or the map closed meanwhile
         i = self.frame_id(key)
         if not self.checks_md5:
             data = self._decode(i, self._read_stored(i))
-            if self._plain and self._fast_pid != this_process.pid:
+            if self._plain and self._fast_fd < 0 and self._fast_map is None:
                 self._arm_fast_read()  # (after a fork or a close: the fast path is this process's again)
             return data
         with self._replaced_if_moved():
@@ -393,8 +408,11 @@ class PackReader:
             # (not on a descriptor a close() in another thread has left to the batches in flight:
             # it goes when they end, and its number may then name another file)
             if self._plain and (m is not None or not self._storage.closing):
-                self._fast_pread = _map_slicer(m) if m is not None else self._storage.preader()
-                self._fast_pid = this_process.pid
+                if m is not None:
+                    self._fast_map = m
+                else:
+                    self._fast_fd = self._storage.fileno()
+                _armed.add(self)
 
     def _preader(self, cold: bool = False) -> Callable[[int, int], bytes]:
         """``pread(length, offset)`` of the stored bytes: a slice of the map, when there is one
@@ -713,7 +731,7 @@ class PackReader:
         # frames in the same slot of ``reach`` bytes are close; a close pair across two slots is
         # missed half the time (hence 32, not 16): half the cost of sorting, at every batch
         reach = max(1, self.coalesce_gap + longest)  # (empty frames and no gap: 0)
-        near = len(offs) - len(set(map(reach.__rfloordiv__, offs)))
+        near = len(offs) - len(set(map(operator.floordiv, offs, repeat(reach))))  # (a method-wrapper: +30 %)
         return near * 32 <= len(offs)
 
     def _read_first(self, offset: int, length: int) -> tuple[bytes | None, bool]:
@@ -742,7 +760,7 @@ class PackReader:
                 self._storage.prefetch(offs[1:], lens[1:])
             if first is None:
                 first = pread(lens[0], offs[0])
-            blobs = [first, *map(pread, lens[1:], offs[1:])]
+            blobs = [first, *_each(pread, lens[1:], offs[1:])]
         except (OSError, ValueError):  # read_at, on the checked path, says which file and why
             return None
         return blobs if sum(map(len, blobs)) == sum(lens) else None
@@ -906,8 +924,8 @@ class PackReader:
             self._pool.shutdown(wait=True)
         self._pool = None
         with self._arm_lock:
-            self._fast_pid = -1  # before the descriptor goes: its number may soon name another file
-            self._fast_pread = functools.partial(os.pread, -1)  # (and no reference to the map left)
+            self._fast_fd = -1  # before the descriptor goes: its number may soon name another file
+            self._fast_map = None  # (and no reference to the map left)
             if self._map is not None:
                 # a read_into copying from it in another thread holds it exported: then it is
                 # unmapped when that copy lets it go (the last reference), not here
@@ -939,6 +957,38 @@ class PackReader:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state.pop("path"), state.pop("index_path"), **state)  # type: ignore[misc]
+
+
+_pread = os.pread
+
+
+def _each(pread: Callable[[int, int], bytes], lens: list[int], offs: list[int]) -> Iterator[bytes]:
+    """``map(pread, lens, offs)``; a ``pread`` bound to a descriptor (``Storage.preader``) is
+    called as ``os.pread`` itself: a call through the ``functools.partial`` costs 3 % of a warm
+    2.6 KB read."""
+    if type(pread) is functools.partial and pread.func is _pread and len(pread.args) == 1 and not pread.keywords:
+        return map(_pread, repeat(pread.args[0]), lens, offs)
+    return map(pread, lens, offs)
+
+
+#: readers whose ``read`` of an id is armed (``_fast_fd`` or ``_fast_map``)
+_armed: weakref.WeakSet[PackReader] = weakref.WeakSet()
+
+
+def _disarm_forked() -> None:
+    """In a forked child, before any of its code runs: no reader reads an id through the
+    descriptor number it inherited (the child may close it, and the number then name another
+    file). The careful path reattaches (``LocalFile.fileno``) and arms the reader again. This
+    hook, not a pid compared at every ``p[i]``, since that compare cost ~5 % of a warm 2.6 KB
+    read; a child forked in C without Python's at-fork hooks keeps the parent's number, which
+    reads the same file until the child closes it."""
+    for reader in list(_armed):
+        reader._fast_fd, reader._fast_map = -1, None
+        reader._arm_lock = threading.Lock()  # (held by another of the parent's threads, maybe)
+    _armed.clear()
+
+
+os.register_at_fork(after_in_child=_disarm_forked)
 
 
 def _map_file(fd: int) -> mmap.mmap | None:
@@ -1066,14 +1116,17 @@ def _split(offset: int, length: int, cap: int) -> Iterator[tuple[int, int]]:
         offset += step
 
 
-def _all_in_range(table: pa.Table, data_end: int, offsets: array[int], lengths: array[int]) -> bool:
+def _bounds(table: pa.Table, data_end: int, offsets: array[int], lengths: array[int]) -> tuple[bool, int]:
+    """Whether every index entry lies in the pack's data section, and the longest frame."""
     if table.num_rows == 0:
-        return True
+        return True, 0
     if len(offsets) < 65536:  # cheaper than importing pyarrow.compute (~75 ms) for a small pack
-        return min(offsets) >= HEADER_SIZE and max(map(int.__add__, offsets, lengths)) <= data_end and min(lengths) >= 0
+        in_range = min(offsets) >= HEADER_SIZE and max(map(int.__add__, offsets, lengths)) <= data_end
+        return in_range and min(lengths) >= 0, max(lengths)
     offset, length = table.column("offset"), table.column("length")
     import pyarrow.compute as pc
 
     lo = pc.min(offset).as_py()
     hi = pc.max(pc.add(offset, length)).as_py()
-    return bool(lo >= HEADER_SIZE and hi <= data_end and pc.min(length).as_py() >= 0)
+    bounds = pc.min_max(length).as_py()
+    return bool(lo >= HEADER_SIZE and hi <= data_end and bounds["min"] >= 0), bounds["max"]

@@ -241,14 +241,15 @@ def test_a_close_while_another_thread_arms_the_fast_path_does_not_leave_it_armed
 
         monkeypatch.setattr(reader_module, "_map_file", map_file)
     else:
-        real_preader = LocalFile.preader
+        real_fileno = LocalFile.fileno
 
-        def preader(self):
-            f = real_preader(self)
-            pause_in_a()
-            return f
+        def fileno(self):
+            fd = real_fileno(self)
+            if p._arm_lock.locked():  # arming takes the descriptor (not the careful read before it)
+                pause_in_a()
+            return fd
 
-        monkeypatch.setattr(LocalFile, "preader", preader)
+        monkeypatch.setattr(LocalFile, "fileno", fileno)
 
     def a() -> None:
         a_thread.append(threading.get_ident())

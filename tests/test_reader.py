@@ -69,6 +69,58 @@ def test_frames_bigger_than_max_read_are_split(tmp_path):
         assert p[0] == blob and p.read_many([0, 0]) == [blob, blob]
 
 
+def test_no_single_read_is_longer_than_max_read(tmp_path, monkeypatch):
+    """``p[i]``'s one-pread path is armed only when every frame fits in ``max_read``: a pack
+    holding one longer frame reads even its short frames through the checked path, which splits."""
+    from hframe_cli import reader as reader_module
+    from hframe_cli.storage import LocalFile
+
+    src = tmp_path / "s"
+    src.mkdir()
+    big, small = os.urandom(100_000), os.urandom(1000)
+    (src / "a").write_bytes(big)
+    (src / "b").write_bytes(small)
+    out = tmp_path / "a.hframe"
+    h.pack([src], out)
+    asked: list[int] = []
+    real_pread, real_read_at = reader_module._pread, LocalFile.read_at
+    monkeypatch.setattr(reader_module, "_pread", lambda fd, n, off: asked.append(n) or real_pread(fd, n, off))
+    monkeypatch.setattr(LocalFile, "read_at", lambda self, off, n: asked.append(n) or real_read_at(self, off, n))
+    with h.open_pack(out, max_read=4096) as p:
+        assert [p[1], p[0], p[1], p[0]] == [small, big, small, big]
+    assert asked and max(asked) <= 4096
+    asked.clear()
+    with h.open_pack(out) as p:  # (the default: both fit, and p[i] is one read of each)
+        assert [p[1], p[0], p[1], p[0]] == [small, big, small, big]
+    assert asked.count(len(big)) >= 2
+
+
+def test_the_bounds_of_a_large_index_are_those_of_a_small_one():
+    """``_bounds`` takes pyarrow.compute from 65,536 rows on and plain Python below: both say the
+    same of the same entries (in range or not, and the longest frame)."""
+    from array import array
+
+    import pyarrow as pa
+
+    from hframe_cli.format import HEADER_SIZE
+    from hframe_cli.reader import _bounds
+
+    rng = random.Random(3)
+    lengths = [rng.randrange(0, 5000) for _ in range(70_000)]
+    offsets, at = [], HEADER_SIZE
+    for n in lengths:
+        offsets.append(at)
+        at += n
+    for end, lens in [(at, lengths), (at - 1, lengths), (at, [*lengths[:-1], -1])]:
+        table = pa.table({"offset": pa.array(offsets, pa.int64()), "length": pa.array(lens, pa.int64())})
+        o, n = array("q", offsets), array("q", lens)
+        large = _bounds(table, end, o, n)
+        small = _bounds(table.slice(0, 70_000), end, o[:60_000], n[:60_000])
+        assert large[1] == max(lens) and small == (True, max(lens[:60_000]))
+        assert large[0] == (end >= at and min(lens) >= 0)
+    assert _bounds(pa.table({"offset": pa.array([], pa.int64())}), 0, array("q"), array("q")) == (True, 0)
+
+
 @pytest.mark.parametrize("workers", [1, 4])
 def test_empty_frames_without_a_coalescing_gap(tmp_path, workers):
     src = tmp_path / "s"
