@@ -2,6 +2,7 @@
 
 # No ``from __future__ import annotations`` here: typer would then eval every option's annotation
 # string at start-up (about 50 ms on every command).
+import contextlib
 import os
 import sys
 import warnings
@@ -915,6 +916,11 @@ def _interrupted_message(args: list[str]) -> str:
     return _INTERRUPTED_WRITING if writing else "interrupted"
 
 
+def _wants_json(args: list[str]) -> bool:
+    """Whether the command line asks for a ``--json`` document (before a ``--``)."""
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and turn every error into one stderr line and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -926,6 +932,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115
     code = EXIT_OK
     stdout = sys.stdout
+    failures: list[str] = []
+    render.json_printed = False  # (main runs more than once in one process: tests, embedding)
+
+    def fail(message: str) -> None:
+        render.error(message)
+        failures.append(message)
+
     try:  # (from here on a SIGINT/SIGTERM, still a KeyboardInterrupt, ends in one line)
         args, front = _hoist_global_options(args)
         debug = debug or "--debug" in front
@@ -935,11 +948,11 @@ def main(argv: list[str] | None = None) -> None:
         rv = app(args=args, prog_name="hframe", standalone_mode=False)
         code = rv if isinstance(rv, int) else EXIT_OK
         if code == EXIT_INTERRUPTED:  # typer turns KeyboardInterrupt into Exit(130)
-            render.error(_interrupted_message(args))
+            fail(_interrupted_message(args))
     except HframeError as e:
         if debug:
             raise
-        render.error(str(e))
+        fail(str(e))
         code = e.exit_code
     except typer.Exit as e:
         code = e.exit_code
@@ -947,10 +960,10 @@ def main(argv: list[str] | None = None) -> None:
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `hframe`: the help is the message
             e.show()  # type: ignore[attr-defined]
         else:
-            render.error(_usage_line(e, args))
+            fail(_usage_line(e, args))
         code = EXIT_USAGE
     except (KeyboardInterrupt, typer.Abort):
-        render.error(_interrupted_message(args))
+        fail(_interrupted_message(args))
         code = EXIT_INTERRUPTED
     except SystemExit:
         if sys.stdout is stdout:
@@ -961,16 +974,19 @@ def main(argv: list[str] | None = None) -> None:
     except MemoryError:
         if debug:
             raise
-        render.error("not enough memory (the process may not take what this needs; see MEMORY in hframe(1))")
+        fail("not enough memory (the process may not take what this needs; see MEMORY in hframe(1))")
         code = EXIT_ENV
     except Exception as e:  # noqa: BLE001 - the last line of defence
         if debug:
             raise
-        render.error(f"internal error: {type(e).__name__}: {e} (rerun with --debug for a traceback)")
+        fail(f"internal error: {type(e).__name__}: {e} (rerun with --debug for a traceback)")
         code = EXIT_INTERNAL
     if code != EXIT_INTERRUPTED and pending_signal() is not None:
-        render.error(_interrupted_message(args))  # a signal whose exception was lost where it was raised
+        fail(_interrupted_message(args))  # a signal whose exception was lost where it was raised
         code = EXIT_INTERRUPTED
+    if failures and code != EXIT_OK and _wants_json(args):
+        with contextlib.suppress(OSError, ValueError):  # (a standard output gone: the stderr line stays)
+            render.json_failure(failures[-1], code)
     sys.exit(code)
 
 

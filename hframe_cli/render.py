@@ -75,8 +75,21 @@ def locked_skip(output: str, message: str, as_json: bool, quiet: bool) -> None:
         note(f"skipped: {message}")
 
 
+#: a ``--json`` document went to standard output in this process (``json_failure`` then adds none)
+json_printed = False
+
+
 def print_json(doc: Any) -> None:
+    global json_printed
+    json_printed = True
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def json_failure(message: str, exit_code: int) -> None:
+    """A ``--json`` command that failed before it printed its document prints this one instead:
+    ``jq`` after it reads a verdict, not an empty input. The same one line went to stderr."""
+    if not json_printed:
+        print_json({"ok": False, "error": message, "exit_code": exit_code})
 
 
 def _json_default(value: Any) -> Any:

@@ -146,6 +146,32 @@ def test_bad_inputs_fail_naming_the_path_or_are_skipped(cli, photos, tmp_path, m
     assert doc["frame_count"] == 30 and len(doc["skipped"]) == 1 and doc["skipped"][0]["reason"].startswith(reason)
 
 
+def test_a_json_run_that_fails_prints_a_json_verdict_too(cli, photos, tmp_path):
+    """``--json | jq`` reads a document whatever happens: a failure before the command's own
+    document prints {"ok": false, "error", "exit_code"}, beside the one stderr line."""
+    out = tmp_path / "x.hframe"
+    (photos / "cats" / "empty.jpg").write_bytes(b"")
+    r = cli(["pack", str(photos), "-o", str(out), "--json"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1
+    assert json.loads(r.stdout) == {"ok": False, "error": r.stderr[len("hframe: error: ") : -1], "exit_code": 2}
+    r = cli(["pack", str(photos), "-o", str(out)])  # (without --json: stdout stays empty)
+    assert r.exit_code == 2 and r.stdout == ""
+    r = cli(["pack", str(photos), "--json"])  # a usage error
+    assert r.exit_code == 2 and json.loads(r.stdout)["error"] == r.stderr[len("hframe: error: ") : -1]
+    r = cli(["verify", str(tmp_path / "missing.hframe"), "--json"])  # its own report, and only that
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 2 and doc["ok"] is False and doc["packs_total"] == 1
+    r = cli(["pack", str(photos), "-o", str(out), "--json", "--skip-bad"])  # success: its own document
+    assert r.exit_code == 0 and json.loads(r.stdout)["ok"] is True
+    run = subprocess.run(  # the installed command, as a pipeline runs it
+        [hframe_bin(), "pack", str(photos), "-o", str(tmp_path / "y.hframe"), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 2 and json.loads(run.stdout)["exit_code"] == 2 and "empty.jpg" in run.stderr
+
+
 def test_unix_socket_is_not_a_regular_file(cli, photos, tmp_path):
     sock = socket.socket(socket.AF_UNIX)
     path = tempfile.mktemp(dir="/tmp", prefix="hf")  # socket paths must be short
