@@ -19,6 +19,9 @@ Markdown (the README's performance table is pasted from it), each row against it
 * ``hframe verify`` (the whole command, warm) throughput ÷ ``md5sum`` of the pack (≥ 1.3 on
   JPEGs; md5 on 2 cores caps it near 2.1);
 * ``pack --update`` with nothing changed ÷ a full pack (≤ 0.10);
+* the floors of those two rows (reported): a ``__getitem__`` with no check (two lookups in the
+  index's arrays and one ``pread``), and a batch read that looks its ranges up and preads each
+  (``bench_read.MinimalReader``); the bare loop itself is handed its ranges;
 * warm ``p[i]`` and ``read_many`` on a reader opened with ``memory_map=True`` ÷ the pread loop
   (reported);
 * the warm rows again in a process whose glibc keeps freed memory (``bench_read.py
@@ -57,6 +60,21 @@ ROWS: list[tuple[str, str, dict[str, str], str, str]] = [
         "≥ 0.9",
     ),
     ("warm `read_many(256 ids)` ÷ `p[i]` loop", "read_many_default_vs_getitem", {"mode": "warm"}, "x", "≥ 1.0"),
+    # the floors of the two rows above: the least a reader handed ids can do (bench_read.MinimalReader)
+    (
+        "floor: a `__getitem__` with no check (two array lookups + `pread`) ÷ bare `os.pread` loop",
+        "getitem_floor_vs_bare_pread",
+        {"mode": "warm"},
+        "x",
+        "",
+    ),
+    (
+        "floor: ranges looked up (`itemgetter`) + one `pread` each ÷ bare `os.pread` loop",
+        "read_many_floor_vs_bare_pread",
+        {"mode": "warm"},
+        "x",
+        "",
+    ),
     (
         "warm `read_many_into(256 ids, reused buffer)` ÷ bare `os.pread` loop",
         "read_many_into_vs_bare_pread",

@@ -19,6 +19,9 @@ with ``--seed``; every method reads the same ids:
 * ``getitem``: a ``reader[i]`` loop, one frame per call;
 * ``read_many_into``: ``read_many_into(ids, buf)``, one ``bytearray`` reused for every batch
   (no allocation per frame; warm only);
+* ``getitem_floor``, ``read_many_floor`` (warm only): the floors under ``getitem`` and
+  ``read_many``, from ``MinimalReader``: the least a reader handed ids can do in Python (the
+  ranges looked up in the index's two arrays, then one ``os.pread`` each; no check at all);
 * ``getitem_mmap``, ``read_many_mmap``, ``read_many_into_mmap``: the ``p[i]`` loop,
   ``read_many(ids)`` and ``read_many_into(ids, buf)`` on a reader opened with
   ``memory_map=True`` (a copy out of the map per frame, no system call; warm only: mapped pages
@@ -69,6 +72,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import operator
 import os
 import random
 import shutil
@@ -76,8 +80,12 @@ import statistics
 import subprocess
 import sys
 import time
+from array import array
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from itertools import repeat
+
+import pyarrow.parquet as pq
 
 from bench_pack import DATASETS, seed_pack
 
@@ -145,6 +153,27 @@ def into_reused_buffer(reader: hframe_cli.PackReader) -> Method:
     return read_many_into
 
 
+class MinimalReader:
+    """The least a reader handed frame ids can do, with no check at all (what ``p[i]`` and
+    ``read_many`` are measured against besides the bare loop, which is handed its ranges): the
+    index's offsets and lengths in two ``array("q")`` (16 bytes a frame, as ``PackReader`` keeps
+    them), ``__getitem__`` = two lookups + one ``os.pread``; ``read_many`` = the ranges picked
+    by one ``itemgetter`` per column, then one ``os.pread`` each, called from C."""
+
+    def __init__(self, fd: int, index_path: str) -> None:
+        table = pq.read_table(index_path, columns=["offset", "length"])
+        self.fd = fd
+        self.offsets = array("q", table.column("offset").to_pylist())
+        self.lengths = array("q", table.column("length").to_pylist())
+
+    def __getitem__(self, i: int) -> bytes:
+        return os.pread(self.fd, self.lengths[i], self.offsets[i])
+
+    def read_many(self, ids: list[int]) -> list[bytes]:
+        pick = operator.itemgetter(*ids)
+        return list(map(os.pread, repeat(self.fd), pick(self.lengths), pick(self.offsets)))
+
+
 def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int, seed_index: list[dict],
                 paths: list[str], pool: ThreadPoolExecutor | None,
                 reader8: hframe_cli.PackReader | None = None,
@@ -187,6 +216,10 @@ def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int, seed_
                                   "read_many_default": read_many_default, "getitem": getitem}
     if pool is None:  # warm only: a buffer reused batch after batch is what it is for
         methods["read_many_into"] = into_reused_buffer(reader)
+        # the floors (warm): the least any p[i] and any batch read handed ids can do in Python
+        floor = MinimalReader(pack_fd, reader.index_path)
+        methods["getitem_floor"] = lambda ids, ranges: [floor[i] for i in ids]
+        methods["read_many_floor"] = lambda ids, ranges: floor.read_many(ids)
     if mapped is not None:
         methods["getitem_mmap"] = lambda ids, ranges: [mapped[i] for i in ids]
         methods["read_many_mmap"] = lambda ids, ranges: mapped.read_many(ids)
@@ -370,6 +403,9 @@ def main() -> int:
             print(f"read_many_into_vs_bare_pread={fps['read_many_into'] / fps['bare_pread']:.3f} mode={mode} "
                   f"dataset={name} target=none")
             print(f"bare_pread_frames_per_s={fps['bare_pread']:.0f} mode={mode} dataset={name} target=none")
+            for method in ("getitem_floor", "read_many_floor"):
+                print(f"{method}_vs_bare_pread={fps[method] / fps['bare_pread']:.3f} mode={mode} dataset={name} "
+                      "target=none")
             for method in ("getitem_mmap", "read_many_mmap", "read_many_into_mmap"):
                 print(f"{method}_vs_bare_pread={fps[method] / fps['bare_pread']:.3f} mode={mode} dataset={name} "
                       "target=none")
