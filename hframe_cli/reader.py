@@ -106,7 +106,10 @@ class PackReader:
         workers: the most threads ``read_many`` uses (default: per batch, see ``default_workers``).
         coalesce_gap: neighbouring ranges at most this many bytes apart are read together
             (0 disables coalescing).
-        max_read: the largest single read; bigger frames are read in several ranges.
+        max_read: the largest single read of a batch (``read_many``) or of a remote pack;
+            bigger frames are read in several ranges. ``p[i]`` of a local pack reads a frame
+            with one ``pread`` whatever its size (a read cut short goes the checked way, in
+            ranges).
         memory_map: read a local pack through one read-only memory map instead of a ``pread``
             per frame: a warm small frame costs a copy instead of a system call (2.6 KB frames:
             1.3-2.3x a bare ``pread`` loop; ``scripts/bench_read.py``). The catch: a pack
@@ -166,6 +169,7 @@ class PackReader:
         self._map: mmap.mmap | None = None
         self._map_failed = False  # the file could not be mapped: pread, until close()
         self._arm_lock = threading.Lock()  # arming and close() one at a time (threads)
+        _readers.add(self)  # (forked children disarm it: ``_disarm_forked``)
         try:
             self._load()
         except BaseException:
@@ -183,16 +187,15 @@ class PackReader:
         self._data_end = self.info.trailer.data_end
         # bounds of every index entry, checked once against the real pack size; reads of an
         # index with any entry out of range are checked frame by frame instead
-        self._all_in_range, longest = _bounds(table, self._data_end, self._offsets, self._lengths)
+        self._all_in_range = _all_in_range(table, self._data_end, self._offsets, self._lengths)
         # compressed packs (format 1.1): per-frame codec and raw length, to return raw bytes
         self._codecs: array[int] | None = None
         self._raw_lengths: array[int] | None = None
         self._decompressor: Decompressor | None = None
         if self.info.header.flags & FLAG_COMPRESSED:
             self._load_codecs()
-        #: ``read`` of an id needs one read and nothing else (no range check, decompression,
-        #: md5, or frame longer than ``max_read``)
-        self._plain = self._all_in_range and self._codecs is None and not self.checks_md5 and longest <= self.max_read
+        #: ``read`` of an id needs one read and nothing else (no range check, decompression or md5)
+        self._plain = self._all_in_range and self._codecs is None and not self.checks_md5
         # a plain local pack: ``read`` of an id is one ``os.pread`` on ``_fast_fd`` (or one slice
         # of ``_fast_map``); a close() or a fork (``_disarm_forked``) disarms it, and the careful
         # path arms it again
@@ -412,7 +415,6 @@ class PackReader:
                     self._fast_map = m
                 else:
                     self._fast_fd = self._storage.fileno()
-                _armed.add(self)
 
     def _preader(self, cold: bool = False) -> Callable[[int, int], bytes]:
         """``pread(length, offset)`` of the stored bytes: a slice of the map, when there is one
@@ -971,8 +973,9 @@ def _each(pread: Callable[[int, int], bytes], lens: list[int], offs: list[int]) 
     return map(pread, lens, offs)
 
 
-#: readers whose ``read`` of an id is armed (``_fast_fd`` or ``_fast_map``)
-_armed: weakref.WeakSet[PackReader] = weakref.WeakSet()
+#: every reader of this process, from its construction on (registered before it can be armed:
+#: one armed first and registered after could miss a fork in between, and keep its arming)
+_readers: weakref.WeakSet[PackReader] = weakref.WeakSet()
 
 
 def _disarm_forked() -> None:
@@ -982,10 +985,9 @@ def _disarm_forked() -> None:
     hook, not a pid compared at every ``p[i]``, since that compare cost ~5 % of a warm 2.6 KB
     read; a child forked in C without Python's at-fork hooks keeps the parent's number, which
     reads the same file until the child closes it."""
-    for reader in list(_armed):
+    for reader in list(_readers):
         reader._fast_fd, reader._fast_map = -1, None
         reader._arm_lock = threading.Lock()  # (held by another of the parent's threads, maybe)
-    _armed.clear()
 
 
 os.register_at_fork(after_in_child=_disarm_forked)
@@ -1116,17 +1118,17 @@ def _split(offset: int, length: int, cap: int) -> Iterator[tuple[int, int]]:
         offset += step
 
 
-def _bounds(table: pa.Table, data_end: int, offsets: array[int], lengths: array[int]) -> tuple[bool, int]:
-    """Whether every index entry lies in the pack's data section, and the longest frame."""
+def _all_in_range(table: pa.Table, data_end: int, offsets: array[int], lengths: array[int]) -> bool:
+    """Whether every index entry lies in the pack's data section."""
     if table.num_rows == 0:
-        return True, 0
+        return True
     if len(offsets) < 65536:  # cheaper than importing pyarrow.compute (~75 ms) for a small pack
-        in_range = min(offsets) >= HEADER_SIZE and max(map(int.__add__, offsets, lengths)) <= data_end
-        return in_range and min(lengths) >= 0, max(lengths)
+        return min(offsets) >= HEADER_SIZE and max(map(int.__add__, offsets, lengths)) <= data_end and min(lengths) >= 0
     offset, length = table.column("offset"), table.column("length")
     import pyarrow.compute as pc
 
-    lo = pc.min(offset).as_py()
-    hi = pc.max(pc.add(offset, length)).as_py()
-    bounds = pc.min_max(length).as_py()
-    return bool(lo >= HEADER_SIZE and hi <= data_end and bounds["min"] >= 0), bounds["max"]
+    try:  # (checked: an int64 sum that wraps around would read as in range)
+        hi = pc.max(pc.add_checked(offset, length)).as_py()
+    except pa.ArrowInvalid:
+        return False  # an offset + length past 2**63: not a range of any pack
+    return bool(pc.min(offset).as_py() >= HEADER_SIZE and hi <= data_end and pc.min(length).as_py() >= 0)

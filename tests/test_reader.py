@@ -69,11 +69,11 @@ def test_frames_bigger_than_max_read_are_split(tmp_path):
         assert p[0] == blob and p.read_many([0, 0]) == [blob, blob]
 
 
-def test_no_single_read_is_longer_than_max_read(tmp_path, monkeypatch):
-    """``p[i]``'s one-pread path is armed only when every frame fits in ``max_read``: a pack
-    holding one longer frame reads even its short frames through the checked path, which splits."""
+def test_max_read_splits_batches_and_a_local_p_i_reads_a_frame_whole(tmp_path, monkeypatch):
+    """``read_many`` reads no range longer than ``max_read``; ``p[i]`` of a local pack is one
+    ``pread`` of the whole frame, and a pack holding a frame longer than ``max_read`` still
+    reads its small frames that way (it once took the checked path for every frame)."""
     from hframe_cli import reader as reader_module
-    from hframe_cli.storage import LocalFile
 
     src = tmp_path / "s"
     src.mkdir()
@@ -83,27 +83,32 @@ def test_no_single_read_is_longer_than_max_read(tmp_path, monkeypatch):
     out = tmp_path / "a.hframe"
     h.pack([src], out)
     asked: list[int] = []
-    real_pread, real_read_at = reader_module._pread, LocalFile.read_at
-    monkeypatch.setattr(reader_module, "_pread", lambda fd, n, off: asked.append(n) or real_pread(fd, n, off))
-    monkeypatch.setattr(LocalFile, "read_at", lambda self, off, n: asked.append(n) or real_read_at(self, off, n))
+    real_pread = os.pread
+
+    def pread(fd, n, off):
+        asked.append(n)
+        return real_pread(fd, n, off)
+
+    monkeypatch.setattr(os, "pread", pread)
+    monkeypatch.setattr(reader_module, "_pread", pread)
     with h.open_pack(out, max_read=4096) as p:
-        assert [p[1], p[0], p[1], p[0]] == [small, big, small, big]
-    assert asked and max(asked) <= 4096
-    asked.clear()
-    with h.open_pack(out) as p:  # (the default: both fit, and p[i] is one read of each)
-        assert [p[1], p[0], p[1], p[0]] == [small, big, small, big]
-    assert asked.count(len(big)) >= 2
+        assert p.read_many([1, 0, 1, 0]) == [small, big, small, big]
+        assert asked and max(asked) <= 4096
+        asked.clear()
+        assert [p[1], p[0], p[1]] == [small, big, small]
+        assert asked[-3:] == [len(small), len(big), len(small)] and p._fast_fd >= 0
 
 
-def test_the_bounds_of_a_large_index_are_those_of_a_small_one():
-    """``_bounds`` takes pyarrow.compute from 65,536 rows on and plain Python below: both say the
-    same of the same entries (in range or not, and the longest frame)."""
+def test_the_bounds_check_of_a_large_index_agrees_with_a_small_ones():
+    """``_all_in_range`` uses pyarrow.compute from 65,536 rows on and plain Python below: both
+    say the same of the same entries, an offset + length past 2**63 included (an int64 sum
+    that wraps around read as in range)."""
     from array import array
 
     import pyarrow as pa
 
     from hframe_cli.format import HEADER_SIZE
-    from hframe_cli.reader import _bounds
+    from hframe_cli.reader import _all_in_range
 
     rng = random.Random(3)
     lengths = [rng.randrange(0, 5000) for _ in range(70_000)]
@@ -111,14 +116,21 @@ def test_the_bounds_of_a_large_index_are_those_of_a_small_one():
     for n in lengths:
         offsets.append(at)
         at += n
-    for end, lens in [(at, lengths), (at - 1, lengths), (at, [*lengths[:-1], -1])]:
-        table = pa.table({"offset": pa.array(offsets, pa.int64()), "length": pa.array(lens, pa.int64())})
-        o, n = array("q", offsets), array("q", lens)
-        large = _bounds(table, end, o, n)
-        small = _bounds(table.slice(0, 70_000), end, o[:60_000], n[:60_000])
-        assert large[1] == max(lens) and small == (True, max(lens[:60_000]))
-        assert large[0] == (end >= at and min(lens) >= 0)
-    assert _bounds(pa.table({"offset": pa.array([], pa.int64())}), 0, array("q"), array("q")) == (True, 0)
+    huge = (2**63 - 100, 200)
+    cases = [
+        (at, offsets, lengths, True),
+        (at - 1, offsets, lengths, False),  # the last frame ends past the data
+        (at, offsets, [*lengths[:-1], -1], False),
+        (at, [*offsets[:-1], huge[0]], [*lengths[:-1], huge[1]], False),
+        (at, [HEADER_SIZE - 1, *offsets[1:]], lengths, False),
+    ]
+    for end, offs, lens, want in cases:
+        table = pa.table({"offset": pa.array(offs, pa.int64()), "length": pa.array(lens, pa.int64())})
+        o, n = array("q", offs), array("q", lens)
+        assert _all_in_range(table, end, o, n) is want  # (pyarrow.compute)
+        tail = table.slice(70_000 - 60_000)  # (Python): the last 60,000 rows hold every bad entry
+        assert _all_in_range(tail, end, o[-60_000:], n[-60_000:]) is (want or end == at and offs[0] < HEADER_SIZE)
+    assert _all_in_range(pa.table({"offset": pa.array([], pa.int64())}), 0, array("q"), array("q")) is True
 
 
 @pytest.mark.parametrize("workers", [1, 4])
@@ -178,6 +190,32 @@ def test_getitem_in_a_fork_does_not_trust_the_inherited_descriptor_number(packed
             os.dup2(other, fd)  # the inherited number now reads the decoy
             ok = [p[i] for i in range(30)] == want and p[3] == want[3]
             os.write(w, b"1" if ok else b"0")
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert os.read(r, 1) == b"1"
+
+
+def test_a_reader_armed_again_in_a_forked_child_is_disarmed_in_the_grandchild(packed, tmp_path):
+    """A worker that forks again (a DataLoader worker's own pool): the reader the child armed
+    again on its own descriptor is disarmed in the grandchild too, whose inherited number may
+    name another file. (Without the at-fork hook the child reads on its parent's number, and
+    so does the grandchild, which finds the decoy there.)"""
+    want = expected(packed)
+    decoy = tmp_path / "decoy"
+    decoy.write_bytes(b"\xee" * 1_000_000)
+    with h.open_pack(packed) as p:
+        assert p[3] == want[3]
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            ok = p[4] == want[4]  # (the careful path, which arms it again on the child's own number)
+            armed = p._fast_fd
+            grandchild = os.fork()
+            if grandchild == 0:
+                os.dup2(os.open(decoy, os.O_RDONLY), armed)
+                os._exit(0 if [p[i] for i in range(30)] == want else 1)
+            _, status = os.waitpid(grandchild, 0)
+            os.write(w, b"1" if ok and os.waitstatus_to_exitcode(status) == 0 else b"0")
             os._exit(0)
         os.waitpid(pid, 0)
         assert os.read(r, 1) == b"1"
