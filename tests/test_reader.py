@@ -6,8 +6,10 @@ import hashlib
 import os
 import pickle
 import random
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -219,6 +221,36 @@ def test_a_reader_armed_again_in_a_forked_child_is_disarmed_in_the_grandchild(pa
             os._exit(0)
         os.waitpid(pid, 0)
         assert os.read(r, 1) == b"1"
+
+
+def test_a_child_forked_while_another_thread_holds_the_arming_lock_can_close_and_read(packed):
+    """A fork while another of the parent's threads holds a reader's arming lock (arming after a
+    close, or closing): the child has no such thread, and must not wait for it forever."""
+    want = expected(packed)
+    with h.open_pack(packed) as p:
+        assert p[0] == want[0]
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with p._arm_lock:
+                held.set()
+                release.wait(10)
+
+        t = threading.Thread(target=hold)
+        t.start()
+        try:
+            assert held.wait(5)
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(5)  # (a lock never released: killed, not hung)
+                p.close()
+                ok = [p[i] for i in range(30)] == want
+                os._exit(0 if ok else 1)
+            _, status = os.waitpid(pid, 0)
+        finally:
+            release.set()
+            t.join()
+        assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_getitem_after_close_does_not_read_a_reused_descriptor_number(packed, tmp_path):
