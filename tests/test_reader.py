@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -161,18 +162,27 @@ def test_out_of_range_index_entry_is_reported_before_reading(packed):
             p.read_many([1, 7])
 
 
+def in_fork(check: Callable[[], bool]) -> bool:
+    """Whether ``check()`` holds in a forked child. The child never returns into pytest: an
+    exception ends it with status 1, and a hang with SIGALRM after 10 s."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.alarm(10)
+            code = 0 if check() else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
 def test_reader_is_safe_across_fork(packed):
     want = expected(packed)
     with h.open_pack(packed) as p:
         assert p[0] == want[0]  # parent opened its descriptor
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # child: must reopen, not share the parent's descriptor
-            ok = p.read_many(list(range(30)), workers=4) == want and p._storage._pid == os.getpid()
-            os.write(w, b"1" if ok else b"0")
-            os._exit(0)
-        os.waitpid(pid, 0)
-        assert os.read(r, 1) == b"1"
+        # child: must reopen, not share the parent's descriptor
+        assert in_fork(lambda: p.read_many(list(range(30)), workers=4) == want and p._storage._pid == os.getpid())
         assert p[29] == want[29]
 
 
@@ -185,16 +195,12 @@ def test_getitem_in_a_fork_does_not_trust_the_inherited_descriptor_number(packed
     with h.open_pack(packed) as p:
         assert p[3] == want[3]  # armed in the parent
         fd = p._storage.fileno()
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            other = os.open(decoy, os.O_RDONLY)
-            os.dup2(other, fd)  # the inherited number now reads the decoy
-            ok = [p[i] for i in range(30)] == want and p[3] == want[3]
-            os.write(w, b"1" if ok else b"0")
-            os._exit(0)
-        os.waitpid(pid, 0)
-        assert os.read(r, 1) == b"1"
+
+        def child() -> bool:
+            os.dup2(os.open(decoy, os.O_RDONLY), fd)  # the inherited number now reads the decoy
+            return [p[i] for i in range(30)] == want and p[3] == want[3]
+
+        assert in_fork(child)
 
 
 def test_a_reader_armed_again_in_a_forked_child_is_disarmed_in_the_grandchild(packed, tmp_path):
@@ -207,20 +213,18 @@ def test_a_reader_armed_again_in_a_forked_child_is_disarmed_in_the_grandchild(pa
     decoy.write_bytes(b"\xee" * 1_000_000)
     with h.open_pack(packed) as p:
         assert p[3] == want[3]
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
+
+        def child() -> bool:
             ok = p[4] == want[4]  # (the careful path, which arms it again on the child's own number)
             armed = p._fast_fd
-            grandchild = os.fork()
-            if grandchild == 0:
+
+            def grandchild() -> bool:
                 os.dup2(os.open(decoy, os.O_RDONLY), armed)
-                os._exit(0 if [p[i] for i in range(30)] == want else 1)
-            _, status = os.waitpid(grandchild, 0)
-            os.write(w, b"1" if ok and os.waitstatus_to_exitcode(status) == 0 else b"0")
-            os._exit(0)
-        os.waitpid(pid, 0)
-        assert os.read(r, 1) == b"1"
+                return [p[i] for i in range(30)] == want
+
+            return ok and in_fork(grandchild)
+
+        assert in_fork(child)
 
 
 def test_a_child_forked_while_another_thread_holds_the_arming_lock_can_close_and_read(packed):
@@ -236,21 +240,18 @@ def test_a_child_forked_while_another_thread_holds_the_arming_lock_can_close_and
                 held.set()
                 release.wait(10)
 
+        def child() -> bool:
+            p.close()  # (a lock never released: killed by the alarm, not hung)
+            return [p[i] for i in range(30)] == want
+
         t = threading.Thread(target=hold)
         t.start()
         try:
             assert held.wait(5)
-            pid = os.fork()
-            if pid == 0:
-                signal.alarm(5)  # (a lock never released: killed, not hung)
-                p.close()
-                ok = [p[i] for i in range(30)] == want
-                os._exit(0 if ok else 1)
-            _, status = os.waitpid(pid, 0)
+            assert in_fork(child)
         finally:
             release.set()
             t.join()
-        assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_getitem_after_close_does_not_read_a_reused_descriptor_number(packed, tmp_path):
