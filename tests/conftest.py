@@ -283,7 +283,9 @@ def gcs_emulator(workdir: Path, bucket: str) -> Iterator[str]:
 
 def assert_ctrl_c_ends_a_stuck_read(server, args: list[str]) -> None:
     """``hframe ARGS`` against ``server`` (a ``RangeServer`` told to hang): once its first
-    request is in, SIGINT ends it with exit 130 within 1.5 s and no traceback."""
+    request is in, SIGINT ends it with exit 130 and no traceback, long before the hung request
+    would have (the bound only catches a wait for it: hframe.1 promises 1 s, which a loaded
+    machine cannot time reliably; scripts/ measure it)."""
     server.faults.extend(["hang"] * 5)
     env = {**os.environ, "HFRAME_IO_REQUEST_TIMEOUT": "60", "HFRAME_IO_TIMEOUT": "120", "HFRAME_TTY": "0"}
     proc = subprocess.Popen([hframe_bin(), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
@@ -294,7 +296,7 @@ def assert_ctrl_c_ends_a_stuck_read(server, args: list[str]) -> None:
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=10) == 130
-    assert time.monotonic() - t0 < 1.5
+    assert time.monotonic() - t0 < 10
     assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()
 
 

@@ -114,6 +114,17 @@ def test_completion_scripts_and_answers(tmp_path):
     assert "source '" + str(home / ".bash_completions" / "hframe.sh") in (home / ".bashrc").read_text()
 
 
+def test_the_test_extra_brings_what_the_offline_wheel_build_needs():
+    """The wheel test below builds with --no-build-isolation, i.e. with this venv's own build
+    backend: the ``test`` extra must ask for everything ``[build-system] requires`` does, or the
+    suite passes or fails by whatever else pulled a setuptools in (a fresh ``python3 -m venv`` on
+    Python 3.11 has 65.5, which rejects ``license = "MIT"``)."""
+    tomllib = pytest.importorskip("tomllib")
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    test_extra = set(meta["project"]["optional-dependencies"]["test"])
+    assert set(meta["build-system"]["requires"]) <= test_extra
+
+
 @pytest.mark.slow
 def test_pip_install_puts_the_man_pages_where_man_finds_them(tmp_path):
     """A fresh venv gets hframe from a wheel built from this tree (no network: the build uses this
