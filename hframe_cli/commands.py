@@ -149,6 +149,8 @@ def pack(
         raise InputError(
             f"--shard-of packs a new part; it cannot be combined with {'--update' if opts.update else '--plan-only'}"
         )
+    if opts.dry_run:  # reads only: no lock taken, nothing an earlier run left is settled
+        return _dry_run([os.fspath(p) for p in paths], out, opts)
     if opts.shard_of is not None:  # a job-array part writes (and locks) its own shard
         from .dataset import shard_path
         from .shards import parse_shard_of
@@ -167,6 +169,27 @@ def pack(
         if not opts.skip_if_locked:
             raise
         return PackOutcome("skipped", target, skipped=str(e))
+
+
+def _dry_run(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
+    """``pack --update --dry-run``: the update's plan without its lock or any write. A live run
+    holding the output is reported as the update would report it (``PackLocked``, or "skipped");
+    a dead run's lock is described, not taken over."""
+    from .lock import peek_lock
+    from .update import dry_run
+
+    try:
+        holder = peek_lock(out, wait=opts.wait)
+    except PackLocked as e:
+        if not opts.skip_if_locked:
+            raise
+        return PackOutcome("skipped", out, skipped=str(e))
+    media, srcs = _media_and_sources(paths, out, opts)
+    plan = dry_run(srcs, out, checksum=opts.checksum, media=media)
+    if holder is not None:
+        stale = f"a stale lock left by a run that died ({holder.removeprefix('stale: ')}) would be taken over"
+        plan.leftover = f"{stale}; {plan.leftover}" if plan.leftover else stale
+    return PackOutcome("dry-run", out, plan=plan)
 
 
 def _pack_remote(paths: list[str], url: str, opts: PackOptions) -> PackOutcome:
@@ -316,10 +339,6 @@ def _pack_locked(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
         where = plan_location(out)
         write_source_list(where, srcs)
         return PackOutcome("plan", out, plan_file=where, planned=(len(srcs), srcs.total_bytes))
-    if opts.dry_run:  # holding the lock, as the update would: its plan is the update's plan
-        from .update import dry_run
-
-        return PackOutcome("dry-run", out, plan=dry_run(srcs, out, checksum=opts.checksum, media=media))
     common: dict[str, Any] = dict(
         alignment=opts.alignment,
         created_us=opts.created_us,

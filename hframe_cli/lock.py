@@ -17,7 +17,7 @@ from collections.abc import Callable
 from .errors import InputError, PackLocked, StorageError
 from .locations import shown_url
 
-__all__ = ["LockWaitStopped", "OutputLock", "lock_path"]
+__all__ = ["LockWaitStopped", "OutputLock", "lock_path", "peek_lock"]
 
 
 class LockWaitStopped(Exception):
@@ -34,6 +34,52 @@ def _unlink_quietly(path: str) -> None:
 def lock_path(output: str | os.PathLike[str]) -> str:
     """The lock file of an output: ``OUTPUT.lock``."""
     return os.fspath(output) + ".lock"
+
+
+def peek_lock(output: str | os.PathLike[str], *, wait: float = 0.0) -> str | None:
+    """Whether a run holds ``output``'s lock, without taking it, creating or deleting anything
+    (``pack --update --dry-run``): None when nobody does; else the holder's text.
+
+    Raises:
+        PackLocked: a live run holds it (after ``wait`` seconds), worded as ``acquire`` words it.
+
+    A lock file whose ``flock`` is free (a dead run's) returns its text prefixed ``stale: ``.
+    The test takes a shared ``flock`` for an instant, which a writer starting at that instant
+    sees as held, exactly as it would a dry run that locked.
+    """
+    path = lock_path(output)
+    held = _HELD.get((os.path.abspath(path), threading.get_ident()))
+    if held is not None and held[0] == os.getpid():
+        return None  # this thread's own run holds it (a remote output's staged build)
+    deadline = time.monotonic() + max(0.0, wait)
+    pause = 0.005
+    while True:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None  # no lock file (or none we may read: nothing to say about it)
+        try:
+            text = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise PackLocked(
+                        f"{os.fspath(output)}: locked by another hframe run ({text or 'unknown holder'}); "
+                        f"lock file {path}"
+                    ) from None
+            else:
+                try:
+                    st = os.stat(path)
+                    same = (st.st_dev, st.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+                except FileNotFoundError:
+                    same = False
+                # a holder deletes the file before letting go: a free lock on a deleted file is nobody's
+                return f"stale: {text or 'unknown holder'}" if same else None
+        finally:
+            os.close(fd)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 #: Locks this process holds, by lock-file path and thread: nested acquisitions of the same output

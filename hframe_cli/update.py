@@ -194,17 +194,18 @@ def _renamed(plan: UpdatePlan) -> bool:
 def dry_run(
     sources: SourceList, output: str | os.PathLike[str], *, checksum: bool = False, media: MediaOptions | None = None
 ) -> UpdatePlan:
-    """``pack --update --dry-run``: the plan ``update_pack`` would follow, and why (called holding
-    the lock, as the update is). Nothing is written or settled: an interrupted run's leftovers
-    are only described, and a sealed pack that run was publishing is what the plan compares with,
-    as the update would publish it first."""
+    """``pack --update --dry-run``: the plan ``update_pack`` would follow, and why. Nothing is
+    written, locked or settled: an interrupted run's leftovers are only described, and a sealed
+    pack that run was publishing (or had renamed, but not its index) is what the plan compares
+    with, as the update would publish it first."""
     from .dataset import get_manifest_path
+    from .writer import half_done_publish
 
     out = os.fspath(output)
     if not os.path.exists(out) and get_manifest_path(out).exists():
         raise InputError(f"{out}: --update of a sharded dataset is not supported yet; repack it with --force")
     media = media or MediaOptions()
-    state = _interrupted_run(out)
+    state = "publishing" if half_done_publish(out) else _interrupted_run(out)
     videos = media.video_frames is not None
     plan = decide(plan_update(sources, out, checksum=checksum, videos=videos, sealed=state == "publishing"), out, media)
     if state == "publishing":

@@ -76,6 +76,7 @@ __all__ = [
     "WrittenChunk",
     "filesystem_type",
     "finish_publish",
+    "half_done_publish",
     "maps_coherently",
     "publish_partials",
 ]
@@ -873,16 +874,11 @@ def publish_partials(path: str | os.PathLike[str]) -> None:
         raise _write_error(pack, e) from e
 
 
-def finish_publish(path: str | os.PathLike[str]) -> bool:
-    """Complete a publish that a writer killed between its two renames left half done.
-
-    That writer had renamed its sealed, self-checked pack over ``path`` but not yet its index:
-    ``INDEX.partial`` belongs to the pack at ``path`` (same UUID, size and frame count). Rename it
-    into place. Returns whether there was such a publish to finish. Call it holding the lock.
-    """
+def half_done_publish(path: str | os.PathLike[str]) -> bool:
+    """Whether a writer killed between its two renames left ``path`` half published: the pack
+    renamed into place, its index still at ``INDEX.partial`` (same UUID and size). Reads only."""
     pack = os.fspath(path)
-    index = get_index_path(pack)
-    partial = f"{index}.partial"
+    partial = f"{get_index_path(pack)}.partial"
     if not (os.path.exists(partial) and os.path.isfile(pack)):
         return False
     from .index import read_index_meta
@@ -895,7 +891,20 @@ def finish_publish(path: str | os.PathLike[str]) -> bool:
         meta = read_index_meta(partial)
     except (OSError, FormatError, InputError):
         return False
-    if meta.pack_uuid != str(header.uuid) or meta.pack_bytes != size:
+    return meta.pack_uuid == str(header.uuid) and meta.pack_bytes == size
+
+
+def finish_publish(path: str | os.PathLike[str]) -> bool:
+    """Complete a publish that a writer killed between its two renames left half done.
+
+    That writer had renamed its sealed, self-checked pack over ``path`` but not yet its index:
+    ``INDEX.partial`` belongs to the pack at ``path`` (same UUID, size and frame count). Rename it
+    into place. Returns whether there was such a publish to finish. Call it holding the lock.
+    """
+    pack = os.fspath(path)
+    index = get_index_path(pack)
+    partial = f"{index}.partial"
+    if not half_done_publish(pack):
         return False
     try:
         os.replace(partial, index)

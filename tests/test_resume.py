@@ -418,6 +418,37 @@ def test_update_dry_run_compares_with_the_sealed_pack_an_interrupted_publish_lef
     assert json.loads(r.stdout)["update"]["status"] == "up_to_date"
 
 
+def disk_state(root: Path) -> dict[str, tuple[int, int, int]]:
+    """Every file and folder under ``root`` (itself included): inode, size, mtime."""
+    paths = [root, *root.rglob("*")]
+    return {str(p): (p.lstat().st_ino, p.lstat().st_size, p.lstat().st_mtime_ns) for p in paths}
+
+
+def test_update_dry_run_changes_nothing_on_disk_after_a_writer_died_between_its_renames(tmp_path, photos, cli):
+    """hframe.1: a dry run writes nothing and only describes an interrupted run's leftovers. It
+    used to finish the dead run's publish (the index renamed over) and take over its lock."""
+    out = tmp_path / "u.hframe"
+    assert cli(["pack", str(photos), "-o", str(out), "-q"]).exit_code == 0
+    (photos / "cats" / "000.png").unlink()
+    (photos / "dogs" / "new.bin").write_bytes(b"new")
+    r = run_bin(
+        ["pack", str(photos), "-o", str(out), "--update", "-q"], env={"HFRAME_FAULT": "publish-between-renames"}
+    )
+    assert r.returncode == -signal.SIGKILL
+    assert Path(f"{out}.index.parquet.partial").exists() and Path(f"{out}.lock").exists()
+    before = disk_state(tmp_path)
+    r = cli(["pack", str(photos), "-o", str(out), "--update", "-n"])
+    assert r.exit_code == 0, r.stderr
+    assert "sealed pack would be published first" in r.stderr and "stale lock" in r.stderr
+    assert disk_state(tmp_path) == before
+    r = cli(["pack", str(photos), "-o", str(out), "--update", "-n", "--json"])
+    assert json.loads(r.stdout)["update"]["status"] == "up_to_date" and disk_state(tmp_path) == before
+    # the real update then finishes the publish and finds nothing left to do
+    r = cli(["pack", str(photos), "-o", str(out), "--update"])
+    assert r.exit_code == 0 and "finished the publish" in r.stderr, r.stderr
+    assert not Path(f"{out}.index.parquet.partial").exists() and not Path(f"{out}.lock").exists()
+
+
 def test_update_dry_run_escapes_names_so_none_can_fake_a_line(tmp_path, photos, cli):
     out = tmp_path / "u.hframe"
     assert cli(["pack", str(photos), "-o", str(out), "-q"]).exit_code == 0
