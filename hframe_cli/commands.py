@@ -142,6 +142,10 @@ def pack(
         raise InputError("--dry-run only applies with --update (on a pack that does not exist, every file is new)")
     if is_remote(out):
         return _pack_remote([os.fspath(p) for p in paths], out, opts)
+    if os.path.isdir(out):  # before the lock: OUT.lock, .partial and the rest would sit beside it
+        from .errors import InputError
+
+        raise InputError(f"{out}: is a folder; -o names the pack file to write (e.g. -o {out.rstrip('/')}/NAME.hframe)")
     target = out
     if opts.shard_of is not None and (opts.update or opts.plan_only):
         from .errors import InputError

@@ -115,6 +115,19 @@ def test_existing_output_is_refused_unless_force(cli, photos, tmp_path, packed):
     assert r.exit_code == 0 and packed.read_bytes() != before
 
 
+@pytest.mark.parametrize("extra", [[], ["--force"], ["--max-pack-bytes", "20000"], ["--shard-of", "1/2"]])
+def test_a_folder_as_output_is_bad_input_before_any_work(cli, photos, tmp_path, extra):
+    """It used to say "use --force", then with --force pack everything, fail with exit 3 "Is a
+    directory" and leave .partial, .ckpt, .ckpt.prev, .index.parquet.partial and .sources.parquet."""
+    out = tmp_path / "out"
+    (out / "inside").mkdir(parents=True)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    r = cli(["pack", str(photos), "-o", str(out), *extra])
+    assert r.exit_code == 2, r.stderr
+    assert r.stderr == f"hframe: error: {out}: is a folder; -o names the pack file to write (e.g. -o {out}/NAME.hframe)\n"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
 def test_output_inside_input_tree_is_refused(cli, photos):
     r = cli(["pack", str(photos), "-o", str(photos / "cats" / "x.hframe")])
     assert r.exit_code == 2
