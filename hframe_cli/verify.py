@@ -80,7 +80,7 @@ from .parts import balanced_part
 from .processes import reap, release_signals, signals_held, usable_cpus, write_all
 from .reader import read_dictionary
 from .storage import Storage, evict_from_page_cache, open_storage, unpinned_and_moved
-from .verify_index import IndexCols, wrong_frame_ids
+from .verify_index import IndexCols, wrong_frame_ids, wrong_source_sizes
 from .verify_report import PackReport, Problem, VerifyReport, parse_frames, parse_sample
 
 __all__ = [
@@ -694,8 +694,9 @@ class _Verifier:
         if idx is not None and meta:
             ids = [m[0] for m in meta]
             idx.ensure(min(ids), max(ids) + 1)
-        if not self.decode and meta:
-            # the usual case, all well: compare the whole batch's digests in one go
+        if not self.decode and meta and not any([e for _, e in results]):
+            # the usual case, all well: compare the whole batch's digests in one go (a compressed
+            # frame's finding, its magic after decompression, is not in its digest)
             digests = b"".join([d for d, _ in results])
             first, last = meta[0][0], meta[-1][0]
             if digests == b"".join([m[1] for m in meta]) and (
@@ -1082,6 +1083,13 @@ def _verify_open(
             if table is not None:
                 for row, value in wrong_frame_ids(table):
                     v.add("index", f"{ipath}: row {row} has frame_id {value} (frame ids are row numbers)", row)
+                for row, source_size, raw_length in wrong_source_sizes(table):
+                    v.add(
+                        "index",
+                        f"{ipath}: row {row}: source_size {source_size} is not the frame's raw length {raw_length} "
+                        "(a frame not cut from a video is its whole source file)",
+                        row,
+                    )
             if trailer is not None and meta.frame_count != trailer.frame_count:
                 v.add(
                     "index", f"{ipath}: index says {meta.frame_count} frames, pack trailer says {trailer.frame_count}"

@@ -168,6 +168,19 @@ def _md5_bytes(h: str) -> bytes:
         return b"\xff" * 16
 
 
+def wrong_source_sizes(t: pa.Table) -> list[tuple[int, int, int]]:
+    """(row, source_size, raw_length) of every frame not cut from a video whose source_size is
+    not its raw length: such a frame is its whole source file, stored as it was."""
+    if "source_size" not in t.column_names:
+        return []
+    sizes, raws = int64_column(t, "source_size"), int64_column(t, "raw_length")
+    if sizes.tobytes() == raws.tobytes():
+        return []
+    differ = [(row, s, r) for row, (s, r) in enumerate(zip(sizes, raws)) if s != r]
+    kinds = t.column("kind").to_pylist()
+    return [(row, s, r) for row, s, r in differ if kinds[row] != "video_frame"]
+
+
 def wrong_frame_ids(t: pa.Table) -> list[tuple[int, int]]:
     """(row, frame_id) of every row whose frame_id is not its row number (frame ids are row
     numbers: the reader and every command rely on it)."""

@@ -250,6 +250,26 @@ def test_verify_compares_the_index_codec_and_raw_length_with_the_records(records
     assert any(p["check"] == "index" and column in p["message"] for p in problems)
 
 
+@pytest.mark.parametrize("extra", [[], ["--workers", "1"], ["--decode"]])
+def test_a_wrong_media_type_on_a_compressed_frame_is_a_magic_mismatch(records, tmp_path, extra):
+    """hframe.1: compressed frames are checked after decompression. A JSON frame the index calls
+    jpeg passed (the batch whose md5s all matched was taken as clean, its findings unread)."""
+    out = tmp_path / "m.hframe"
+    pack(records, out, "--compress", "zstd")
+    t = pq.read_table(f"{out}.index.parquet")
+    media = t.column("media_type").to_pylist()
+    assert media[1] != "jpeg"
+    media[1] = "jpeg"
+    i = t.schema.get_field_index("media_type")
+    pq.write_table(t.set_column(i, t.schema.field(i), pa.array(media, t.schema.field(i).type)), f"{out}.index.parquet")
+    r = run_cli(["verify", str(out), "--json", *extra])
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 1 and not doc["ok"], r.stdout
+    (problem,) = doc["packs"][0]["problems"]
+    assert problem["frame_id"] == 1 and problem["check"] == "magic"
+    assert "magic bytes mismatch after decompression (expected ff d8 ff" in problem["message"]
+
+
 def test_shards_stay_under_max_pack_bytes_with_a_stored_dictionary(tmp_path):
     src = tmp_path / "rnd"
     src.mkdir()

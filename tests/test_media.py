@@ -11,11 +11,13 @@ import io
 import json
 import os
 import random
+import shutil
 import signal
 from fractions import Fraction
 from pathlib import Path
 
 import av
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import killed_and_resumed, make_photos, run_bin, run_cli
@@ -199,6 +201,30 @@ def test_video_pack_resumes_byte_identical_after_sigkill(clips, tmp_path):
     assert resumed["resumed_from_frame"] == 10  # two videos of 10 frames committed
     assert out.read_bytes() == clean.read_bytes()
     assert Path(f"{out}.index.parquet").read_bytes() == Path(f"{clean}.index.parquet").read_bytes()
+
+
+def test_verify_checks_source_size_of_frames_not_cut_from_a_video(clips, photos, tmp_path):
+    """A frame that is a whole file has source_size = raw length; a video frame's is its video's,
+    which verify cannot check from the pack (hframe.1, verify)."""
+    src = tmp_path / "mixed"
+    shutil.copytree(photos, src / "photos")
+    shutil.copytree(clips, src / "clips")
+    out = tmp_path / "m.hframe"
+    pack([str(src), "-o", str(out), "--video-frames", "every:8"])
+    assert run_cli(["verify", str(out), "-q"]).exit_code == 0
+    t = pq.read_table(f"{out}.index.parquet")
+    rows = t.to_pylist()
+    video = next(r["frame_id"] for r in rows if r["kind"] == "video_frame")
+    image = next(r["frame_id"] for r in rows if r["kind"] == "image")
+    assert rows[video]["source_size"] != rows[video]["raw_length"]
+    sizes = t.column("source_size").to_pylist()
+    sizes[image] += 1
+    i = t.schema.get_field_index("source_size")
+    pq.write_table(t.set_column(i, t.schema.field(i), pa.array(sizes, t.schema.field(i).type)), f"{out}.index.parquet")
+    r = run_cli(["verify", str(out), "--json"])
+    (problem,) = json.loads(r.stdout)["packs"][0]["problems"]
+    assert r.exit_code == 1 and problem["check"] == "index" and problem["frame_id"] == image
+    assert f"source_size {sizes[image]} is not the frame's raw length {sizes[image] - 1}" in problem["message"]
 
 
 def test_image_metadata_from_headers(photos, tmp_path):
