@@ -55,6 +55,18 @@ SkipLockedOpt = Annotated[
     ),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary; errors only.")]
+#: the pack a reading command reads: every location the reader opens
+PackArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="PACK",
+        help="The pack or dataset: a file, or a URL (http(s)://, s3://, gs://, hdfs://).",
+    ),
+]
+#: the name filter, one spelling in every command (``index`` took ``--name GLOB``, still accepted)
+MatchOpt = Annotated[
+    Optional[str], typer.Option("--match", metavar="GLOB", help="Only frames whose name matches this glob.")
+]
 LabelOpt = Annotated[Optional[str], typer.Option("--label", metavar="LABEL", help="Only frames with this label.")]
 SplitOpt = Annotated[
     Optional[str], typer.Option("--split", metavar="SPLIT", help="Only frames in this split (train, val, ...).")
@@ -509,7 +521,13 @@ def resume_cmd(
 
 @_command("verify", "Check packs: header, trailer, index and every frame's md5.")
 def verify(
-    packs: Annotated[list[str], typer.Argument(metavar="PACK...", help="Packs to check (globs are expanded).")],
+    packs: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="PACK...",
+            help="Packs or datasets to check: files (globs are expanded) or URLs (http(s)://, s3://, gs://, hdfs://).",
+        ),
+    ],
     sample: Annotated[
         Optional[str],
         typer.Option(
@@ -604,7 +622,7 @@ class CacheMethod(str, Enum):
 
 def _bench_command(mode: str) -> Any:
     def command(
-        pack: Annotated[str, typer.Argument(metavar="PACK", help="The pack: a file, or an http(s):// URL.")],
+        pack: PackArg,
         frames: Annotated[int, typer.Option("--frames", metavar="N", help="Frames per batch.")] = 256,
         batches: Annotated[int, typer.Option("--batches", metavar="N", help="Number of batches.")] = 10,
         seed: Annotated[
@@ -699,14 +717,16 @@ _command("bench-warm", "Time random reads from a warm page cache.")(_bench_comma
 
 @_command("dump-header", "Show a pack's header, trailer and index metadata.")
 def dump_header(
-    pack: Annotated[str, typer.Argument(metavar="PACK", help="The pack: a file, or an http(s):// URL.")],
+    pack: PackArg,
     frame: Annotated[
         Optional[str], typer.Option("--frame", metavar="FRAME", help="Hex-dump this frame (id, or name) instead.")
     ] = None,
     nbytes: Annotated[
         int, typer.Option("--bytes", metavar="N", help="How many leading bytes of --frame to show.", min=0)
     ] = 16,
-    by_name: Annotated[bool, typer.Option("--name", help="Treat --frame as a name even if it is all digits.")] = False,
+    by_name: Annotated[
+        bool, typer.Option("--by-name", "--name", help="Treat --frame as a name even if it is all digits.")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Show the header, trailer and index metadata of PACK (exit 1 if incomplete or mismatched)."""
@@ -725,7 +745,7 @@ def dump_header(
 
 @_command("index", "Print a pack's index rows, or rebuild or merge indexes.")
 def index(
-    pack: Annotated[str, typer.Argument(metavar="PACK", help="The pack: a file, or an http(s):// URL.")],
+    pack: PackArg,
     fmt: Annotated[
         Optional[RowFormat],
         typer.Option(
@@ -738,8 +758,9 @@ def index(
     columns: Annotated[
         Optional[str], typer.Option("--columns", "-c", metavar="COL,...", help="Comma-separated columns to print.")
     ] = None,
-    name: Annotated[
-        Optional[str], typer.Option("--name", metavar="GLOB", help="Only frames whose name matches this glob.")
+    name: MatchOpt = None,
+    old_name: Annotated[
+        Optional[str], typer.Option("--name", metavar="GLOB", hidden=True, help="Older spelling of --match.")
     ] = None,
     label: LabelOpt = None,
     split: SplitOpt = None,
@@ -778,7 +799,11 @@ def index(
     cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
     with open_pack(pack) as reader:
         table = select_rows(
-            reader.table, cols, name, {"label": label, "split": split, "kind": kind}, must_match=os.fspath(pack)
+            reader.table,
+            cols,
+            name or old_name,
+            {"label": label, "split": split, "kind": kind},
+            must_match=os.fspath(pack),
         )
     render.index_rows(table, fmt.value if fmt else None, header=not no_header, columns_given=cols is not None)
 
@@ -790,7 +815,7 @@ class GetFormat(str, Enum):
 
 @_command("get", "Write frames to files, stdout or a tar stream.")
 def get(
-    pack: Annotated[str, typer.Argument(metavar="PACK", help="The pack: a file, or an http(s):// URL.")],
+    pack: PackArg,
     frames: Annotated[
         Optional[list[str]],
         typer.Argument(
@@ -829,10 +854,10 @@ def get(
     no_clobber: Annotated[
         bool, typer.Option("--no-clobber", help="Refuse to replace an existing file (default: replace it).")
     ] = False,
-    by_name: Annotated[bool, typer.Option("--name", help="Treat FRAME as a name even if it is all digits.")] = False,
-    match: Annotated[
-        Optional[str], typer.Option("--match", metavar="GLOB", help="Only frames whose name matches this glob.")
-    ] = None,
+    by_name: Annotated[
+        bool, typer.Option("--by-name", "--name", help="Treat FRAME as a name even if it is all digits.")
+    ] = False,
+    match: MatchOpt = None,
     label: LabelOpt = None,
     split: SplitOpt = None,
     kind: KindOpt = None,

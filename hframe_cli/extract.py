@@ -90,14 +90,24 @@ def get_frames(
         raise InputError("give a FRAME (or several, or -T FILE), or filters (--match/--label/--split/--kind)")
     if output is None and stdout is None:
         raise InputError("refusing to write binary frame data to a terminal; redirect stdout or use -o FILE")
-    if len(keys) == 1 and not as_tar:
-        _get_one(pack, keys[0], output, stdout, stored, no_clobber)
-        return None
-    if as_tar:
-        return _write_tar(pack, keys, match, equal, output, stdout, stored, no_clobber)
-    if output is None:
-        raise InputError("several frames: give -o FOLDER, or --format tar for one stream on stdout")
-    return extract_frames(pack, output, match, equal, keys=keys, stored=stored, no_clobber=no_clobber)
+    try:
+        if len(keys) == 1 and not as_tar:
+            _get_one(pack, keys[0], output, stdout, stored, no_clobber)
+            return None
+        if as_tar:
+            return _write_tar(pack, keys, match, equal, output, stdout, stored, no_clobber)
+        if output is None:
+            raise InputError("several frames: give -o FOLDER, or --format tar for one stream on stdout")
+        return extract_frames(pack, output, match, equal, keys=keys, stored=stored, no_clobber=no_clobber)
+    except NotFound as e:
+        globs = [k for k in keys if isinstance(k, str) and any(c in k for c in "*?[")]
+        if not globs or "no frame named" not in str(e):
+            raise
+        import shlex
+
+        raise NotFound(
+            f"{e} (a FRAME is an exact name; to select by a glob use --match {shlex.quote(globs[0])})"
+        ) from None
 
 
 def _get_one(

@@ -768,9 +768,9 @@ def glob_to_regex(glob: str) -> str:
     return "".join(out)
 
 
-def describe_filters(name_glob: str | None, equal: dict[str, str | None] | None, glob_option: str = "--match") -> str:
-    """The filters as typed: ``--match 'a*' --label cats`` (``index`` spells the glob ``--name``)."""
-    parts = [f"{glob_option} {name_glob!r}"] if name_glob else []
+def describe_filters(name_glob: str | None, equal: dict[str, str | None] | None) -> str:
+    """The filters as typed: ``--match 'a*' --label cats``."""
+    parts = [f"--match {name_glob!r}"] if name_glob else []
     parts += [f"--{col} {value!r}" for col, value in (equal or {}).items() if value is not None]
     return " ".join(parts) or "(no filter)"
 
@@ -807,7 +807,7 @@ def select_rows(
         and table.num_rows == 0
         and (name_glob or any(v is not None for v in (equal or {}).values()))
     ):
-        raise NotFound(f"{must_match}: no frame matches {describe_filters(name_glob, equal, '--name')}")
+        raise NotFound(f"{must_match}: no frame matches {describe_filters(name_glob, equal)}")
     return table.select(columns) if columns else table
 
 

@@ -114,6 +114,13 @@ def test_completion_scripts_and_answers(tmp_path):
     assert "source '" + str(home / ".bash_completions" / "hframe.sh") in (home / ".bashrc").read_text()
 
 
+@pytest.mark.parametrize("command", ["get", "index", "dump-header", "bench-warm", "bench-cold", "verify"])
+def test_a_reading_commands_help_names_every_kind_of_remote_location(command):
+    r = run_bin([command, "-h"], env={"COLUMNS": "200"})
+    text = " ".join(r.stdout.decode().split())
+    assert r.returncode == 0 and all(s in text for s in ("http(s)://", "s3://", "gs://", "hdfs://")), text
+
+
 def test_the_test_extra_brings_what_the_offline_wheel_build_needs():
     """The wheel test below builds with --no-build-isolation, i.e. with this venv's own build
     backend: the ``test`` extra must ask for everything ``[build-system] requires`` does, or the

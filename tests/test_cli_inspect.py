@@ -387,6 +387,24 @@ def test_index_of_an_empty_pack_shows_the_header_and_says_zero_frames(cli, tmp_p
     assert r.stderr.startswith("hframe: 0 frames; 4 of 22 columns shown")
 
 
-def test_the_glob_filter_of_index_is_named_as_index_spells_it(cli, packed):
-    r = cli(["index", str(packed), "--name", "nomatch*"])
-    assert (r.exit_code, r.stderr) == (2, f"hframe: error: {packed}: no frame matches --name 'nomatch*'\n")
+def test_the_glob_filter_is_spelled_match_in_every_command(cli, packed, tmp_path):
+    """One spelling for one idea: ``--match GLOB`` selects by name in index and get (index's
+    ``--name GLOB`` stays as an alias); ``--by-name`` says a FRAME is a name (``--name`` too)."""
+    for option in ("--match", "--name"):
+        r = cli(["index", str(packed), option, "nomatch*"])
+        assert (r.exit_code, r.stderr) == (2, f"hframe: error: {packed}: no frame matches --match 'nomatch*'\n")
+    r = cli(["get", str(packed), "--match", "nomatch*", "-o", str(tmp_path / "out")])
+    assert (r.exit_code, r.stderr) == (2, f"hframe: error: {packed}: no frame matches --match 'nomatch*'\n")
+    index = cli(["index", str(packed), "--match", "cats/*", "-c", "name", "--no-header"])
+    assert index.exit_code == 0 and len(index.stdout.splitlines()) == 10
+    # get PACK --name 'cats/*' (a flag and a FRAME) says what the user meant
+    for flag in ("--name", "--by-name"):
+        r = cli(["get", str(packed), flag, "cats/*"])
+        assert r.exit_code == 2, r.stderr
+        assert r.stderr == (
+            f"hframe: error: {packed}: no frame named 'cats/*' "
+            "(a FRAME is an exact name; to select by a glob use --match 'cats/*')\n"
+        )
+    first = index.stdout.splitlines()[0]
+    r = cli(["dump-header", str(packed), "--frame", first, "--by-name", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["name"] == first

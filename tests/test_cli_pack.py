@@ -124,7 +124,9 @@ def test_a_folder_as_output_is_bad_input_before_any_work(cli, photos, tmp_path, 
     before = sorted(p.name for p in tmp_path.rglob("*"))
     r = cli(["pack", str(photos), "-o", str(out), *extra])
     assert r.exit_code == 2, r.stderr
-    assert r.stderr == f"hframe: error: {out}: is a folder; -o names the pack file to write (e.g. -o {out}/NAME.hframe)\n"
+    assert (
+        r.stderr == f"hframe: error: {out}: is a folder; -o names the pack file to write (e.g. -o {out}/NAME.hframe)\n"
+    )
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
 
