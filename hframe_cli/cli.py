@@ -25,6 +25,7 @@ from .errors import (
     InputError,
 )
 from .signals import pending_signal
+from .units import count
 
 app = typer.Typer(
     name="hframe",
@@ -789,12 +790,15 @@ def index(
 
         manifest = write_manifest(pack, merge)
         if not quiet:
-            render.note(f"wrote {pack}.dataset.json: {len(manifest.shards)} shards, {manifest.frame_count} frames")
+            render.note(
+                f"wrote {pack}.dataset.json: {count(len(manifest.shards), 'shard')}, "
+                f"{count(manifest.frame_count, 'frame')}"
+            )
         return
     if rebuild:
         meta = rebuild_index(pack, get_index_path(pack))
         if not quiet:
-            render.note(f"rebuilt {get_index_path(pack)}: {meta.frame_count} frames")
+            render.note(f"rebuilt {get_index_path(pack)}: {count(meta.frame_count, 'frame')}")
         return
     cols = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
     with open_pack(pack) as reader:
@@ -888,7 +892,7 @@ def get(
         as_tar=fmt == GetFormat.tar,
     )
     if written is not None and not quiet and (output is not None and os.fspath(output) != "-"):
-        render.note(f"wrote {written} frames {'into' if fmt == GetFormat.tar else 'under'} {output}")
+        render.note(f"wrote {count(written, 'frame')} {'into' if fmt == GetFormat.tar else 'under'} {output}")
 
 
 def _hoist_global_options(args: list[str]) -> tuple[list[str], list[str]]:

@@ -48,7 +48,7 @@ from .loading import (
 from .media import FramePrep, MediaOptions
 from .processes import usable_cpus
 from .sources import Rejected, Source, SourceList
-from .units import format_bytes, format_duration, parse_created
+from .units import count, format_bytes, format_duration, parse_created
 from .verify import DEFAULT_SELF_CHECK, self_check
 from .writer import PackWriter, SealedPack, publish_partials
 
@@ -558,14 +558,14 @@ class _Run:
         done = self.done_bytes
         share = done / total_bytes if total_bytes else next_source / max(1, total_files)
         line = (
-            f"checkpoint: {next_source:,} of {total_files:,} files ({100 * share:.0f}%), "
+            f"checkpoint: {next_source:,} of {count(total_files, 'file', sep=',')} ({100 * share:.0f}%), "
             f"{format_bytes(done)} of {format_bytes(total_bytes)}"
         )
         elapsed = time.monotonic() - self.started[0]
         rate = (done - self.started[1]) / elapsed if elapsed > 0 else 0.0
         if rate > 0:
             line += f", {format_bytes(rate)}/s, about {format_duration((total_bytes - done) / rate)} left"
-        line += f"; {self.ckpt.frames:,} frames committed"
+        line += f"; {count(self.ckpt.frames, 'frame', sep=',')} committed"
         return line if why == "periodic" else f"{line} ({why})"
 
     def interrupted(self, stop: StopSignals, signum: int, next_source: int, where: str) -> Interrupted:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 from .locations import shown_url, with_suffix
 from .rows import cell_text, field_text
-from .units import format_bytes
+from .units import count, format_bytes
 
 __all__ = ["dump_header", "error", "index_rows", "interactive", "pack_summary", "progress"]
 
@@ -195,7 +195,7 @@ def pack_outcome(outcome: Any, as_json: bool, quiet: bool) -> None:
             print_json({"ok": True, "plan": outcome.plan_file, "files": files, "bytes": nbytes})
         elif not quiet:
             note(
-                f"planned {files} files ({format_bytes(nbytes)}) for {outcome.output}: {outcome.plan_file}; "
+                f"planned {count(files, 'file')} ({format_bytes(nbytes)}) for {outcome.output}: {outcome.plan_file}; "
                 f"pack from it with 'hframe pack --plan {outcome.plan_file} -o OUT' (with --shard-of I/N, one part)"
             )
     elif outcome.mode == "skipped":
@@ -223,7 +223,7 @@ def update_summary(
         return
     if result is None:
         if not quiet:
-            note(f"{output}: up to date ({plan.frames} frames; nothing changed, nothing written)")
+            note(f"{output}: up to date ({count(plan.frames, 'frame')}; nothing changed, nothing written)")
         return
     verb = {"new": "packed", "append": f"appended {len(plan.added)} new files:", "repack": "repacked"}[plan.status]
     pack_summary(result, False, quiet, verb=verb)
@@ -233,12 +233,13 @@ def dry_run(plan: Any, output: str, as_json: bool, quiet: bool) -> None:
     """``pack --update --dry-run``: one line per file that would be written or dropped, on
     stdout (``new``, ``changed``, ``removed``, then the name, then why), and what the run would do
     on stderr."""
-    files = f"{len(plan.added)} new file{'' if len(plan.added) == 1 else 's'}"
+    files = count(len(plan.added), "new file")
+    frames = count(plan.frames, "frame")
     would = {
         "new": f"would be a new pack of {files}",
-        "up_to_date": f"is up to date ({plan.frames} frames): nothing would be written",
-        "append": f"would get {files} appended to its {plan.frames} frames (ids kept)",
-        "repack": f"would be repacked ({plan.summary()}; {plan.frames} frames now)",
+        "up_to_date": f"is up to date ({frames}): nothing would be written",
+        "append": f"would get {files} appended to its {frames} (ids kept)",
+        "repack": f"would be repacked ({plan.summary()}; {frames} now)",
     }[plan.status]
     if as_json:
         doc = {"ok": True, "pack": output, "dry_run": True, "update": plan.to_dict(), "leftover": plan.leftover}
@@ -300,7 +301,8 @@ def sharded_summary(
     if not quiet:
         total = sum(e.pack_bytes for e in manifest.shards)
         note(
-            f"packed {manifest.frame_count} frames into {len(manifest.shards)} shards ({format_bytes(total)}); "
+            f"packed {count(manifest.frame_count, 'frame')} into {count(len(manifest.shards), 'shard')} "
+            f"({format_bytes(total)}); "
             f"dataset manifest {shown_url(with_suffix(output, '.dataset.json'))}"
         )
 
@@ -317,11 +319,11 @@ def pack_summary(
         return
     rate = result.payload_bytes / result.elapsed_s if result.elapsed_s > 0 else 0.0
     note(
-        f"{verb} {result.frame_count} frames ({format_bytes(result.payload_bytes)}) into {result.path} "
-        f"in {result.elapsed_s:.2f} s ({format_bytes(rate)}/s); self-check of {result.self_checked} "
-        f"frames ok"
+        f"{verb} {count(result.frame_count, 'frame')} ({format_bytes(result.payload_bytes)}) into {result.path} "
+        f"in {result.elapsed_s:.2f} s ({format_bytes(rate)}/s); self-check of {count(result.self_checked, 'frame')} "
+        f"ok"
         + (f"; skipped {len(result.skipped)}" if result.skipped else "")
-        + (f"; {len(result.warnings)} warnings" if getattr(result, "warnings", None) else "")
+        + (f"; {count(len(result.warnings), 'warning')}" if getattr(result, "warnings", None) else "")
     )
 
 
@@ -400,7 +402,7 @@ MAX_PROBLEM_LINES = 20
 def _pack_line(p: Any) -> str:
     rate = p.bytes_checked / p.elapsed_s if p.elapsed_s > 0 else 0.0
     facts = (
-        f"{p.frames_checked} of {p.frames_total} frames checked ({p.selection}, {p.mode}), "
+        f"{p.frames_checked} of {count(p.frames_total, 'frame')} checked ({p.selection}, {p.mode}), "
         f"{format_bytes(p.bytes_checked)} in {p.elapsed_s:.2f} s ({format_bytes(rate)}/s)"
     )
     if p.error:
@@ -408,7 +410,11 @@ def _pack_line(p: Any) -> str:
     if not p.problems:
         return f"{p.pack}: ok: {facts}"
     more = "; stopped early (--max-errors)" if p.stopped_early else ""
-    return f"{p.pack}: {len(p.problems)} problems in {len(p.bad_frames)} frames: {facts}{more}"
+    return f"{p.pack}: {_problems_in_frames(p)}: {facts}{more}"
+
+
+def _problems_in_frames(p: Any) -> str:
+    return f"{count(len(p.problems), 'problem')} in {count(len(p.bad_frames), 'frame')}"
 
 
 def _cannot_verify(p: Any) -> str:
@@ -465,8 +471,8 @@ def verify_report(report: Any, *, as_json: bool, as_jsonl: bool, quiet: bool) ->
     if len(report.packs) > 1:
         d = report.to_dict()
         out.write(
-            f"verified {d['packs_total']} packs: {d['packs_ok']} ok, {d['packs_with_problems']} with problems, "
-            f"{d['packs_not_verified']} not verified; {d['frames_checked']} frames, "
+            f"verified {count(d['packs_total'], 'pack')}: {d['packs_ok']} ok, {d['packs_with_problems']} with problems, "
+            f"{d['packs_not_verified']} not verified; {count(d['frames_checked'], 'frame')}, "
             f"{format_bytes(d['bytes_checked'])} checked\n"
         )
 
@@ -500,7 +506,7 @@ def write_junit(report: Any, path: str) -> None:
         if p.error:
             ET.SubElement(case, "error", message=p.error).text = p.error
         elif p.problems:
-            el = ET.SubElement(case, "failure", message=f"{len(p.problems)} problems in {len(p.bad_frames)} frames")
+            el = ET.SubElement(case, "failure", message=_problems_in_frames(p))
             el.text = "\n".join(prob.message for prob in p.problems)
         ET.SubElement(case, "system-out").text = _pack_line(p)
     tmp = path + ".partial"

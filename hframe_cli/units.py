@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 from .errors import InputError
 
-__all__ = ["format_bytes", "parse_created", "parse_size"]
+__all__ = ["count", "format_bytes", "parse_created", "parse_size"]
 
 _UNITS = {
     "": 1,
@@ -36,6 +36,12 @@ def parse_size(text: str, what: str = "size") -> int:
     if m is None or unit not in _UNITS:
         raise InputError(f"{what}: {text!r} is not a size (examples: 4096, 64MB, 16GiB)")
     return int(float(m.group(1)) * _UNITS[unit])
+
+
+def count(n: int, one: str, many: str | None = None, *, sep: str = "") -> str:
+    """``count(1, "frame")`` → ``"1 frame"``, ``count(2, "frame")`` → ``"2 frames"``; ``many``
+    for an irregular plural, ``sep=","`` for thousands separators."""
+    return f"{n:{sep}} {one if n == 1 else many or one + 's'}"
 
 
 def format_bytes(n: float) -> str:

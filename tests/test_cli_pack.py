@@ -130,6 +130,29 @@ def test_a_folder_as_output_is_bad_input_before_any_work(cli, photos, tmp_path, 
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
 
+def test_one_of_a_thing_is_singular(cli, tmp_path):
+    """ "packed 1 frames", "1 problems in 1 frames" read as a program that did not look."""
+    src = tmp_path / "one"
+    src.mkdir()
+    (src / "a.bin").write_bytes(b"just one frame of bytes")
+    out = tmp_path / "one.hframe"
+    r = cli(["pack", str(src), "-o", str(out)])
+    assert r.exit_code == 0 and r.stderr.startswith("hframe: packed 1 frame (23 B) into "), r.stderr
+    assert r.stderr.rstrip().endswith("self-check of 1 frame ok"), r.stderr
+    r = cli(["index", str(out), "--rebuild"])
+    assert r.stderr == f"hframe: rebuilt {out}.index.parquet: 1 frame\n"
+    r = cli(["verify", str(out)])
+    assert r.exit_code == 0 and "ok: 1 of 1 frame checked" in r.stdout, r.stdout
+    data = bytearray(out.read_bytes())
+    data[data.index(b"just one")] ^= 0xFF
+    out.write_bytes(bytes(data))
+    r = cli(["verify", str(out)])
+    assert r.exit_code == 1 and f"{out}: 1 problem in 1 frame: 1 of 1 frame checked" in r.stdout, r.stdout
+    assert cli(["get", str(out), "--match", "*", "-o", str(tmp_path / "x")]).stderr == (
+        f"hframe: wrote 1 frame under {tmp_path / 'x'}\n"
+    )
+
+
 def test_output_inside_input_tree_is_refused(cli, photos):
     r = cli(["pack", str(photos), "-o", str(photos / "cats" / "x.hframe")])
     assert r.exit_code == 2

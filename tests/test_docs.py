@@ -71,3 +71,12 @@ def test_every_fault_point_is_documented():
     section = plain(MAN1).split(".B HFRAME_FAULT", 1)[1].split(".TP", 1)[0]
     for point in POINTS:
         assert point in section, point
+
+
+def test_the_readmes_install_line_for_users_installs_the_man_pages():
+    """``--help`` ends with "See 'man hframe'": the line users copy must be a regular install
+    (test_cli_help checks that a wheel puts the pages where man finds them); pip leaves data
+    files, and so the pages, out of an editable install."""
+    block = README.split("## Install", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    first = block.strip().splitlines()[0]
+    assert first.startswith("pip install . ") and "man hframe" in first, first

@@ -121,7 +121,7 @@ def test_sigterm_stops_cleanly_and_resumes(src, clean, tmp_path):
     )
     assert proc.stderr is not None
     first = proc.stderr.readline()  # the first checkpoint line: it is mid-pack now
-    assert first.startswith(b"hframe: checkpoint: 1 of ") and first.endswith(b"; 1 frames committed\n"), first
+    assert first.startswith(b"hframe: checkpoint: 1 of ") and first.endswith(b"; 1 frame committed\n"), first
     proc.send_signal(signal.SIGTERM)
     rest = proc.stderr.read()
     assert proc.wait(timeout=60) == 130
