@@ -124,9 +124,9 @@ def missing_parts(output: str | os.PathLike[str], missing: Sequence[int]) -> str
     how = f"hframe pack --plan {plan} -o {out}" if os.path.exists(plan) else f"hframe pack SOURCE... -o {out}"
     paths = ", ".join(os.fspath(shard_path(out, k)) for k in missing)
     if len(missing) == 1:
-        return f"part {missing[0]} ({paths}) is missing: run its task again ('{how} --shard-of {missing[0]}/N')"
+        return f"part {missing[0]} ({paths}) is missing: run its task again ({how} --shard-of {missing[0]}/N)"
     numbers = ", ".join(map(str, missing))
-    return f"parts {numbers} ({paths}) are missing: run their tasks again ('{how} --shard-of I/N')"
+    return f"parts {numbers} ({paths}) are missing: run their tasks again ({how} --shard-of I/N)"
 
 
 def unfinished_part(output: str | os.PathLike[str]) -> str | None:

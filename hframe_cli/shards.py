@@ -569,10 +569,13 @@ def resume_parts(
     if not listed:
         if not resumed:
             raise NothingToResume(
-                f"{out}: nothing to resume: parts 0-{max(finished)} are finished; merge them with "
-                f"'hframe index {out} --merge {shlex.quote(_parts_glob(out))}'"
+                f"{out}: nothing to resume: parts 0-{max(finished)} are finished; merge them "
+                f"(hframe index {out} --merge {shlex.quote(_parts_glob(out))})"
             )
-        notes.append(f"{out}: parts 0-{max(finished)} are finished; merge them with 'hframe index --merge'")
+        notes.append(
+            f"{out}: parts 0-{max(finished)} are finished; merge them "
+            f"(hframe index {out} --merge {shlex.quote(_parts_glob(out))})"
+        )
         return ResumeResult("resumed", resumed[-1], notes)
     own = all(part_number(out, p) is not None for p in listed)
     if resumed or (own and [os.path.abspath(p) for p in listed] != [os.path.abspath(p) for p in parts]):

@@ -178,3 +178,20 @@ def test_a_sharded_run_killed_after_its_manifest_leaves_no_source_list(photos, t
     r = run_bin(["resume", str(out)])
     assert r.returncode == 0 and b"already complete" in r.stderr, r.stderr
     assert listing(out.parent) == listing(clean.parent)
+
+
+def test_a_part_run_again_as_another_part_starts_over(photos, tmp_path):
+    """The checkpoint left is of other sources (the task was part 2 of 4, its rerun is part 2 of
+    5): the part is packed again from the start, one line says so."""
+    plan = make_plan(photos, tmp_path / "plan")
+    out = tmp_path / "run" / "ds.hframe"
+    out.parent.mkdir()
+    killed_part(plan, out, 2)
+    args = ["pack", "--plan", str(plan), "--shard-of", "2/5", "-o"]
+    r = run_bin([*args, str(out)])
+    assert r.returncode == 0 and b"packing other sources or options; packing it again" in r.stderr, r.stderr
+    clean = tmp_path / "clean" / "ds.hframe"
+    clean.parent.mkdir()
+    assert run_bin([*args, str(clean)]).returncode == 0
+    assert same_pack(shard_path(out, 2), shard_path(clean, 2))
+    assert listing(out.parent) == listing(clean.parent)
