@@ -182,16 +182,21 @@ def load_sources(output: str | os.PathLike[str]) -> SourceList:
     return read_source_list(checkpoint_paths(output).sources, "the saved source list")
 
 
-def write_source_list(path: str | os.PathLike[str], sources: SourceList) -> None:
+def write_source_list(path: str | os.PathLike[str], sources: SourceList, created_us: int | None = None) -> None:
     """A sorted source list as Parquet (path, name, size, mtime_ns; the rejected inputs in the
-    metadata), written whole or not at all: a run's saved list, or a job array's plan."""
+    metadata), written whole or not at all: a run's saved list, or a job array's plan (which
+    also keeps ``created_us``, the creation time of every pack made from it)."""
     import pyarrow as pa  # here: the lock and checkpoint files must not need pyarrow
     import pyarrow.parquet as pq
 
     rejected = json.dumps([[r.path, r.reason] for r in sources.rejected])
     schema = pa.schema(
         [("path", pa.binary()), ("name", pa.binary()), ("size", pa.int64()), ("mtime_ns", pa.int64())],
-        metadata={b"hframe.rejected": rejected.encode(), b"hframe.source_list": b"1"},
+        metadata={
+            b"hframe.rejected": rejected.encode(),
+            b"hframe.source_list": b"1",
+            **({b"hframe.created_us": str(created_us).encode()} if created_us is not None else {}),
+        },
     )
     paths, names, sizes, mtimes = sources.paths, sources.names, sources.sizes, sources.mtimes_ns
     tmp = Path(os.fspath(path) + ".tmp")
@@ -236,6 +241,19 @@ def read_source_list(path: str | os.PathLike[str], what: str = "the source list"
         raise FormatError(f"{os.fspath(path)}: {what} is missing or unreadable ({e})") from e
     rej = json.loads((t.schema.metadata or {}).get(b"hframe.rejected", b"[]"))
     return SourceList.from_columns(*columns, [Rejected(p, r) for p, r in rej])
+
+
+def source_list_created(path: str | os.PathLike[str]) -> int | None:
+    """The creation time a plan fixes (``write_source_list``), or None (a plan from before
+    plans kept one); only the file's footer is read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        raw = (pq.read_schema(path).metadata or {}).get(b"hframe.created_us")
+        return None if raw is None else int(raw)
+    except (OSError, pa.ArrowInvalid, ValueError) as e:
+        raise FormatError(f"{os.fspath(path)}: the plan is missing or unreadable ({e})") from e
 
 
 def remove_checkpoint_files(output: str | os.PathLike[str]) -> None:

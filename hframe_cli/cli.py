@@ -397,6 +397,7 @@ def pack(
     if resume:
         _resume(
             output,
+            shard_of=shard_of,
             rescan=False,
             workers=workers,
             policy=policy,
@@ -473,11 +474,13 @@ def _resume(
     quiet: bool,
     wait: float,
     skip_if_locked: bool,
+    shard_of: str | None = None,
 ) -> None:
-    from .commands import resume_pack
+    from .commands import part_output, resume_pack
 
     outcome = resume_pack(
         output,
+        shard_of=shard_of,
         rescan=rescan,
         workers=workers,
         checkpoints=policy,
@@ -487,7 +490,7 @@ def _resume(
         wait=wait,
         skip_if_locked=skip_if_locked,
     )
-    render.resume_summary(outcome, os.fspath(output), json_out, quiet)
+    render.resume_summary(outcome, part_output(os.fspath(output), shard_of), json_out, quiet)
 
 
 @_command("resume", "Continue an interrupted pack from its last checkpoint.")

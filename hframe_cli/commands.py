@@ -338,10 +338,13 @@ def _pack_locked(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
 
     media, srcs = _media_and_sources(paths, out, opts)
     if opts.plan_only:
+        import time
+
         from .checkpoint import write_source_list
 
         where = plan_location(out)
-        write_source_list(where, srcs)
+        # the plan fixes the creation time: every part, and every part run again, has the same header
+        write_source_list(where, srcs, opts.created_us if opts.created_us is not None else time.time_ns() // 1000)
         return PackOutcome("plan", out, plan_file=where, planned=(len(srcs), srcs.total_bytes))
     common: dict[str, Any] = dict(
         alignment=opts.alignment,
@@ -367,7 +370,9 @@ def _pack_locked(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
         if opts.shard_of is not None:
             from .shards import pack_part
 
-            result = pack_part(srcs, out, opts.shard_of, force=opts.force, on_progress=on_progress, **common)
+            result = pack_part(
+                srcs, out, opts.shard_of, plan=opts.plan, force=opts.force, on_progress=on_progress, **common
+            )
             return PackOutcome("part", out, [result])
         from .shards import DEFAULT_MAX_PACK_BYTES, pack_sharded
 
@@ -394,18 +399,21 @@ def resume_pack(
     on_warning: EventFn | None = None,
     wait: float = 0.0,
     skip_if_locked: bool = False,
+    shard_of: str | None = None,
 ) -> ResumeResult:
     """Continue an interrupted ``pack`` of ``output`` (``hframe resume``): a sharded run from its
-    saved plan (``shards.resume_sharded``), a single pack from its checkpoint
-    (``packing.resume_pack``). The lock is taken before anything is read; with
-    ``skip_if_locked`` a run that finds it held returns status ``skipped`` (``notes`` says whose).
+    saved plan (``shards.resume_sharded``), the interrupted parts of a job array
+    (``shards.resume_parts``), a single pack from its checkpoint (``packing.resume_pack``). With
+    ``shard_of`` (``pack --shard-of I/N --resume``), part I alone. The lock is taken before
+    anything is read; with ``skip_if_locked`` a run that finds it held returns status
+    ``skipped`` (``notes`` says whose).
 
     Raises:
         NothingToResume: nothing of the pack or dataset on disk.
         InputError: the inputs changed (without ``rescan``), listing what changed.
         PackLocked: another run holds the output.
     """
-    out = os.fspath(output)
+    out = part_output(os.fspath(output), shard_of)
     try:
         if is_remote(out):
             return _resume_remote(
@@ -426,6 +434,17 @@ def resume_pack(
         from .packing import ResumeResult
 
         return ResumeResult("skipped", None, [str(e)])
+
+
+def part_output(output: str, shard_of: str | None) -> str:
+    """What ``resume --shard-of I/N`` continues: part I's shard (``output`` without a part, or
+    remote: pack refuses parts there)."""
+    if shard_of is None or is_remote(output):
+        return output
+    from .dataset import shard_path
+    from .shards import parse_shard_of
+
+    return os.fspath(shard_path(output, parse_shard_of(shard_of)[0]))
 
 
 def _resume_locked(
@@ -453,6 +472,19 @@ def _resume_locked(
             on_progress=on_progress,
             on_event=on_event,
         )
+    if plan is None and not any(os.path.exists(out + x) for x in ("", ".partial", ".ckpt", ".ckpt.prev")):
+        from .shards import resume_parts
+
+        parts = resume_parts(  # a dataset of parts (job array) or shards: what is unfinished or missing
+            out,
+            workers=workers,
+            checkpoints=checkpoints,
+            handle_signals=handle_signals,
+            on_progress=on_progress,
+            on_event=on_event,
+        )
+        if parts is not None:
+            return parts
     return resume_single(
         out,
         rescan=rescan,

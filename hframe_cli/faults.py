@@ -23,6 +23,7 @@ POINTS = (
     "checkpoint-between-renames",
     "after-seal",
     "publish-between-renames",
+    "after-manifest",
     "upload-before-complete",
     "upload-after-object",
     "listing-helper",

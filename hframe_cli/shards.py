@@ -13,14 +13,24 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import checkpoint_paths, load_sources, remove_checkpoint_files, save_sources
+from .checkpoint import (
+    checkpoint_paths,
+    load_checkpoint,
+    load_sources,
+    remove_checkpoint_files,
+    save_sources,
+    source_fingerprint,
+    source_list_created,
+)
 from .dataset import get_manifest_path, shard_path, write_manifest
-from .errors import FormatError, InputError
+from .errors import FormatError, InputError, NothingToResume
+from .faults import fault_point
 from .format import HEADER_SIZE, RECORD_FIXED, TRAILER_SIZE
 from .index import get_index_path
 from .lock import OutputLock
@@ -178,13 +188,92 @@ def _job_array_index(env: Any, count: str | None, text: str) -> tuple[int, int]:
     )
 
 
-def pack_part(sources: SourceList, output: str | os.PathLike[str], shard_of: str, **options: Any) -> PackResult:
-    """``pack --shard-of I/N``: pack part I of N of the sorted sources as ``NAME-0000I.hframe``."""
+def pack_part(
+    sources: SourceList,
+    output: str | os.PathLike[str],
+    shard_of: str,
+    *,
+    plan: str | None = None,
+    force: bool = False,
+    **options: Any,
+) -> PackResult:
+    """``pack --shard-of I/N``: pack part I of N of the sorted sources as ``NAME-0000I.hframe``.
+
+    The task's command line run again after it was killed continues the part from its
+    checkpoint when the checkpoint is of this part (same sources and options), else packs the
+    part again from the start: either way the shard is the bytes of an uninterrupted part. A
+    ``plan`` (``--plan``) fixes the creation time unless ``created_us`` is given.
+    """
     i, n = parse_shard_of(shard_of)
     part = SourceList(split_for_worker(sources.sources, i, n), sources.rejected if i == 0 else [])
     if not part.sources:
         raise InputError(f"--shard-of {shard_of}: part {i} of {n} is empty ({len(sources.sources)} sources)")
-    return pack_sources(part, shard_path(output, i), **options)
+    if options.get("created_us") is None and plan is not None:
+        options["created_us"] = source_list_created(plan)
+    path = shard_path(output, i)
+    if not force and _interrupted(path):
+        done = _continue_part(path, part, i, n, options)
+        if done is not None:
+            return done
+        force = True  # the interrupted run was not this part's: its partial pack goes
+    return pack_sources(part, path, force=force, **options)
+
+
+def _interrupted(path: str | os.PathLike[str]) -> bool:
+    """Whether a run of ``path`` left a checkpoint (the current one, or only the previous one
+    when it was killed between the two renames of a checkpoint)."""
+    paths = checkpoint_paths(path)
+    return paths.checkpoint.exists() or paths.previous.exists()
+
+
+def _continue_part(path: Path, part: SourceList, i: int, n: int, options: dict[str, Any]) -> PackResult | None:
+    """Resume the interrupted run of part ``i`` at ``path`` if its checkpoint is of this part
+    (``pack_part``); None when it is not (then the part is packed again)."""
+    on_event = options.get("on_event")
+    ckpt, _ = load_checkpoint(path)
+    media = options.get("media") or MediaOptions()
+    want = {
+        "alignment": options.get("alignment", 1),
+        "skip_bad": options.get("skip_bad", False),
+        "media": media.to_dict(),
+    }
+    if options.get("created_us") is not None:
+        want["created_us"] = options["created_us"]
+    if (
+        ckpt is None
+        or ckpt.fingerprint != source_fingerprint(part)
+        or any(ckpt.options.get(k) != v for k, v in want.items())
+    ):
+        note(on_event, f"part {i} of {n}: {path} was interrupted packing other sources or options; packing it again")
+        return None
+    note(on_event, f"part {i} of {n}: continuing the interrupted run of {path}")
+    outcome = resume_pack(
+        path,
+        **{k: options[k] for k in ("workers", "checkpoints", "handle_signals", "on_progress") if k in options},
+        on_event=on_event,
+    )
+    if outcome.result is not None:
+        return outcome.result
+    return published_result(os.fspath(path), ckpt.frames)  # it was killed while publishing
+
+
+def published_result(path: str, resumed_from: int | None) -> PackResult:
+    """A ``PackResult`` for a pack that is already published (its run finished by ``resume``)."""
+    from .reader import PackReader
+
+    with PackReader(path) as r:
+        return PackResult(
+            path=path,
+            index_path=os.fspath(get_index_path(path)),
+            uuid=r.info.uuid,
+            frame_count=len(r),
+            payload_bytes=r.info.trailer.payload_bytes,
+            pack_bytes=r.info.size,
+            pack_time=r.info.pack_time,
+            self_checked=0,
+            elapsed_s=0.0,
+            resumed_from_frame=resumed_from,
+        )
 
 
 def split_for_worker(sources: Sequence[Source], i: int, n: int) -> list[Source]:
@@ -325,9 +414,10 @@ def run_shards(
         note(on_event, f"shard {k + 1} of {len(ranges)}: {b - a} sources -> {path}")
         results.append(pack_sources(part, path, force=force or resuming, on_event=on_event, **options))
     stale = _shards_of(out)
-    manifest = write_manifest(out, paths)
+    manifest = write_manifest(out, paths, check_parts=False)  # (its own plan: stale shards may stand beside)
     retire_other_form(out, dataset=True, stale_shards=[p for p in stale if p not in map(os.fspath, paths)])
     remove_plan(out)
+    fault_point("after-manifest")  # a kill here leaves the source list; resume finds the dataset complete
     remove_checkpoint_files(out)
     return manifest, results
 
@@ -416,3 +506,91 @@ def resume_sharded(
         on_progress=on_progress,
     )
     return ResumeResult("resumed", results[-1] if results else None, [], manifest)
+
+
+def resume_parts(
+    out: str,
+    *,
+    workers: int | None,
+    checkpoints: CheckpointPolicy | None,
+    handle_signals: bool,
+    on_progress: ProgressFn | None,
+    on_event: EventFn | None,
+) -> ResumeResult | None:
+    """``resume`` of a dataset whose parts are packed apart (a job array, ``--shard-of``), or a
+    finished sharded dataset: every part with a checkpoint is resumed (each under its own lock),
+    then the parts are checked. None when ``out`` has no parts and no manifest (not a dataset).
+
+    A dataset is complete only when every part up to the last one seen (and every shard its
+    manifest names) is a finished pack. A manifest written before a part was resumed is
+    written again over the same parts. Parts are never merged when there is no manifest yet
+    (only the job array knows how many there are: ``hframe index OUT --merge``).
+
+    Raises:
+        NothingToResume: a part is missing (the line names it and the command that packs it),
+            or there is nothing to resume and no manifest (the line says to merge).
+    """
+    from .dataset import Manifest, missing_parts, part_number, part_traces
+
+    mpath = get_manifest_path(out)
+    traces = part_traces(out)
+    if not traces and not mpath.exists():
+        return None
+    resumed: list[PackResult] = []
+    notes: list[str] = []
+    for k in sorted(traces):
+        path = shard_path(out, k)
+        if not _interrupted(path):
+            continue
+        note(on_event, f"part {k}: resuming the interrupted run of {path}")
+        outcome = resume_pack(
+            path,
+            workers=workers,
+            checkpoints=checkpoints,
+            handle_signals=handle_signals,
+            on_progress=on_progress,
+            on_event=on_event,
+        )
+        notes += outcome.notes
+        resumed.append(outcome.result or published_result(os.fspath(path), None))
+    listed = Manifest.load(mpath).shard_paths(mpath) if mpath.exists() else []
+    numbers = set(traces) | {k for k in (part_number(out, p) for p in listed) if k is not None}
+    finished = {k for k in numbers if _finished(shard_path(out, k))}
+    for k in sorted(numbers - finished):  # a run killed before its first checkpoint left a lock
+        with OutputLock(shard_path(out, k)):  # file (taken over and removed), or runs now (refused)
+            pass
+    missing = [k for k in range(max(numbers) + 1) if k not in finished] if numbers else []
+    if missing:
+        raise NothingToResume(f"{out}: {missing_parts(out, missing)}")
+    gone = [p for p in listed if part_number(out, p) is None and not _finished(p)]
+    if gone:
+        raise NothingToResume(f"{out}: {gone[0]}, a shard the dataset names, is missing or unfinished")
+    parts = [os.fspath(shard_path(out, k)) for k in sorted(finished)]
+    if not listed:
+        if not resumed:
+            raise NothingToResume(
+                f"{out}: nothing to resume: parts 0-{max(finished)} are finished; merge them "
+                f"(hframe index {out} --merge {shlex.quote(_parts_glob(out))})"
+            )
+        notes.append(
+            f"{out}: parts 0-{max(finished)} are finished; merge them "
+            f"(hframe index {out} --merge {shlex.quote(_parts_glob(out))})"
+        )
+        return ResumeResult("resumed", resumed[-1], notes)
+    own = all(part_number(out, p) is not None for p in listed)
+    if resumed or (own and [os.path.abspath(p) for p in listed] != [os.path.abspath(p) for p in parts]):
+        manifest = write_manifest(out, parts if own else listed)
+        note(on_event, f"{out}: wrote {mpath} again ({len(manifest.shards)} shards, {manifest.frame_count} frames)")
+        return ResumeResult("resumed", resumed[-1] if resumed else None, notes, manifest)
+    note(on_event, f"{out}: dataset already complete ({mpath}); nothing to resume")
+    remove_checkpoint_files(out)  # what a sharded run killed after its manifest left (its source list)
+    return ResumeResult("already_complete", None, notes)
+
+
+def _finished(path: str | os.PathLike[str]) -> bool:
+    return os.path.exists(path) and get_index_path(path).exists() and not _interrupted(path)
+
+
+def _parts_glob(out: str) -> str:
+    p = Path(out)
+    return os.fspath(p.with_name(f"{p.stem}-*{p.suffix}") if p.suffix else p.with_name(f"{p.name}-*"))
