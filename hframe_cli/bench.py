@@ -22,7 +22,7 @@ from typing import Any
 from .dataset import DatasetReader, open_pack
 from .errors import EXIT_DATA, EXIT_OK, InputError
 from .index import current_format_version
-from .locations import is_remote
+from .locations import is_remote, shown_url
 from .reader import PackReader, ReadStats, default_workers
 from .storage import evict_from_page_cache
 
@@ -222,7 +222,8 @@ def host_facts(path: str, size: int | None = None) -> dict[str, Any]:
     real = os.path.realpath(path)
     fs, mount = "unknown", "/"
     if is_remote(path):
-        fs, mount = path.partition("://")[0], path.partition("://")[2].partition("/")[0]
+        # the host (and port): not a user name or password the URL may hold
+        fs, mount = path.partition("://")[0], path.partition("://")[2].partition("/")[0].rpartition("@")[2]
     try:
         with open("/proc/mounts") as f:
             for line in f:
@@ -335,7 +336,7 @@ def run_bench(
                 loose_pool.shutdown()
         return BenchResult(
             mode,
-            path,
+            shown_url(path),
             frames,
             batches,
             seed,

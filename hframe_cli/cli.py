@@ -24,6 +24,7 @@ from .errors import (
     HframeError,
     InputError,
 )
+from .locations import redact
 from .signals import pending_signal
 from .units import count
 
@@ -968,6 +969,7 @@ def main(argv: list[str] | None = None) -> None:
     render.json_printed = False  # (main runs more than once in one process: tests, embedding)
 
     def fail(message: str) -> None:
+        message = redact(message)  # (a library's exception may quote a URL with its password)
         render.error(message)
         failures.append(message)
 
@@ -1035,6 +1037,11 @@ def run() -> None:
         main()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except Exception as e:  # --debug: the traceback, as Python prints it, with URLs' passwords hidden
+        import traceback
+
+        sys.stderr.write(redact("".join(traceback.format_exception(e))))
+        code = 1
     else:
         code = EXIT_OK
     for stream in (sys.stdout, sys.stderr):

@@ -88,7 +88,7 @@ def _describe_file(path: str | os.PathLike[str], index_path: str | os.PathLike[s
             out["trailer"] = None
             out["problem"] = str(e)
             trailer = None
-        ipath = os.fspath(index_path) if index_path is not None else index_location(storage.location)
+        ipath = os.fspath(index_path) if index_path is not None else index_location(os.fspath(path))
         try:
             # the index of this pack (its .partial twin mid-publish: man/hframe.5)
             index, meta = pinned_index(storage, ipath, {str(header.uuid)})

@@ -23,9 +23,15 @@ Our exception hierarchy::
     └── Interrupted                  exit 130: SIGINT/SIGTERM; a checkpoint was written
 
 The CLI maps every ``HframeError`` to its ``exit_code`` in one place (``cli.main``).
+
+No message holds a password: a URL's ``user:password@`` is shown as ``user:***@`` in every
+``HframeError`` (``locations.redact``), whoever builds it and whatever location it names, so
+neither an error line, a ``--json`` document nor a traceback or a caller's log can show it.
 """
 
 from __future__ import annotations
+
+from .locations import redact
 
 __all__ = [
     "EXIT_DATA",
@@ -69,6 +75,9 @@ class HframeError(Exception):
     """Base class of every error hframe raises on purpose."""
 
     exit_code = EXIT_INTERNAL
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class InputError(HframeError):

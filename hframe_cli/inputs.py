@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 
 from .errors import InputError
 from .listing import Folder, sorted_entries, walk_in_parallel
+from .locations import shown_url
 from .sources import Rejected, SourceList
 
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "expand_globs", "collect_sources"]
@@ -275,7 +276,7 @@ def collect_sources(
             folders.append(arg)
         elif not os.path.lexists(arg) and not skip_bad:
             # a typo on the command line, not a bad file met in a tree or a list: no hint
-            raise InputError(f"{arg}: no such file or folder")
+            raise InputError(f"{shown_url(arg)}: no such file or folder")
         else:
             files.append(arg)
     out_real = os.path.realpath(output) if output else None

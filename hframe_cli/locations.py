@@ -4,8 +4,16 @@ shares (no imports of hframe modules: everything may import this)."""
 from __future__ import annotations
 
 import os
+import re
 
-__all__ = ["is_remote", "shown_url", "with_suffix"]
+__all__ = ["has_credentials", "is_remote", "redact", "shown_url", "with_suffix"]
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+#: ``scheme://userinfo@`` anywhere in a text (the userinfo runs to the last ``@`` before a ``/``),
+#: or a remote scheme's ``scheme:/userinfo@``: a URL taken for a local path (``Path`` folds ``//``)
+_USERINFO = re.compile(
+    r"\b([A-Za-z][A-Za-z0-9+.-]*://|(?:https?|s3|gs|gcs|hdfs|abfss?|az):/)([^/\s'\"<>]*)@", re.IGNORECASE
+)
 
 
 def is_remote(location: str | os.PathLike[str]) -> bool:
@@ -14,11 +22,49 @@ def is_remote(location: str | os.PathLike[str]) -> bool:
     return bool(sep) and scheme.lower() != "file"
 
 
+def _split(url: str) -> tuple[str, str, str] | None:
+    """(scheme, authority, the rest from the path on) of a URL, or None for a local path. The
+    authority runs to the first ``/``: a password holding an unencoded ``?`` or ``#`` (not
+    valid, but typed) is still taken as part of it, and hidden."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or not _SCHEME.fullmatch(scheme):
+        return None
+    authority, slash, path = rest.partition("/")
+    return scheme, authority, slash + path
+
+
+def _hidden_userinfo(userinfo: str) -> str:
+    """``alice:SECRET`` → ``alice:***``; a user name alone (often a token) → ``***``."""
+    user, colon, _ = userinfo.partition(":")
+    return f"{user}:***" if colon and user else "***"
+
+
+def has_credentials(url: str) -> bool:
+    """Whether a URL carries a user name or password (``scheme://USER:PASSWORD@HOST/...``)."""
+    parts = _split(url)
+    return parts is not None and "@" in parts[1]
+
+
 def shown_url(url: str) -> str:
-    """A location as messages show it: a URL's query, which may hold a signature or a token, is
-    left out."""
-    base, sep, _ = url.partition("?")
-    return f"{base}?..." if sep and "://" in base else url
+    """A location as messages and documents show it: a password is replaced by ``***``
+    (``http://alice:***@host/p.hframe``; a user name without a password, often a token, is
+    ``***`` too) and a URL's query, which may hold a signature or a token, is left out
+    (``?...``). A local path is shown as it is."""
+    parts = _split(url)
+    if parts is None:
+        return url
+    scheme, authority, rest = parts
+    if "@" in authority:
+        userinfo, _, host = authority.rpartition("@")
+        authority = f"{_hidden_userinfo(userinfo)}@{host}"
+    base, sep, _ = f"{authority}{rest}".partition("?")
+    return f"{scheme}://{base}?..." if sep else f"{scheme}://{base}"
+
+
+def redact(text: str) -> str:
+    """``text`` with the user name and password of every URL in it hidden, as ``shown_url``
+    hides them (a last guard for what is printed; messages name locations by ``shown_url``)."""
+    return _USERINFO.sub(lambda m: f"{m.group(1)}{_hidden_userinfo(m.group(2))}@", text)
 
 
 def with_suffix(location: str | os.PathLike[str], suffix: str) -> str:

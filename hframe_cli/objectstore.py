@@ -9,7 +9,8 @@ every request, the same on every backend (``man/hframe.1``, REMOTE PACKS).
 Locations: ``s3://BUCKET/KEY``, ``gs://BUCKET/KEY`` (or ``gcs://``), ``hdfs://HOST:PORT/PATH``.
 Options of an S3-compatible or emulated store go in the query (``?endpoint_override=HOST:PORT&
 scheme=http&region=R``); an S3 endpoint may also come from ``AWS_ENDPOINT_URL_S3`` or
-``AWS_ENDPOINT_URL``, as the AWS tools take it. Credentials never appear in a location.
+``AWS_ENDPOINT_URL``, as the AWS tools take it. Credentials never appear in a location: one that
+holds them (``s3://KEY:SECRET@BUCKET/...``) is refused before any request (``_CREDENTIALS``).
 
 A ranged read through pyarrow cannot carry ``If-Match``. GCS reads are pinned anyway (pyarrow
 asks for the object's generation); S3 and HDFS reads are not, so ``pinned`` is False for them
@@ -27,7 +28,7 @@ import urllib.parse
 from typing import Any
 
 from .errors import InputError, StorageError
-from .locations import shown_url
+from .locations import has_credentials, shown_url
 from .policy import Permanent, RequestPolicy, Response, Transient
 
 __all__ = ["ObjectBackend", "check_bucket", "filesystem", "join", "object_at", "split_location"]
@@ -39,6 +40,15 @@ _OPTIONS = {
     "hdfs": ("user", "replication"),
 }
 _SCHEMES = {"s3": "s3", "gs": "gs", "gcs": "gs", "hdfs": "hdfs"}
+#: where each store's credentials go instead of the location (a command line is kept in shell
+#: history and shown to every user by ps; pyarrow would take some of them there, silently)
+_CREDENTIALS = {
+    "s3": "give them as AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) in the "
+    "environment, or as a profile (AWS_PROFILE, ~/.aws/credentials)",
+    "gs": "give them as GOOGLE_APPLICATION_CREDENTIALS (a service account key file) in the environment, "
+    "or log in with 'gcloud auth application-default login'",
+    "hdfs": "give the user as ?user=NAME, or log in with Kerberos (kinit)",
+}
 
 
 def split_location(location: str) -> tuple[str, str, dict[str, str]]:
@@ -49,6 +59,11 @@ def split_location(location: str) -> tuple[str, str, dict[str, str]]:
     scheme = _SCHEMES.get(parts.scheme.lower())
     if scheme is None:
         raise InputError(f"{shown}: not an object-store location")
+    if has_credentials(location):
+        raise InputError(
+            f"{shown}: hframe takes no credentials in a {parts.scheme}:// location (a command line is kept "
+            f"in shell history and shown by ps); {_CREDENTIALS[scheme]}"
+        )
     query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
     unknown = sorted(set(query) - set(_OPTIONS[scheme]))
     if unknown:

@@ -20,6 +20,7 @@ here, once, the same for every backend (``man/hframe.1``, REMOTE PACKS):
 
 from __future__ import annotations
 
+import base64
 import http.client
 import os
 import random
@@ -54,14 +55,45 @@ _WAIT_SLICE_S = 0.2  # the calling thread waits in slices this long (signals are
 
 def remote_url(base: str, relative: str) -> str:
     """``relative`` (a shard's path in a manifest) resolved against the manifest's URL (an
-    object store's options, in its query, apply to the shards too)."""
+    object store's options, in its query, apply to the shards too; an http(s) URL's user name
+    and password, to the shards on its origin, and only there)."""
     if "://" in relative:
-        return relative
+        return _same_origin_credentials(base, relative)
     if base.partition("://")[0].lower() not in ("http", "https"):
         from .objectstore import join
 
         return join(base, relative)
     return urllib.parse.urljoin(base, relative)
+
+
+def _same_origin_credentials(base: str, url: str) -> str:
+    """``url`` with ``base``'s credentials where it names none and is on the same origin
+    (scheme, host and port) as an http(s) ``base``; any other URL as it is."""
+    b, u = urllib.parse.urlsplit(base), urllib.parse.urlsplit(url)
+    if b.scheme.lower() not in ("http", "https") or "@" not in b.netloc or "@" in u.netloc:
+        return url
+    default = {"http": 80, "https": 443}
+    try:
+        same = (u.scheme.lower(), u.hostname, u.port or default.get(u.scheme.lower())) == (
+            b.scheme.lower(),
+            b.hostname,
+            b.port or default[b.scheme.lower()],
+        )
+    except ValueError:  # a port that is not a number: not the same origin
+        return url
+    if not same:
+        return url
+    return urllib.parse.urlunsplit(u._replace(netloc=f"{b.netloc.rpartition('@')[0]}@{u.netloc}"))
+
+
+def _basic_authorization(parts: urllib.parse.SplitResult) -> str | None:
+    """The ``Authorization`` header of a URL's user name and password (HTTP Basic, RFC 7617:
+    percent-decoded, UTF-8), or None when it has none."""
+    if parts.username is None or (not parts.username and parts.password is None):
+        return None
+    user = urllib.parse.unquote(parts.username)
+    password = urllib.parse.unquote(parts.password or "")
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
 
 
 def backend_for(location: str) -> Callable[[str, RequestPolicy], Any]:
@@ -81,11 +113,21 @@ class HttpBackend:
     def __init__(self, url: str, policy: RequestPolicy) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InputError(f"{url}: not an http(s) URL")
+            raise InputError(f"{shown_url(url)}: not an http(s) URL")
+        try:
+            port = parts.port
+        except ValueError:  # (its message would quote what stands where the port goes)
+            raise InputError(
+                f"{shown_url(url)}: not a valid URL: its port is not a number "
+                "(in a user name or password, / ? # @ and : must be percent-encoded)"
+            ) from None
         self.url = url
         self.https = parts.scheme == "https"
         self.host = parts.hostname
-        self.port = parts.port or (443 if self.https else 80)
+        self.port = port or (443 if self.https else 80)
+        #: sent on every request: the URL's user name and password (never to another host: a
+        #: redirect is not followed, and a manifest's shards get them only on its origin)
+        self.authorization = _basic_authorization(parts)
         self.target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
         self.policy = policy
         self._local = threading.local()
@@ -114,6 +156,8 @@ class HttpBackend:
             headers["Range"] = f"bytes={start}-{start + length - 1}"
         if etag is not None:
             headers["If-Match"] = etag
+        if self.authorization is not None:
+            headers["Authorization"] = self.authorization
         try:
             if conn.sock is None:
                 conn.connect()
@@ -155,6 +199,8 @@ class HttpBackend:
             return Response(b"", 0, resp.getheader("ETag"))  # an empty object: nothing to range over
         if status in (301, 302, 303, 307, 308):
             raise Permanent("redirect", f"HTTP {status}: redirected to {resp.getheader('Location')}; give that URL")
+        if status == 401:
+            raise Permanent("denied", f"HTTP 401 {resp.reason}: {self._unauthorized()}")
         if status not in (200, 206):
             raise Permanent("denied", f"HTTP {status} {resp.reason}")
         encoding = (resp.getheader("Content-Encoding") or "identity").lower()
@@ -180,6 +226,11 @@ class HttpBackend:
         if len(body) != want:
             raise Transient(f"body cut short: {len(body)} of {want} bytes")
         return Response(body, total, tag)
+
+    def _unauthorized(self) -> str:
+        if self.authorization is not None:
+            return "the server refused the user name and password in the URL"
+        return "the server asks for a user name and password (put USER:PASSWORD@ before the host in the URL)"
 
     def _timeout(self, deadline: float | None) -> float:
         left = self.policy.request_timeout_s if deadline is None else deadline - time.monotonic()
@@ -263,7 +314,7 @@ class RemoteFile:
             self.close()  # no worker thread is left behind by a failed open (a dataset check's 404)
             raise
         if pinned and first.etag != etag:
-            raise PackReplaced(f"{location}: the object was replaced (ETag {first.etag}, expected {etag})")
+            raise PackReplaced(f"{self.location}: the object was replaced (ETag {first.etag}, expected {etag})")
         # a weak ETag (W/"...") never passes If-Match (a strong comparison): such a server, or one
         # that sends none, is read unpinned (hframe.5, PUBLISHING AND READERS)
         self.etag = first.etag if first.etag and not first.etag.startswith("W/") else None

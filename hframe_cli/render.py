@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-from .locations import shown_url, with_suffix
+from .locations import redact, shown_url, with_suffix
 from .rows import cell_text, field_text
 from .units import count, format_bytes
 
@@ -52,18 +52,19 @@ def _console(stderr: bool = False) -> Any:
 
 
 def error(message: str) -> None:
-    """One line on stderr: ``hframe: error: <message>``."""
-    sys.stderr.write(f"hframe: error: {message}\n")
+    """One line on stderr: ``hframe: error: <message>`` (a URL's password hidden, as in every
+    message line: ``locations.redact``)."""
+    sys.stderr.write(f"hframe: error: {redact(message)}\n")
     sys.stderr.flush()
 
 
 def note(message: str) -> None:
-    sys.stderr.write(f"hframe: {message}\n")
+    sys.stderr.write(f"hframe: {redact(message)}\n")
 
 
 def warning(message: str) -> None:
     """One line on stderr, even with ``-q``: something an operator should know (a run died)."""
-    sys.stderr.write(f"hframe: warning: {message}\n")
+    sys.stderr.write(f"hframe: warning: {redact(message)}\n")
     sys.stderr.flush()
 
 
@@ -147,7 +148,7 @@ def event_logger(quiet: bool) -> Callable[[str], None] | None:
         return None
 
     def log(message: str) -> None:
-        sys.stderr.write(f"hframe: {message}\n")
+        sys.stderr.write(f"hframe: {redact(message)}\n")
         sys.stderr.flush()
 
     return log

@@ -156,9 +156,10 @@ def lock_held_elsewhere(output: Path) -> Iterator[int]:
 
 
 @contextmanager
-def nginx_serving(root: Path, workdir: Path) -> Iterator[str]:
+def nginx_serving(root: Path, workdir: Path, location: str = "") -> Iterator[str]:
     """nginx on a free loopback port serving ``root`` (static files: byte ranges, ETags,
-    If-Match); yields its base URL. Skips where nginx is not installed (``.ci/run`` installs it)."""
+    If-Match); yields its base URL. ``location``: directives for its ``location /`` block (such as
+    ``auth_basic``). Skips where nginx is not installed (``.ci/run`` installs it)."""
     exe = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
     if exe is None:
         pytest.skip("nginx is not installed (apt-get install nginx-light)")
@@ -184,7 +185,7 @@ http {{
     server {{
         listen 127.0.0.1:{port};
         root {root};
-        location / {{ }}
+        location / {{ {location} }}
     }}
 }}
 """

@@ -2,7 +2,8 @@
 stores and nginx do, and injects faults on request: the test double of a remote store for what
 real servers cannot be told to do on cue (answer 500, 503 SlowDown, 429, 403 or a 302, hang,
 stall mid-body, trickle a byte at a time, cut a body short, reset the connection, ignore Range,
-answer another range than asked, send gzip). No mock of the client: hframe talks HTTP to it.
+answer another range than asked, send gzip), or demand HTTP Basic credentials (``auth``). No mock
+of the client: hframe talks HTTP to it.
 It answers HEAD and path-style ``/BUCKET/KEY`` too, with S3's XML error bodies, so an S3 client
 (pyarrow's, with ``endpoint_override``) can be pointed at it as at a misbehaving S3.
 
@@ -10,10 +11,12 @@ It answers HEAD and path-style ``/BUCKET/KEY`` too, with S3's XML error bodies, 
         srv.url("p.hframe")                   # http://127.0.0.1:PORT/p.hframe
         srv.faults.extend(["500", "500"])     # the next two requests fail, then all is well
         srv.latency_s = 0.02                  # every request waits this long first (benchmarks)
+        srv.auth = ("alice", "secret")        # 401 for every request without these Basic credentials
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import threading
@@ -49,7 +52,17 @@ class _Handler(BaseHTTPRequestHandler):
         with srv.lock:
             srv.requests[self.path] += 1
             srv.log.append((self.path, self.headers.get("Range")))
+            srv.authorization.append(self.headers.get("Authorization"))
             fault = srv.faults.pop(0) if srv.faults else None
+        if srv.auth is not None and self.headers.get("Authorization") != srv.basic():
+            body = b"<html><body>401 Authorization Required</body></html>"
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="hframe-test"')
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if not self.head_only:
+                self.wfile.write(body)
+            return
         if srv.latency_s:
             time.sleep(srv.latency_s)
         if fault in ("500", "503", "429", "403"):
@@ -157,6 +170,9 @@ class RangeServer:
         self.weak_etag = False  # send W/"..." ETags (as a server that compresses on the fly)
         self.requests: Counter[str] = Counter()
         self.log: list[tuple[str, str | None]] = []
+        #: (user, password) every request must carry as HTTP Basic credentials, else 401
+        self.auth: tuple[str, str] | None = None
+        self.authorization: list[str | None] = []  # each request's Authorization header, in order
         self.lock = threading.Lock()
         self.httpd = _Server(("127.0.0.1", 0), _Handler)
         self.httpd.owner = self
@@ -166,6 +182,12 @@ class RangeServer:
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.port}/{name}"
 
+    def basic(self) -> str | None:
+        """The Authorization header that ``auth`` asks for (RFC 7617: UTF-8 ``user:password``)."""
+        if self.auth is None:
+            return None
+        return "Basic " + base64.b64encode(":".join(self.auth).encode()).decode()
+
     def total_requests(self) -> int:
         with self.lock:
             return sum(self.requests.values())
@@ -174,6 +196,7 @@ class RangeServer:
         with self.lock:
             self.requests.clear()
             self.log.clear()
+            self.authorization.clear()
 
     def __enter__(self) -> RangeServer:
         self.thread.start()
