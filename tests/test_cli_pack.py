@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import hframe_bin, lock_held_elsewhere
+from conftest import hframe_bin, lock_held_elsewhere, run_bin
 
 import hframe_cli as h
 
@@ -309,6 +309,23 @@ def test_second_writer_is_locked_out_and_told_who_holds_it(cli, photos, tmp_path
     Path(f"{out}.lock").write_text("pid 999999 on elsewhere since 2020-01-01T00:00:00Z\n")
     assert cli(["pack", str(photos), "-o", str(out), "-q"]).exit_code == 0
     assert not Path(f"{out}.lock").exists()
+
+
+@pytest.mark.parametrize(
+    "args", [["pack", "{src}", "-o", "{out}"], ["pack", "{src}", "-o", "{out}", "--update"], ["resume", "{out}"]]
+)
+def test_a_locked_run_gives_up_before_pyarrow_is_imported(photos, tmp_path, args):
+    """The lock is decided before anything heavy loads: a cron run that finds its output locked
+    costs a few milliseconds, not pyarrow's import (hframe.1, CONCURRENCY AND SIGNALS)."""
+    out = tmp_path / "l.hframe"
+    argv = [a.format(src=photos, out=out) for a in args]
+    with lock_held_elsewhere(out):
+        r = run_bin(argv, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    err = r.stderr.decode()
+    assert r.returncode == 3 and "locked by another hframe run" in err, err
+    imported = {line.rpartition("|")[2].strip() for line in err.splitlines() if line.startswith("import time:")}
+    assert "hframe_cli" in imported  # the report is there to be read
+    assert not {m for m in imported if m.split(".")[0] in ("pyarrow", "numpy", "PIL", "av")}
 
 
 def test_bad_flags_are_usage_errors(cli, photos, tmp_path):
