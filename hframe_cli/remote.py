@@ -114,6 +114,7 @@ class HttpBackend:
             headers["Range"] = f"bytes={start}-{start + length - 1}"
         if etag is not None:
             headers["If-Match"] = etag
+        reused, answered = conn.sock is not None, False
         try:
             if conn.sock is None:
                 conn.connect()
@@ -123,6 +124,7 @@ class HttpBackend:
             sock.settimeout(self._timeout(deadline))
             conn.request("GET", self.target, headers=headers)
             resp = conn.getresponse()
+            answered = True
             status = resp.status
             declared = resp.getheader("Content-Length")
             size_said = int(declared) if declared is not None and declared.isdigit() else None
@@ -140,9 +142,14 @@ class HttpBackend:
             raise Transient(f"timed out ({e or 'no answer'})") from None
         except (OSError, http.client.HTTPException) as e:
             self._drop()
+            if reused and not answered and isinstance(e, (ConnectionResetError, BrokenPipeError)):
+                # a kept-alive connection the server had closed (idle too long, or nginx after a
+                # 412): the request never reached it; ask again on a new connection, once (a
+                # new one is not ``reused``), as no attempt of the policy was spent
+                return self.get(start, length, etag, deadline)
             raise Transient(f"connection failed: {e.__class__.__name__}: {e}") from None
-        if resp.getheader("Connection", "").lower() == "close":
-            self._drop()
+        if resp.getheader("Connection", "").lower() == "close" or status not in (200, 206):
+            self._drop()  # nginx closes after a 412 though its answer says keep-alive: so do we
         if status in (429, 503):
             raise Transient(f"HTTP {status} (throttled)", throttled=True)
         if status >= 500 or status == 408:
@@ -255,6 +262,7 @@ class RemoteFile:
         self.etag = etag
         self._closed = False
         self._version: tuple[str | None, int] | None = None  # (ETag, size) of the first answer
+        self._gone: str | None = None  # why the version read is known to be replaced (then: no more requests)
         pinned = etag is not None
         # on a worker, as every request: a client blocked in C++ (pyarrow) would not see Ctrl-C
         try:
@@ -282,6 +290,8 @@ class RemoteFile:
             attempt += 1
             if self._closed:
                 raise StorageError(f"{self.location}: closed while reading")
+            if self._gone is not None:  # every later answer would be a refusal (412) or another version
+                raise PackReplaced(self._gone)
             self.counters.add(requests=1)
             try:
                 resp: Response = self.backend.get(start, length, self.etag, deadline)
@@ -298,20 +308,22 @@ class RemoteFile:
                     self.counters.add(retries=1)
                     time.sleep(pause)
                     continue
+                if self._gone is not None:  # another request of this file learnt meanwhile that the
+                    raise PackReplaced(self._gone) from None  # version is gone: that is the answer
                 raise StorageError(
                     f"{self.location}: {e} after {attempt} attempt{'s' if attempt > 1 else ''} "
                     f"in {time.monotonic() - t0:.1f} s{why}"
                 ) from None
             except Permanent as e:
                 if e.kind == "missing" and self._version is not None:  # it was there when opened
-                    raise PackReplaced(
+                    raise self._replaced(
                         f"{self.location}: the object was removed or replaced since this reader opened it ({e}); "
                         "open it again"
                     ) from None
                 if e.kind == "missing":
                     raise InputError(f"{self.location}: no such file ({e})") from None
                 if e.kind == "replaced":
-                    raise PackReplaced(
+                    raise self._replaced(
                         f"{self.location}: the pack was replaced since this reader opened it ({e}); open it again"
                     ) from None
                 if e.kind in ("unsupported", "redirect"):
@@ -331,10 +343,17 @@ class RemoteFile:
             return
         etag, size = self._version
         if resp.size != size or (etag is not None and resp.etag is not None and resp.etag != etag):
-            raise PackReplaced(
+            raise self._replaced(
                 f"{self.location}: the pack was replaced since this reader opened it (now {resp.size} bytes, "
                 f"ETag {resp.etag}; it was {size} bytes, ETag {etag}); open it again"
             )
+
+    def _replaced(self, message: str) -> PackReplaced:
+        """``PackReplaced``, remembered: the version this file reads is gone, so its later reads
+        (and those that failed meanwhile for another reason) are ``PackReplaced`` too, at once."""
+        if self._gone is None:
+            self._gone = message
+        return PackReplaced(message)
 
     def _executor(self) -> ThreadPoolExecutor:
         pid = os.getpid()
