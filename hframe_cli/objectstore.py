@@ -300,4 +300,6 @@ def _classify(err: Exception) -> Exception:
         word in upper for word in ("SLOW_DOWN", "SLOWDOWN", "THROTTL", "[CODE 429]", "[CODE 503]", "RESOURCE_EXHAUSTED")
     ):
         return Transient(short, throttled=True)
+    if any(word in upper for word in ("NETWORK_CONNECTION", "CURLCODE", "CURL ERROR", "COULD NOT CONNECT")):
+        return Transient(f"connection failed: {short}")  # said as an HTTP store's is
     return Transient(short)

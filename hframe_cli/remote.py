@@ -282,6 +282,14 @@ class RemoteFile:
 
     def _request(self, start: int, length: int | None, deadline: float | None = None) -> Response:
         """One GET with the policy's retries (``deadline``: the end of the read it serves)."""
+        resp = self._retried(lambda until: self.backend.get(start, length, self.etag, until), deadline)
+        self.counters.add(requests=resp.requests - 1, nbytes=len(resp.body))
+        self._same_version(resp)
+        return resp
+
+    def _retried(self, call: Callable[[float], _T], deadline: float | None = None) -> _T:
+        """``call(deadline)`` (one request of the backend) with the policy's retries; its
+        ``Transient`` and ``Permanent`` failures as hframe errors naming the location."""
         policy = self.policy
         t0 = time.monotonic()
         deadline = deadline if deadline is not None else t0 + policy.deadline_s
@@ -294,7 +302,7 @@ class RemoteFile:
                 raise PackReplaced(self._gone)
             self.counters.add(requests=1)
             try:
-                resp: Response = self.backend.get(start, length, self.etag, deadline)
+                result = call(deadline)
             except Transient as e:
                 self.counters.add(throttles=int(e.throttled))
                 pause = random.uniform(0, min(policy.backoff_cap_s, policy.backoff_s * 2 ** (attempt - 1)))
@@ -330,9 +338,7 @@ class RemoteFile:
                     raise InputError(f"{self.location}: {e}") from None
                 raise StorageError(f"{self.location}: {e}") from None
             self._budget.earn()
-            self.counters.add(requests=resp.requests - 1, nbytes=len(resp.body))
-            self._same_version(resp)
-            return resp
+            return result
 
     def _same_version(self, resp: Response) -> None:
         """Every answer must come from the version the first one did: same size, same ETag (weak
@@ -475,11 +481,14 @@ class RemoteFile:
         return pa.BufferReader(self.read_all())
 
     def is_at_path(self) -> bool:
-        """Whether the URL still serves the version this handle pinned (one small request)."""
-        self.counters.add(requests=1)
+        """Whether the URL still serves the version this handle pinned (one small request, retried
+        as a read is). A store that cannot say (unreachable, denying) is not a sign of another
+        version: that failure is raised (``StorageError``), as a read's would be."""
+        if self._gone is not None:
+            return False
         try:
-            now = self._wait(self._executor().submit(self.backend.version))
-        except (Transient, Permanent):
+            now = self._wait(self._executor().submit(self._retried, lambda _: self.backend.version()))
+        except (PackReplaced, InputError):  # gone (404), or no longer an object hframe can read
             return False
         return self._version is not None and now == self._version
 

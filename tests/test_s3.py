@@ -28,6 +28,7 @@ from conftest import (
     hframe_bin,
     make_photos,
     moto_s3,
+    moto_s3_process,
     run_bin,
 )
 from range_server import RangeServer
@@ -516,6 +517,64 @@ def md5s_of(p: h.PackReader) -> list[str]:
 
 def test_ctrl_c_ends_a_stuck_s3_read_within_a_second(flaky):
     assert_ctrl_c_ends_a_stuck_read(flaky, ["get", fake_url(flaky), "5"])
+
+
+# -- a store that dies or is interrupted while a command reads ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    """A 96 MiB pack of incompressible 1 MiB frames (and its index): reading it takes moto a
+    while, so a command is still reading it when the test acts."""
+    root = tmp_path_factory.mktemp("big")
+    src = root / "src"
+    src.mkdir()
+    rng = random.Random(7)
+    for i in range(96):
+        (src / f"{i:03d}.bin").write_bytes(rng.randbytes(1 << 20))
+    h.pack([src], root / "big.hframe")
+    shutil.rmtree(src)
+    return root / "big.hframe"
+
+
+def moto_holding(pack: Path, workdir: Path):
+    """A moto server of its own (the test kills it or reads its log) holding ``pack`` in bkt."""
+    ctx = moto_s3_process(workdir)
+    endpoint, proc, log = ctx.__enter__()
+    fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", allow_bucket_creation=True)
+    fs.create_dir("bkt")
+    upload(fs, [pack, Path(f"{pack}.index.parquet")], "bkt")
+    return ctx, endpoint, proc, log
+
+
+def ranged_gets(log: Path, key: str) -> int:
+    """Requests for ``key`` in moto's log (one line per request answered)."""
+    return sum(1 for line in log.read_text(errors="replace").splitlines() if f"GET /bkt/{key}" in line)
+
+
+def test_an_s3_store_that_dies_mid_verify_is_a_connection_failure_not_a_replaced_pack(big, tmp_path):
+    ctx, endpoint, proc, log = moto_holding(big, tmp_path / "moto")
+    try:
+        url = s3_url(endpoint, big.name)
+        v = subprocess.Popen(
+            [hframe_bin(), "verify", url],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **FAST_FAIL, "HFRAME_TTY": "0"},
+        )
+        deadline = time.monotonic() + 60
+        while ranged_gets(log, big.name) < 4 and v.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # the pack's metadata, probe and trailer, the index: then its blocks
+        assert v.poll() is None, "verify ended before the store could be killed: make the pack bigger"
+        proc.kill()  # the store dies mid-verify
+        proc.wait(timeout=10)
+        _, err = v.communicate(timeout=60)
+    finally:
+        ctx.__exit__(None, None, None)
+    line = err.decode()
+    assert v.returncode == 3, line
+    assert line.count("\n") == 1 and line.startswith(f"s3://bkt/{big.name}"), line
+    assert "replaced" not in line and "connection failed" in line, line
 
 
 # -- review findings: forms, orphans, interrupted publishes, replaced compressed packs -----------
