@@ -15,6 +15,8 @@ here, once, the same for every backend (``man/hframe.1``, REMOTE PACKS):
   bytes; a body shorter than asked is an error, never data;
 * **concurrency**: requests run on this file's worker threads, at most ``in_flight`` at once;
   the calling thread waits in short slices, so Ctrl-C ends a remote command within a second;
+  once the command has a SIGINT/SIGTERM (``signals.pending_signal``), no request is started and
+  no thread waits for one (a reader's threads would keep a batch's queued reads going);
 * **counters**: requests, bytes, retries, throttles (``bench``, ``verify --json``).
 """
 
@@ -35,6 +37,7 @@ from typing import Any, TypeVar
 from .errors import InputError, PackReplaced, StorageError
 from .locations import shown_url
 from .policy import Budget, Counters, Permanent, RequestPolicy, Response, Transient
+from .signals import pending_signal
 
 __all__ = ["Counters", "HttpBackend", "RemoteFile", "RequestPolicy", "remote_url"]
 
@@ -298,6 +301,8 @@ class RemoteFile:
             attempt += 1
             if self._closed:
                 raise StorageError(f"{self.location}: closed while reading")
+            if pending_signal() is not None:  # the command is stopping: the store is not asked again
+                raise KeyboardInterrupt
             if self._gone is not None:  # every later answer would be a refusal (412) or another version
                 raise PackReplaced(self._gone)
             self.counters.add(requests=1)
@@ -373,8 +378,11 @@ class RemoteFile:
         return self._executor().submit(lambda: self._request(offset, length, deadline).body)
 
     def _wait(self, future: Future[_T]) -> _T:
-        """The future's result, waited for in short slices (a signal handler runs between)."""
+        """The future's result, waited for in short slices (a signal handler runs between; on
+        a thread that is not the main one, a signal the command received ends the wait)."""
         while True:
+            if pending_signal() is not None:
+                raise KeyboardInterrupt
             try:
                 return future.result(timeout=_WAIT_SLICE_S)
             except FutureTimeout:

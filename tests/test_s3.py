@@ -777,3 +777,46 @@ def test_verify_finds_a_shard_that_is_not_the_one_its_manifest_names(s3, staging
     assert r.returncode == 1 and not doc["ok"], r.stderr
     found = [p for pack in doc["packs"] for p in pack["problems"] if p["check"] == "manifest"]
     assert len(found) == 1 and "d-00001.hframe" in found[0]["message"]
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    """A pack of 1500 frames of 16 KiB: a bench batch of 256 of them is 256 requests."""
+    root = tmp_path_factory.mktemp("many")
+    src = root / "src"
+    src.mkdir()
+    rng = random.Random(8)
+    for i in range(1500):
+        (src / f"{i:04d}.bin").write_bytes(rng.randbytes(16 << 10))
+    h.pack([src], root / "many.hframe")
+    shutil.rmtree(src)
+    return root / "many.hframe"
+
+
+@pytest.mark.parametrize("bench", ["bench-warm", "bench-cold"])
+def test_ctrl_c_stops_an_s3_bench_and_its_requests(many, tmp_path, bench):
+    """SIGINT while a bench reads over S3 ends it with exit 130, and the store gets no more
+    requests than were in flight at the signal: a batch's queued reads are not made after it
+    (they were: 128 GETs, 2-30 s, while the reader's threads waited for them)."""
+    in_flight = 4
+    ctx, endpoint, proc, log = moto_holding(many, tmp_path / "moto")
+    try:
+        env = {**os.environ, "HFRAME_TTY": "0", "HFRAME_IO_IN_FLIGHT": str(in_flight)}
+        cmd = [hframe_bin(), bench, s3_url(endpoint, many.name), "--frames", "256", "--batches", "1000"]
+        b = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        deadline = time.monotonic() + 60
+        while ranged_gets(log, many.name) < 40 and b.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # well into the first batch
+        assert b.poll() is None, b.stderr.read() if b.stderr else ""
+        before = ranged_gets(log, many.name)
+        t0 = time.monotonic()
+        b.send_signal(signal.SIGINT)
+        _, err = b.communicate(timeout=60)
+        took = time.monotonic() - t0
+        time.sleep(1.0)  # what was in flight is answered (and logged) by now
+        after = ranged_gets(log, many.name) - before
+    finally:
+        ctx.__exit__(None, None, None)
+    assert b.returncode == 130 and err == b"hframe: error: interrupted\n", err
+    assert took < 10  # (1 s as a rule; this catches a wait for the batch, not a slow machine)
+    assert after <= in_flight, f"{after} GETs after the signal"
