@@ -285,7 +285,7 @@ class RemoteFile:
 
     def _request(self, start: int, length: int | None, deadline: float | None = None) -> Response:
         """One GET with the policy's retries (``deadline``: the end of the read it serves)."""
-        resp = self._retried(lambda until: self.backend.get(start, length, self.etag, until), deadline)
+        resp: Response = self._retried(lambda until: self.backend.get(start, length, self.etag, until), deadline)
         self.counters.add(requests=resp.requests - 1, nbytes=len(resp.body))
         self._same_version(resp)
         return resp

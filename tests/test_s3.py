@@ -13,8 +13,10 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -320,6 +322,79 @@ def test_pack_to_gcs_publishes_and_reads_back(local, tmp_path, monkeypatch):
             assert len(p) == len(here)
         fs = pafs.GcsFileSystem(anonymous=True, endpoint_override=endpoint, scheme="http")
         assert keys(fs, "wbkt/sub") == ["wbkt/sub/p.hframe", "wbkt/sub/p.hframe.index.parquet"]
+
+
+GCS_FAST = {"HFRAME_IO_REQUEST_TIMEOUT": "1", "HFRAME_IO_ATTEMPTS": "2", "HFRAME_IO_TIMEOUT": "10"}
+
+
+def test_a_gcs_store_that_stops_answering_mid_read_fails_the_attempt_at_the_request_timeout(
+    local, tmp_path, monkeypatch
+):
+    """pyarrow's GCS client takes no request timeout (its own: 120 s without a byte, built into
+    google-cloud-cpp): a store that goes silent mid-read must still fail each attempt at
+    HFRAME_IO_REQUEST_TIMEOUT, as over S3 and HTTP, and the read with exit 3's error."""
+    for k, v in GCS_FAST.items():
+        monkeypatch.setenv(k, v)
+    proxy_code = Path(__file__).with_name("range_server.py")
+    with gcs_emulator(tmp_path / "gcs", "gbkt") as endpoint:
+        # (the proxy in a process of its own, as a store is: nothing it does waits for this one)
+        proxy = subprocess.Popen([sys.executable, str(proxy_code), "stall-proxy", endpoint], stdout=subprocess.PIPE)
+        try:
+            assert proxy.stdout is not None
+            port = int(proxy.stdout.readline())
+            fs = pafs.GcsFileSystem(anonymous=True, endpoint_override=endpoint, scheme="http")
+            upload(fs, [local / "p.hframe", local / "p.hframe.index.parquet"], "gbkt")
+            url = f"gs://gbkt/p.hframe?endpoint_override=127.0.0.1:{port}&scheme=http&anonymous=true"
+            with h.open_pack(url) as p:
+                want = md5s(local / "p.hframe")
+                assert hashlib.md5(p[len(p) - 1]).hexdigest() == want[-1]
+                proxy.send_signal(signal.SIGUSR1)  # the store goes silent
+                time.sleep(0.2)
+                outcome: list[BaseException | bytes] = []
+                t0 = time.monotonic()
+                reader = threading.Thread(target=lambda: outcome.append(_try(lambda: p[len(p) - 2])), daemon=True)
+                reader.start()
+                reader.join(30)  # 2 attempts of 1 s (and a pause): seconds, not the client's 120 s
+                took = time.monotonic() - t0
+                assert not reader.is_alive(), "the read still waits for the stalled store after 30 s"
+        finally:
+            proxy.kill()
+            proxy.wait()
+    err = outcome[0]
+    assert isinstance(err, StorageError) and not isinstance(err, PackReplaced), err
+    assert str(err).startswith("gs://gbkt/p.hframe") and "timed out" in str(err) and "2 attempts" in str(err)
+    assert took < 30
+
+
+def _try(read):
+    try:
+        return read()
+    except BaseException as e:  # noqa: BLE001 - handed to the test thread
+        return e
+
+
+def test_a_gcs_endpoint_that_accepts_and_never_answers_is_exit_3_in_seconds(tmp_path):
+    """The first request (the object's metadata) to a listener that accepts and never answers:
+    exit 3 naming the location and its attempts, bounded by the request timeout (it ran past
+    150 s with the request timeout at 1 s)."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        silent.listen(64)
+        port = silent.getsockname()[1]
+        url = f"gs://bkt/p.hframe?endpoint_override=127.0.0.1:{port}&scheme=http&anonymous=true"
+        t0 = time.monotonic()
+        try:
+            r = subprocess.run(
+                [hframe_bin(), "get", url, "0"],
+                capture_output=True,
+                env={**os.environ, "HFRAME_TTY": "0", **GCS_FAST},
+                timeout=60,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail("hframe get still waits for a silent GCS endpoint after 60 s")
+    err = r.stderr.decode()
+    assert r.returncode == 3 and err.startswith("hframe: error: gs://bkt/p.hframe"), err
+    assert "timed out" in err and "2 attempts" in err and err.count("\n") == 1, err
+    assert time.monotonic() - t0 < 60
 
 
 def test_hdfs_without_libhdfs_is_refused_in_one_line(tmp_path):
