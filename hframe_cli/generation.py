@@ -95,8 +95,10 @@ def open_generation(
             info = read_pack_info(storage)
             index, meta = pinned_index(storage, index_path, {info.uuid})
         except FormatError:
-            replaced = unpinned_and_moved(storage)
-            storage.close()
+            try:
+                replaced = unpinned_and_moved(storage)  # (a store that cannot say raises StorageError)
+            finally:
+                storage.close()
             if replaced:  # its reads met a newer object than its size came from: open it again
                 raise Overtaken from None
             raise
@@ -218,8 +220,10 @@ def pinned_index(storage: Storage, ipath: str, uuids: set[str]) -> tuple[Storage
         try:
             meta = read_index_meta(ipath, stream=index.stream())
         except FormatError:
-            replaced = unpinned_and_moved(index)
-            index.close()
+            try:
+                replaced = unpinned_and_moved(index)
+            finally:
+                index.close()
             if replaced:
                 raise Overtaken from None
             raise

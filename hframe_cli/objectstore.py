@@ -12,6 +12,13 @@ scheme=http&region=R``); an S3 endpoint may also come from ``AWS_ENDPOINT_URL_S3
 ``AWS_ENDPOINT_URL``, as the AWS tools take it. Credentials never appear in a location: one that
 holds them (``s3://KEY:SECRET@BUCKET/...``) is refused before any request (``_CREDENTIALS``).
 
+pyarrow's S3 client takes hframe's connect and request timeouts. Its GCS client takes none (only
+a time limit for its own retries; without a byte, a download waits 120 s, a constant built into
+google-cloud-cpp, and a metadata request longer): there every request runs on a thread of its
+own and is given up after ``request_timeout_s`` for each 8 MiB it asks for (the rest of the
+read's deadline at most), a ``Transient`` failure like a timeout over HTTP; the request given
+up ends by itself, in the background.
+
 A ranged read through pyarrow cannot carry ``If-Match``. GCS reads are pinned anyway (pyarrow
 asks for the object's generation); S3 and HDFS reads are not, so ``pinned`` is False for them
 and the reader checks every frame it returns against the index's md5 (``reader.py``).
@@ -25,7 +32,8 @@ import re
 import threading
 import time
 import urllib.parse
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from .errors import InputError, StorageError
 from .locations import has_credentials, shown_url
@@ -49,6 +57,10 @@ _CREDENTIALS = {
     "or log in with 'gcloud auth application-default login'",
     "hdfs": "give the user as ?user=NAME, or log in with Kerberos (kinit)",
 }
+#: where the client takes no request timeout (GCS), a request is given up after
+#: ``request_timeout_s`` for each this many bytes it asks for
+BOUNDED_BYTES = 8 * 1024 * 1024
+_T = TypeVar("_T")
 
 
 def split_location(location: str) -> tuple[str, str, dict[str, str]]:
@@ -217,6 +229,7 @@ class ObjectBackend:
     def __init__(self, url: str, policy: RequestPolicy) -> None:
         self.url = url
         self.pinned = split_location(url)[0] == "gs"  # (a bad location is refused here)
+        self.bounded = self.pinned  # GCS: no request timeout in the client, hframe bounds each request
         self.policy = policy
         self._lock = threading.Lock()
         self._handle: tuple[int, Any, int, str | None] | None = None  # (pid, file, size, etag)
@@ -230,7 +243,7 @@ class ObjectBackend:
                 handle = self._handle
                 if handle is None or handle[0] != pid:  # one opening, however many threads ask
                     fs, key = object_at(self.url, self.policy)
-                    f = fs.open_input_file(key)
+                    f = self._within(0, None, lambda: fs.open_input_file(key))
                     self._handle = (pid, f, f.size(), _tag(f))
                     return f, f.size(), self._handle[3], 1
         return handle[1], handle[2], handle[3], 0
@@ -244,10 +257,11 @@ class ObjectBackend:
             if etag is not None and tag != etag:
                 raise Permanent("replaced", f"the object changed (its ETag is now {tag})")
             if length is None:
-                body = f.read_at(size, 0) if size else b""
+                body = self._within(size, deadline, lambda: f.read_at(size, 0)) if size else b""
             else:
                 length = max(0, min(length, size - start))
-                body = f.read_at(length, start) if length else b""
+                want = length
+                body = self._within(want, deadline, lambda: f.read_at(want, start)) if want else b""
         except (OSError, ValueError) as e:
             raise _classify(e) from None
         body = bytes(body) if not isinstance(body, bytes) else body
@@ -260,13 +274,42 @@ class ObjectBackend:
         """(ETag or generation, size) of the object at the location now (one metadata request)."""
         try:
             fs, key = object_at(self.url, self.policy)
-            f = fs.open_input_file(key)
+            f = self._within(0, None, lambda: fs.open_input_file(key))
             try:
                 return _tag(f), f.size()
             finally:
                 f.close()
         except (OSError, ValueError) as e:
             raise _classify(e) from None
+
+    def _within(self, nbytes: int, deadline: float | None, call: Callable[[], _T]) -> _T:
+        """``call()`` (one request of the client), given up as ``Transient`` when it has not
+        ended in ``request_timeout_s`` per ``BOUNDED_BYTES`` asked for, nor by ``deadline``, where
+        the client cannot be told so (``bounded``): it then runs on, and ends, on its own thread."""
+        if not self.bounded:
+            return call()
+        limit = self.policy.request_timeout_s * max(1, -(-nbytes // BOUNDED_BYTES))
+        if deadline is not None:
+            limit = min(limit, deadline - time.monotonic())
+        if limit <= 0:
+            raise Transient("timed out (the deadline passed)")
+        done = threading.Event()
+        outcome: list[Any] = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, call()))
+            except BaseException as e:  # noqa: BLE001 - handed to the thread that waits
+                outcome.append((False, e))
+            done.set()
+
+        threading.Thread(target=run, name="hframe-request", daemon=True).start()
+        if not done.wait(limit):
+            raise Transient(f"timed out (no answer in {limit:.3g} s)")
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
 
     def close(self) -> None:
         handle, self._handle = self._handle, None
@@ -315,4 +358,6 @@ def _classify(err: Exception) -> Exception:
         word in upper for word in ("SLOW_DOWN", "SLOWDOWN", "THROTTL", "[CODE 429]", "[CODE 503]", "RESOURCE_EXHAUSTED")
     ):
         return Transient(short, throttled=True)
+    if any(word in upper for word in ("NETWORK_CONNECTION", "CURLCODE", "CURL ERROR", "COULD NOT CONNECT")):
+        return Transient(f"connection failed: {short}")  # said as an HTTP store's is
     return Transient(short)

@@ -15,6 +15,8 @@ here, once, the same for every backend (``man/hframe.1``, REMOTE PACKS):
   bytes; a body shorter than asked is an error, never data;
 * **concurrency**: requests run on this file's worker threads, at most ``in_flight`` at once;
   the calling thread waits in short slices, so Ctrl-C ends a remote command within a second;
+  once the command has a SIGINT/SIGTERM (``signals.pending_signal``), no request is started and
+  no thread waits for one (a reader's threads would keep a batch's queued reads going);
 * **counters**: requests, bytes, retries, throttles (``bench``, ``verify --json``).
 """
 
@@ -36,6 +38,7 @@ from typing import Any, TypeVar
 from .errors import InputError, PackReplaced, StorageError
 from .locations import shown_url
 from .policy import Budget, Counters, Permanent, RequestPolicy, Response, Transient
+from .signals import pending_signal
 
 __all__ = ["Counters", "HttpBackend", "RemoteFile", "RequestPolicy", "remote_url"]
 
@@ -158,6 +161,7 @@ class HttpBackend:
             headers["If-Match"] = etag
         if self.authorization is not None:
             headers["Authorization"] = self.authorization
+        reused, answered = conn.sock is not None, False
         try:
             if conn.sock is None:
                 conn.connect()
@@ -167,6 +171,7 @@ class HttpBackend:
             sock.settimeout(self._timeout(deadline))
             conn.request("GET", self.target, headers=headers)
             resp = conn.getresponse()
+            answered = True
             status = resp.status
             declared = resp.getheader("Content-Length")
             size_said = int(declared) if declared is not None and declared.isdigit() else None
@@ -184,9 +189,14 @@ class HttpBackend:
             raise Transient(f"timed out ({e or 'no answer'})") from None
         except (OSError, http.client.HTTPException) as e:
             self._drop()
+            if reused and not answered and isinstance(e, (ConnectionResetError, BrokenPipeError)):
+                # a kept-alive connection the server had closed (idle too long, or nginx after a
+                # 412): the request never reached it; ask again on a new connection, once (a
+                # new one is not ``reused``), as no attempt of the policy was spent
+                return self.get(start, length, etag, deadline)
             raise Transient(f"connection failed: {e.__class__.__name__}: {e}") from None
-        if resp.getheader("Connection", "").lower() == "close":
-            self._drop()
+        if resp.getheader("Connection", "").lower() == "close" or status not in (200, 206):
+            self._drop()  # nginx closes after a 412 though its answer says keep-alive: so do we
         if status in (429, 503):
             raise Transient(f"HTTP {status} (throttled)", throttled=True)
         if status >= 500 or status == 408:
@@ -306,6 +316,7 @@ class RemoteFile:
         self.etag = etag
         self._closed = False
         self._version: tuple[str | None, int] | None = None  # (ETag, size) of the first answer
+        self._gone: str | None = None  # why the version read is known to be replaced (then: no more requests)
         pinned = etag is not None
         # on a worker, as every request: a client blocked in C++ (pyarrow) would not see Ctrl-C
         try:
@@ -325,6 +336,14 @@ class RemoteFile:
 
     def _request(self, start: int, length: int | None, deadline: float | None = None) -> Response:
         """One GET with the policy's retries (``deadline``: the end of the read it serves)."""
+        resp: Response = self._retried(lambda until: self.backend.get(start, length, self.etag, until), deadline)
+        self.counters.add(requests=resp.requests - 1, nbytes=len(resp.body))
+        self._same_version(resp)
+        return resp
+
+    def _retried(self, call: Callable[[float], _T], deadline: float | None = None) -> _T:
+        """``call(deadline)`` (one request of the backend) with the policy's retries; its
+        ``Transient`` and ``Permanent`` failures as hframe errors naming the location."""
         policy = self.policy
         t0 = time.monotonic()
         deadline = deadline if deadline is not None else t0 + policy.deadline_s
@@ -333,9 +352,13 @@ class RemoteFile:
             attempt += 1
             if self._closed:
                 raise StorageError(f"{self.location}: closed while reading")
+            if pending_signal() is not None:  # the command is stopping: the store is not asked again
+                raise KeyboardInterrupt
+            if self._gone is not None:  # every later answer would be a refusal (412) or another version
+                raise PackReplaced(self._gone)
             self.counters.add(requests=1)
             try:
-                resp: Response = self.backend.get(start, length, self.etag, deadline)
+                result = call(deadline)
             except Transient as e:
                 self.counters.add(throttles=int(e.throttled))
                 pause = random.uniform(0, min(policy.backoff_cap_s, policy.backoff_s * 2 ** (attempt - 1)))
@@ -349,29 +372,29 @@ class RemoteFile:
                     self.counters.add(retries=1)
                     time.sleep(pause)
                     continue
+                if self._gone is not None:  # another request of this file learnt meanwhile that the
+                    raise PackReplaced(self._gone) from None  # version is gone: that is the answer
                 raise StorageError(
                     f"{self.location}: {e} after {attempt} attempt{'s' if attempt > 1 else ''} "
                     f"in {time.monotonic() - t0:.1f} s{why}"
                 ) from None
             except Permanent as e:
                 if e.kind == "missing" and self._version is not None:  # it was there when opened
-                    raise PackReplaced(
+                    raise self._replaced(
                         f"{self.location}: the object was removed or replaced since this reader opened it ({e}); "
                         "open it again"
                     ) from None
                 if e.kind == "missing":
                     raise InputError(f"{self.location}: no such file ({e})") from None
                 if e.kind == "replaced":
-                    raise PackReplaced(
+                    raise self._replaced(
                         f"{self.location}: the pack was replaced since this reader opened it ({e}); open it again"
                     ) from None
                 if e.kind in ("unsupported", "redirect"):
                     raise InputError(f"{self.location}: {e}") from None
                 raise StorageError(f"{self.location}: {e}") from None
             self._budget.earn()
-            self.counters.add(requests=resp.requests - 1, nbytes=len(resp.body))
-            self._same_version(resp)
-            return resp
+            return result
 
     def _same_version(self, resp: Response) -> None:
         """Every answer must come from the version the first one did: same size, same ETag (weak
@@ -382,10 +405,17 @@ class RemoteFile:
             return
         etag, size = self._version
         if resp.size != size or (etag is not None and resp.etag is not None and resp.etag != etag):
-            raise PackReplaced(
+            raise self._replaced(
                 f"{self.location}: the pack was replaced since this reader opened it (now {resp.size} bytes, "
                 f"ETag {resp.etag}; it was {size} bytes, ETag {etag}); open it again"
             )
+
+    def _replaced(self, message: str) -> PackReplaced:
+        """``PackReplaced``, remembered: the version this file reads is gone, so its later reads
+        (and those that failed meanwhile for another reason) are ``PackReplaced`` too, at once."""
+        if self._gone is None:
+            self._gone = message
+        return PackReplaced(message)
 
     def _executor(self) -> ThreadPoolExecutor:
         pid = os.getpid()
@@ -399,8 +429,11 @@ class RemoteFile:
         return self._executor().submit(lambda: self._request(offset, length, deadline).body)
 
     def _wait(self, future: Future[_T]) -> _T:
-        """The future's result, waited for in short slices (a signal handler runs between)."""
+        """The future's result, waited for in short slices (a signal handler runs between; on
+        a thread that is not the main one, a signal the command received ends the wait)."""
         while True:
+            if pending_signal() is not None:
+                raise KeyboardInterrupt
             try:
                 return future.result(timeout=_WAIT_SLICE_S)
             except FutureTimeout:
@@ -507,11 +540,14 @@ class RemoteFile:
         return pa.BufferReader(self.read_all())
 
     def is_at_path(self) -> bool:
-        """Whether the URL still serves the version this handle pinned (one small request)."""
-        self.counters.add(requests=1)
+        """Whether the URL still serves the version this handle pinned (one small request, retried
+        as a read is). A store that cannot say (unreachable, denying) is not a sign of another
+        version: that failure is raised (``StorageError``), as a read's would be."""
+        if self._gone is not None:
+            return False
         try:
-            now = self._wait(self._executor().submit(self.backend.version))
-        except (Transient, Permanent):
+            now = self._wait(self._executor().submit(self._retried, lambda _: self.backend.version()))
+        except (PackReplaced, InputError):  # gone (404), or no longer an object hframe can read
             return False
         return self._version is not None and now == self._version
 

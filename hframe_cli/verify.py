@@ -990,8 +990,19 @@ def verify_pack(
 def _replaced_while_read(report: PackReport, storage: Storage) -> None:
     """A remote pack whose reads are not pinned to a version (``RemoteFile.pinned``) and that
     shows problems may have been replaced while it was read: then that is the finding (exit 3),
-    not damage."""
-    if (report.problems or report.error) and unpinned_and_moved(storage):
+    not damage. A store that cannot be asked (it died meanwhile) is no sign of that: the read's
+    own failure stands, and problems it cannot tell from a publish are not reported as damage."""
+    if not (report.problems or report.error):
+        return
+    try:
+        moved = unpinned_and_moved(storage)
+    except StorageError as e:
+        if report.problems:
+            report.problems.clear()
+            report.error = f"{e} (asked whether frames that did not match were a publish); verify it again"
+            report.error_is_storage = True
+        return
+    if moved:
         report.problems.clear()
         report.error = f"{report.pack}: the pack was replaced while it was verified; verify it again"
         report.error_is_storage = True

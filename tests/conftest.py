@@ -244,6 +244,14 @@ S3_ENV = {"AWS_ACCESS_KEY_ID": "hframe-test", "AWS_SECRET_ACCESS_KEY": "hframe-t
 def moto_s3(workdir: Path) -> Iterator[str]:
     """moto's S3 server (PyPI ``moto[server]``, a test extra) on a free loopback port; yields its
     ``HOST:PORT``. Sets fake credentials in the environment (and restores it after)."""
+    with moto_s3_process(workdir) as (endpoint, _, _):
+        yield endpoint
+
+
+@contextmanager
+def moto_s3_process(workdir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
+    """``moto_s3``, yielding (``HOST:PORT``, the server process, its log: one line per request
+    answered) for tests that kill the store or count its requests."""
     exe = _tool("moto_server")
     if exe is None:
         pytest.fail("moto_server is not installed (pip install 'moto[server]': a test extra)")
@@ -253,9 +261,10 @@ def moto_s3(workdir: Path) -> Iterator[str]:
     os.environ.update(S3_ENV)
     proc = _serve([exe, "-H", "127.0.0.1", "-p", str(port)], port, "moto_server", workdir / "moto.log")
     try:
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", proc, workdir / "moto.log"
     finally:
-        proc.terminate()
+        if proc.poll() is None:
+            proc.terminate()
         proc.wait(timeout=10)
         for k, v in saved.items():
             if v is None:

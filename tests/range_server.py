@@ -205,3 +205,81 @@ class RangeServer:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class StallingProxy:
+    """A TCP proxy on 127.0.0.1 (a free port) to ``target`` (``HOST:PORT``) that can be told to
+    go silent: with ``stalled`` set, it passes no more bytes either way on any connection, new
+    or open (they stay open): a store that hangs mid-read, for clients whose requests cannot be
+    faulted otherwise (pyarrow's GCS client in front of an emulator). Run it in a process of its
+    own (``python range_server.py stall-proxy HOST:PORT``: it prints its port, and SIGUSR1
+    stalls it) where the client under test may hold the GIL while it waits."""
+
+    def __init__(self, target: str) -> None:
+        host, _, port = target.partition(":")
+        self.target = (host, int(port))
+        self.stalled = False
+        self.connections = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._open: list[socket.socket] = []
+        self._closing = False
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            upstream = socket.create_connection(self.target)
+            self._open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                while self.stalled and not self._closing:
+                    time.sleep(0.05)
+                data = src.recv(1 << 16)
+                while self.stalled and not self._closing:  # (what arrives meanwhile is held)
+                    time.sleep(0.05)
+                if not data or self._closing:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def __enter__(self) -> StallingProxy:
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._closing = True
+        self.listener.close()
+        for s in self._open:
+            s.close()
+
+
+if __name__ == "__main__":
+    import signal
+    import sys
+
+    if sys.argv[1:2] != ["stall-proxy"] or len(sys.argv) != 3:
+        sys.exit("usage: range_server.py stall-proxy HOST:PORT")
+    with StallingProxy(sys.argv[2]) as proxy:
+        signal.signal(signal.SIGUSR1, lambda *_: setattr(proxy, "stalled", True))
+        print(proxy.port, flush=True)
+        while True:
+            time.sleep(3600)

@@ -232,6 +232,35 @@ def test_nginx_refuses_a_read_of_a_replaced_pack(nginx, tmp_path):
         Path(f"{copy}.index.parquet").unlink()
 
 
+def test_a_batch_read_after_a_replace_on_nginx_is_always_pack_replaced(tmp_path):
+    """nginx answers a stale If-Match with 412 and then closes the connection, though its answer
+    said keep-alive: the next request on it meets a closed connection. Code that catches
+    ``PackReplaced`` to open the pack again must get it every time, never a "connection failed
+    ... retry budget spent" ``StorageError``; and once it has it, no more requests are made."""
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = random.Random(3)
+    for i in range(600):  # scattered 256-frame samples: one request per frame, a batch at once
+        (src / f"{i:03d}.bin").write_bytes(rng.randbytes(rng.randrange(20_000, 40_000)))
+    site = tmp_path / "site"
+    site.mkdir()
+    h.pack([src], site / "p.hframe")
+    data = (site / "p.hframe").read_bytes()
+    with nginx_serving(site, tmp_path / "nginx") as base:
+        for run in range(20):
+            with h.open_pack(f"{base}/p.hframe") as p:
+                p.read_many(rng.sample(range(len(p)), 64))
+                (site / "p.hframe").write_bytes(data)  # the same bytes, a new version (nginx's ETag:
+                os.utime(site / "p.hframe", (1000 * (run + 1),) * 2)  # mtime in seconds and size)
+                for _ in range(2):  # and again: the version is still gone
+                    with pytest.raises(PackReplaced, match="replaced since this reader opened it"):
+                        p.read_many(rng.sample(range(len(p)), 256))
+                before = p.storage_counters().requests
+                with pytest.raises(PackReplaced):
+                    p[len(p) - 1]
+                assert p.storage_counters().requests == before  # known gone: not asked for again
+
+
 def test_io_timeout_bounds_a_read_before_or_after_the_command(srv):
     srv.faults.extend(["hang"] * 10)
     srv.hang_s = 10

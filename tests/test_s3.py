@@ -13,8 +13,10 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from conftest import (
     hframe_bin,
     make_photos,
     moto_s3,
+    moto_s3_process,
     run_bin,
 )
 from range_server import RangeServer
@@ -321,6 +324,79 @@ def test_pack_to_gcs_publishes_and_reads_back(local, tmp_path, monkeypatch):
         assert keys(fs, "wbkt/sub") == ["wbkt/sub/p.hframe", "wbkt/sub/p.hframe.index.parquet"]
 
 
+GCS_FAST = {"HFRAME_IO_REQUEST_TIMEOUT": "1", "HFRAME_IO_ATTEMPTS": "2", "HFRAME_IO_TIMEOUT": "10"}
+
+
+def test_a_gcs_store_that_stops_answering_mid_read_fails_the_attempt_at_the_request_timeout(
+    local, tmp_path, monkeypatch
+):
+    """pyarrow's GCS client takes no request timeout (its own: 120 s without a byte, built into
+    google-cloud-cpp): a store that goes silent mid-read must still fail each attempt at
+    HFRAME_IO_REQUEST_TIMEOUT, as over S3 and HTTP, and the read with exit 3's error."""
+    for k, v in GCS_FAST.items():
+        monkeypatch.setenv(k, v)
+    proxy_code = Path(__file__).with_name("range_server.py")
+    with gcs_emulator(tmp_path / "gcs", "gbkt") as endpoint:
+        # (the proxy in a process of its own, as a store is: nothing it does waits for this one)
+        proxy = subprocess.Popen([sys.executable, str(proxy_code), "stall-proxy", endpoint], stdout=subprocess.PIPE)
+        try:
+            assert proxy.stdout is not None
+            port = int(proxy.stdout.readline())
+            fs = pafs.GcsFileSystem(anonymous=True, endpoint_override=endpoint, scheme="http")
+            upload(fs, [local / "p.hframe", local / "p.hframe.index.parquet"], "gbkt")
+            url = f"gs://gbkt/p.hframe?endpoint_override=127.0.0.1:{port}&scheme=http&anonymous=true"
+            with h.open_pack(url) as p:
+                want = md5s(local / "p.hframe")
+                assert hashlib.md5(p[len(p) - 1]).hexdigest() == want[-1]
+                proxy.send_signal(signal.SIGUSR1)  # the store goes silent
+                time.sleep(0.2)
+                outcome: list[BaseException | bytes] = []
+                t0 = time.monotonic()
+                reader = threading.Thread(target=lambda: outcome.append(_try(lambda: p[len(p) - 2])), daemon=True)
+                reader.start()
+                reader.join(30)  # 2 attempts of 1 s (and a pause): seconds, not the client's 120 s
+                took = time.monotonic() - t0
+                assert not reader.is_alive(), "the read still waits for the stalled store after 30 s"
+        finally:
+            proxy.kill()
+            proxy.wait()
+    err = outcome[0]
+    assert isinstance(err, StorageError) and not isinstance(err, PackReplaced), err
+    assert str(err).startswith("gs://gbkt/p.hframe") and "timed out" in str(err) and "2 attempts" in str(err)
+    assert took < 30
+
+
+def _try(read):
+    try:
+        return read()
+    except BaseException as e:  # noqa: BLE001 - handed to the test thread
+        return e
+
+
+def test_a_gcs_endpoint_that_accepts_and_never_answers_is_exit_3_in_seconds(tmp_path):
+    """The first request (the object's metadata) to a listener that accepts and never answers:
+    exit 3 naming the location and its attempts, bounded by the request timeout (it ran past
+    150 s with the request timeout at 1 s)."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        silent.listen(64)
+        port = silent.getsockname()[1]
+        url = f"gs://bkt/p.hframe?endpoint_override=127.0.0.1:{port}&scheme=http&anonymous=true"
+        t0 = time.monotonic()
+        try:
+            r = subprocess.run(
+                [hframe_bin(), "get", url, "0"],
+                capture_output=True,
+                env={**os.environ, "HFRAME_TTY": "0", **GCS_FAST},
+                timeout=60,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail("hframe get still waits for a silent GCS endpoint after 60 s")
+    err = r.stderr.decode()
+    assert r.returncode == 3 and err.startswith("hframe: error: gs://bkt/p.hframe"), err
+    assert "timed out" in err and "2 attempts" in err and err.count("\n") == 1, err
+    assert time.monotonic() - t0 < 60
+
+
 def test_hdfs_without_libhdfs_is_refused_in_one_line(tmp_path):
     try:
         pafs.HadoopFileSystem("127.0.0.1", 1)
@@ -516,6 +592,64 @@ def md5s_of(p: h.PackReader) -> list[str]:
 
 def test_ctrl_c_ends_a_stuck_s3_read_within_a_second(flaky):
     assert_ctrl_c_ends_a_stuck_read(flaky, ["get", fake_url(flaky), "5"])
+
+
+# -- a store that dies or is interrupted while a command reads ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    """A 96 MiB pack of incompressible 1 MiB frames (and its index): reading it takes moto a
+    while, so a command is still reading it when the test acts."""
+    root = tmp_path_factory.mktemp("big")
+    src = root / "src"
+    src.mkdir()
+    rng = random.Random(7)
+    for i in range(96):
+        (src / f"{i:03d}.bin").write_bytes(rng.randbytes(1 << 20))
+    h.pack([src], root / "big.hframe")
+    shutil.rmtree(src)
+    return root / "big.hframe"
+
+
+def moto_holding(pack: Path, workdir: Path):
+    """A moto server of its own (the test kills it or reads its log) holding ``pack`` in bkt."""
+    ctx = moto_s3_process(workdir)
+    endpoint, proc, log = ctx.__enter__()
+    fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", allow_bucket_creation=True)
+    fs.create_dir("bkt")
+    upload(fs, [pack, Path(f"{pack}.index.parquet")], "bkt")
+    return ctx, endpoint, proc, log
+
+
+def ranged_gets(log: Path, key: str) -> int:
+    """Requests for ``key`` in moto's log (one line per request answered)."""
+    return sum(1 for line in log.read_text(errors="replace").splitlines() if f"GET /bkt/{key}" in line)
+
+
+def test_an_s3_store_that_dies_mid_verify_is_a_connection_failure_not_a_replaced_pack(big, tmp_path):
+    ctx, endpoint, proc, log = moto_holding(big, tmp_path / "moto")
+    try:
+        url = s3_url(endpoint, big.name)
+        v = subprocess.Popen(
+            [hframe_bin(), "verify", url],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **FAST_FAIL, "HFRAME_TTY": "0"},
+        )
+        deadline = time.monotonic() + 60
+        while ranged_gets(log, big.name) < 4 and v.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # the pack's metadata, probe and trailer, the index: then its blocks
+        assert v.poll() is None, "verify ended before the store could be killed: make the pack bigger"
+        proc.kill()  # the store dies mid-verify
+        proc.wait(timeout=10)
+        _, err = v.communicate(timeout=60)
+    finally:
+        ctx.__exit__(None, None, None)
+    line = err.decode()
+    assert v.returncode == 3, line
+    assert line.count("\n") == 1 and line.startswith(f"s3://bkt/{big.name}"), line
+    assert "replaced" not in line and "connection failed" in line, line
 
 
 # -- review findings: forms, orphans, interrupted publishes, replaced compressed packs -----------
@@ -718,3 +852,46 @@ def test_verify_finds_a_shard_that_is_not_the_one_its_manifest_names(s3, staging
     assert r.returncode == 1 and not doc["ok"], r.stderr
     found = [p for pack in doc["packs"] for p in pack["problems"] if p["check"] == "manifest"]
     assert len(found) == 1 and "d-00001.hframe" in found[0]["message"]
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    """A pack of 1500 frames of 16 KiB: a bench batch of 256 of them is 256 requests."""
+    root = tmp_path_factory.mktemp("many")
+    src = root / "src"
+    src.mkdir()
+    rng = random.Random(8)
+    for i in range(1500):
+        (src / f"{i:04d}.bin").write_bytes(rng.randbytes(16 << 10))
+    h.pack([src], root / "many.hframe")
+    shutil.rmtree(src)
+    return root / "many.hframe"
+
+
+@pytest.mark.parametrize("bench", ["bench-warm", "bench-cold"])
+def test_ctrl_c_stops_an_s3_bench_and_its_requests(many, tmp_path, bench):
+    """SIGINT while a bench reads over S3 ends it with exit 130, and the store gets no more
+    requests than were in flight at the signal: a batch's queued reads are not made after it
+    (they were: 128 GETs, 2-30 s, while the reader's threads waited for them)."""
+    in_flight = 4
+    ctx, endpoint, proc, log = moto_holding(many, tmp_path / "moto")
+    try:
+        env = {**os.environ, "HFRAME_TTY": "0", "HFRAME_IO_IN_FLIGHT": str(in_flight)}
+        cmd = [hframe_bin(), bench, s3_url(endpoint, many.name), "--frames", "256", "--batches", "1000"]
+        b = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        deadline = time.monotonic() + 60
+        while ranged_gets(log, many.name) < 40 and b.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # well into the first batch
+        assert b.poll() is None, b.stderr.read() if b.stderr else ""
+        before = ranged_gets(log, many.name)
+        t0 = time.monotonic()
+        b.send_signal(signal.SIGINT)
+        _, err = b.communicate(timeout=60)
+        took = time.monotonic() - t0
+        time.sleep(1.0)  # what was in flight is answered (and logged) by now
+        after = ranged_gets(log, many.name) - before
+    finally:
+        ctx.__exit__(None, None, None)
+    assert b.returncode == 130 and err == b"hframe: error: interrupted\n", err
+    assert took < 10  # (1 s as a rule; this catches a wait for the batch, not a slow machine)
+    assert after <= in_flight, f"{after} GETs after the signal"
