@@ -36,32 +36,32 @@ from .errors import (
     StorageError,
     UnsupportedVersion,
 )
-from .format import FORMAT_VERSION
+from .format.layout import FORMAT_VERSION
 
 # The rest of the public API loads on first use (PEP 562), so that `hframe --version` and a
 # failing command start fast and `import hframe_cli` costs little until a pack is touched.
 _LAZY = {
-    "get_index_path": "index",
-    "collect_sources": "inputs",
-    "MediaOptions": "media",
-    "CheckpointPolicy": "packing",
-    "PackResult": "packing",
-    "pack": "commands",
-    "PackOptions": "commands",
-    "PackOutcome": "commands",
-    "pack_sources": "packing",
-    "resume_pack": "commands",
-    "PackReader": "reader",
-    "ReadStats": "reader",
-    "open_pack": "dataset",
-    "rebuild_index": "scan",
-    "PackReport": "verify",
-    "VerifyReport": "verify",
-    "self_check": "verify",
-    "verify_pack": "verify",
-    "verify_packs": "verify",
-    "PackWriter": "writer",
-    "FrameDataset": "torchdata",
+    "get_index_path": "format.index",
+    "collect_sources": "sources.inputs",
+    "MediaOptions": "sources.media",
+    "CheckpointPolicy": "write.run",
+    "PackResult": "write.run",
+    "pack": "api",
+    "PackOptions": "api",
+    "PackOutcome": "api",
+    "pack_sources": "write.run",
+    "resume_pack": "api",
+    "PackReader": "read.reader",
+    "ReadStats": "read.reader",
+    "open_pack": "read.dataset",
+    "rebuild_index": "write.rebuild",
+    "PackReport": "verify.check",
+    "VerifyReport": "verify.check",
+    "self_check": "verify.check",
+    "verify_pack": "verify.check",
+    "verify_packs": "verify.check",
+    "PackWriter": "write.writer",
+    "FrameDataset": "training.dataset",
 }
 
 
@@ -77,17 +77,17 @@ def __getattr__(name: str) -> object:
 
 
 if TYPE_CHECKING:
-    from .commands import PackOptions, PackOutcome, pack, resume_pack
-    from .dataset import open_pack
-    from .index import get_index_path
-    from .inputs import collect_sources
-    from .media import MediaOptions
-    from .packing import CheckpointPolicy, PackResult, pack_sources
-    from .reader import PackReader, ReadStats
-    from .scan import rebuild_index
-    from .torchdata import FrameDataset
-    from .verify import PackReport, VerifyReport, self_check, verify_pack, verify_packs
-    from .writer import PackWriter
+    from .api import PackOptions, PackOutcome, pack, resume_pack
+    from .format.index import get_index_path
+    from .read.dataset import open_pack
+    from .read.reader import PackReader, ReadStats
+    from .sources.inputs import collect_sources
+    from .sources.media import MediaOptions
+    from .training.dataset import FrameDataset
+    from .verify.check import PackReport, VerifyReport, self_check, verify_pack, verify_packs
+    from .write.rebuild import rebuild_index
+    from .write.run import CheckpointPolicy, PackResult, pack_sources
+    from .write.writer import PackWriter
 
 __all__ = [
     "FORMAT_VERSION",

@@ -1,5 +1,5 @@
 """``python -m hframe_cli`` runs the ``hframe`` command."""
 
-from .entry import run
+from .cli.entry import run
 
 run()

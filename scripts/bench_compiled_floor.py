@@ -110,10 +110,10 @@ def build_c_loop(workdir: Path) -> Path | None:
 
 def python_loop(src: str, out: str) -> float:
     """hframe's worker loop, as ``fanout._work`` runs it per file, in this process (one core)."""
-    from hframe_cli.inputs import collect_sources
-    from hframe_cli.loading import add_loaded, load_prepared
-    from hframe_cli.media import FramePrep, MediaOptions
-    from hframe_cli.writer import ChunkWriter
+    from hframe_cli.sources.inputs import collect_sources
+    from hframe_cli.sources.media import FramePrep, MediaOptions
+    from hframe_cli.write.loading import add_loaded, load_prepared
+    from hframe_cli.write.writer import ChunkWriter
 
     sources = collect_sources([src])
     prep = FramePrep(MediaOptions(), None)
@@ -188,8 +188,10 @@ def main() -> int:
                     runs[method].append(t)
             med = {m: statistics.median(v) for m, v in runs.items()}
             for m, s in med.items():
-                print(f"floor dataset={name} method={m} files={len(files)} wall_s_median={s:.3f} "
-                      f"us_per_file={s / len(files) * 1e6:.1f} runs={','.join(f'{x:.2f}' for x in runs[m])}")
+                print(
+                    f"floor dataset={name} method={m} files={len(files)} wall_s_median={s:.3f} "
+                    f"us_per_file={s / len(files) * 1e6:.1f} runs={','.join(f'{x:.2f}' for x in runs[m])}"
+                )
             if "c_loop" in med:
                 print(f"python_loop_vs_c_loop={med['python_loop'] / med['c_loop']:.2f} dataset={name}")
                 print(f"c_loop_vs_tar={med['c_loop'] / med['tar']:.2f} dataset={name}")

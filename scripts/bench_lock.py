@@ -56,7 +56,7 @@ def main() -> int:
         subprocess.run([HFRAME, "pack", str(src), "-o", str(out), "-q"], check=True)
     version = timed(["--version"], 0, args.repeat)
     unlocked = timed(["pack", str(src), "-o", str(out), "--update", "-q"], 0, args.repeat)
-    code = "import sys; from hframe_cli.lock import OutputLock; l = OutputLock(sys.argv[1]).acquire(); "
+    code = "import sys; from hframe_cli.write.lock import OutputLock; l = OutputLock(sys.argv[1]).acquire(); "
     code += "print('held', flush=True); sys.stdin.read(); l.release()"
     holder = subprocess.Popen([sys.executable, "-c", code, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert holder.stdout is not None and holder.stdout.readline() == b"held\n"

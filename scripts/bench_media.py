@@ -36,9 +36,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_pack import verdict  # noqa: E402
 
 import hframe_cli as h  # noqa: E402
-from hframe_cli.inputs import collect_sources  # noqa: E402
-from hframe_cli.media import MediaOptions  # noqa: E402
-from hframe_cli.packing import CheckpointPolicy, pack_sources  # noqa: E402
+from hframe_cli.sources.inputs import collect_sources  # noqa: E402
+from hframe_cli.sources.media import MediaOptions  # noqa: E402
+from hframe_cli.write.run import CheckpointPolicy, pack_sources  # noqa: E402
 
 WORDS = "person bicycle car motorcycle bus truck boat bench bird cat dog horse sheep cow bottle cup fork".split()
 

@@ -77,8 +77,7 @@ def seed_pack(src: str, out: str) -> None:
             with open(path, "rb") as f:
                 data = f.read()
             pack.write(data)
-            index.append({"name": name, "offset": offset, "length": len(data),
-                          "md5": hashlib.md5(data).hexdigest()})
+            index.append({"name": name, "offset": offset, "length": len(data), "md5": hashlib.md5(data).hexdigest()})
             offset += len(data)
         pack.flush()
         os.fsync(pack.fileno())
@@ -95,10 +94,16 @@ def timed(cmd: list[str]) -> tuple[float, float]:
         if os.access(GNU_TIME, os.X_OK):
             cmd = [GNU_TIME, "-f", "%M", "-o", rss_file.name, *cmd]
         else:  # fresh child per run, so RUSAGE_CHILDREN sees only this command
-            cmd = [sys.executable, "-c", "import resource,subprocess,sys;"
-                   "r=subprocess.run(sys.argv[2:]).returncode;"
-                   "open(sys.argv[1],'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss));"
-                   "sys.exit(r)", rss_file.name, *cmd]
+            cmd = [
+                sys.executable,
+                "-c",
+                "import resource,subprocess,sys;"
+                "r=subprocess.run(sys.argv[2:]).returncode;"
+                "open(sys.argv[1],'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss));"
+                "sys.exit(r)",
+                rss_file.name,
+                *cmd,
+            ]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         wall = time.perf_counter() - t0
@@ -131,16 +136,20 @@ def bench_dataset(data_dir: str, out_dir: str, name: str, repeat: int) -> dict[s
     nockpt_out = os.path.join(out_dir, f"{name}.nockpt.hframe")
     methods = {
         "tar": ([tar_out], ["sh", "-c", f'tar cf "{tar_out}" -C "{src}" . && sync']),
-        "seed": ([seed_out, seed_out + ".json"],
-                 [sys.executable, os.path.abspath(__file__), "--seed-pack", src, seed_out]),
+        "seed": (
+            [seed_out, seed_out + ".json"],
+            [sys.executable, os.path.abspath(__file__), "--seed-pack", src, seed_out],
+        ),
         "hframe": ([hf_out, hf_out + ".index.parquet"], [HFRAME, "pack", src, "-o", hf_out, "--force"]),
     }
     if name in UPDATE_DATASETS:  # right after "hframe", on the pack it wrote; nothing is removed
         methods["hframe_update_noop"] = ([], [HFRAME, "pack", src, "-o", hf_out, "--update"])
         # what any no-op update must do at least: a stat of every file (C, one process)
         methods["find_stat"] = ([], ["sh", "-c", f'find "{src}" -type f -printf "%s %T@\\n" > /dev/null'])
-    methods["hframe_nockpt"] = ([nockpt_out, nockpt_out + ".index.parquet"],
-                                [HFRAME, "pack", src, "-o", nockpt_out, "--force", "--no-checkpoint"])
+    methods["hframe_nockpt"] = (
+        [nockpt_out, nockpt_out + ".index.parquet"],
+        [HFRAME, "pack", src, "-o", nockpt_out, "--force", "--no-checkpoint"],
+    )
     runs: dict[str, list[tuple[float, float]]] = {m: [] for m in methods}
     # a new random (seeded) order every run; the no-op update stays right after the pack it
     # updates. A run right after one that wrote 700 MB pays for it (the VM host flushing them?),
@@ -161,19 +170,27 @@ def bench_dataset(data_dir: str, out_dir: str, name: str, repeat: int) -> dict[s
             wall, rss = timed(cmd)
             if before is not None:
                 after = os.stat(hf_out)
-                if (after.st_size, after.st_mtime_ns, after.st_ino) != (before.st_size, before.st_mtime_ns, before.st_ino):
+                if (after.st_size, after.st_mtime_ns, after.st_ino) != (
+                    before.st_size,
+                    before.st_mtime_ns,
+                    before.st_ino,
+                ):
                     raise RuntimeError(f"--update rewrote {hf_out} although nothing changed")
             runs[method].append((wall, rss))
-            print(f"bench=pack dataset={name} method={method} run={r} wall_s={wall:.3f} peak_rss_mb={rss:.1f}",
-                  flush=True)
+            print(
+                f"bench=pack dataset={name} method={method} run={r} wall_s={wall:.3f} peak_rss_mb={rss:.1f}", flush=True
+            )
     medians = {}
     for method, rs in runs.items():
         wall = statistics.median(w for w, _ in rs)
         rss = statistics.median(m for _, m in rs)
         medians[method] = (wall, rss)
-        print(f"bench=pack dataset={name} method={method} files={len(files)} bytes={nbytes} "
-              f"wall_s_median={wall:.3f} mb_per_s={nbytes / 1e6 / wall:.1f} files_per_s={len(files) / wall:.0f} "
-              f"peak_rss_mb_median={rss:.1f}", flush=True)
+        print(
+            f"bench=pack dataset={name} method={method} files={len(files)} bytes={nbytes} "
+            f"wall_s_median={wall:.3f} mb_per_s={nbytes / 1e6 / wall:.1f} files_per_s={len(files) / wall:.0f} "
+            f"peak_rss_mb_median={rss:.1f}",
+            flush=True,
+        )
     remove(nockpt_out, nockpt_out + ".index.parquet")
     return medians
 
@@ -237,24 +254,33 @@ def bench_index(out_dir: str, repeat: int, frames: int) -> float:
             raise RuntimeError(f"lookup mismatch: hframe {by_id} {by_name}, json {j_by_id} {j_by_name}")
     med = {k: statistics.median(v) for k, v in res.items()}
     hf, js = med["hframe_open_id"] + med["hframe_name"], med["json_load_id"] + med["json_name"]
-    print(f"bench=index_lookup frames={frames} method=hframe open_and_id_s={med['hframe_open_id']:.4f} "
-          f"name_s={med['hframe_name']:.4f} total_s={hf:.4f}")
-    print(f"bench=index_lookup frames={frames} method=json load_and_id_s={med['json_load_id']:.4f} "
-          f"name_s={med['json_name']:.4f} total_s={js:.4f}", flush=True)
+    print(
+        f"bench=index_lookup frames={frames} method=hframe open_and_id_s={med['hframe_open_id']:.4f} "
+        f"name_s={med['hframe_name']:.4f} total_s={hf:.4f}"
+    )
+    print(
+        f"bench=index_lookup frames={frames} method=json load_and_id_s={med['json_load_id']:.4f} "
+        f"name_s={med['json_name']:.4f} total_s={js:.4f}",
+        flush=True,
+    )
     return js / hf
 
 
 def verdict(key: str, value: float, target: float, higher_is_better: bool, extra: str = "") -> None:
     ok = value >= target if higher_is_better else value <= target
-    print(f"{key}={value:.3f}{extra} target={'>=' if higher_is_better else '<='}{target} "
-          f"result={'PASS' if ok else 'FAIL'}")
+    print(
+        f"{key}={value:.3f}{extra} target={'>=' if higher_is_better else '<='}{target} "
+        f"result={'PASS' if ok else 'FAIL'}"
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data_dir", nargs="?", help="folder with jpegs/ and blobs/ (make_bench_data.py)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the median is reported")
-    ap.add_argument("--index-frames", type=int, default=INDEX_FRAMES, help="frames in the lookup index (default 1000000)")
+    ap.add_argument(
+        "--index-frames", type=int, default=INDEX_FRAMES, help="frames in the lookup index (default 1000000)"
+    )
     ap.add_argument("--seed-pack", nargs=2, metavar=("SRC", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.seed_pack:
@@ -271,30 +297,55 @@ def main() -> int:
     out_dir = os.path.join(args.data_dir, "_bench_out")
     os.makedirs(out_dir, exist_ok=True)
 
-    which = subprocess.run([sys.executable, "-c", "import hframe_cli; print(hframe_cli.__file__)"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-    print(f"bench=pack hframe={HFRAME} hframe_cli={os.path.dirname(which)} cpus={os.cpu_count()} "
-          f"load1={os.getloadavg()[0]:.2f}", flush=True)
+    which = subprocess.run(
+        [sys.executable, "-c", "import hframe_cli; print(hframe_cli.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    print(
+        f"bench=pack hframe={HFRAME} hframe_cli={os.path.dirname(which)} cpus={os.cpu_count()} "
+        f"load1={os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     medians = {name: bench_dataset(args.data_dir, out_dir, name, args.repeat) for name in DATASETS}
     speedup = bench_index(out_dir, args.repeat, args.index_frames)
     for name in DATASETS:
         m = medians[name]
         verdict("pack_vs_tar_sync", m["hframe"][0] / m["tar"][0], 1.5, False, f" dataset={name}")
         verdict("pack_vs_seed", m["hframe"][0] / m["seed"][0], 1.0, False, f" dataset={name}")
-    verdict("rss_200k_vs_20k", medians["blobs"]["hframe"][1] / medians["jpegs"]["hframe"][1], 2.0, False,
-            f" rss_20k_mb={medians['jpegs']['hframe'][1]:.1f} rss_200k_mb={medians['blobs']['hframe'][1]:.1f}")
+    verdict(
+        "rss_200k_vs_20k",
+        medians["blobs"]["hframe"][1] / medians["jpegs"]["hframe"][1],
+        2.0,
+        False,
+        f" rss_20k_mb={medians['jpegs']['hframe'][1]:.1f} rss_200k_mb={medians['blobs']['hframe'][1]:.1f}",
+    )
     verdict("index_lookup_speedup_vs_json", speedup, 10.0, True, f" frames={args.index_frames}")
     for name in DATASETS:
         m = medians[name]
-        verdict("checkpoint_overhead", m["hframe"][0] / m["hframe_nockpt"][0] - 1, 0.05, False,
-                f" dataset={name} on_s={m['hframe'][0]:.3f} off_s={m['hframe_nockpt'][0]:.3f}")
+        verdict(
+            "checkpoint_overhead",
+            m["hframe"][0] / m["hframe_nockpt"][0] - 1,
+            0.05,
+            False,
+            f" dataset={name} on_s={m['hframe'][0]:.3f} off_s={m['hframe_nockpt'][0]:.3f}",
+        )
     for name in UPDATE_DATASETS:
         m = medians[name]
-        verdict("update_noop_vs_full", m["hframe_update_noop"][0] / m["hframe"][0], 0.10, False,
-                f" dataset={name} update_s={m['hframe_update_noop'][0]:.3f} full_s={m['hframe'][0]:.3f}")
-        print(f"find_stat_vs_full={m['find_stat'][0] / m['hframe'][0]:.3f} dataset={name} "
-              f"find_s={m['find_stat'][0]:.3f} full_s={m['hframe'][0]:.3f} target=none "
-              "(the stat of every file a no-op update makes, by find on one core)", flush=True)
+        verdict(
+            "update_noop_vs_full",
+            m["hframe_update_noop"][0] / m["hframe"][0],
+            0.10,
+            False,
+            f" dataset={name} update_s={m['hframe_update_noop'][0]:.3f} full_s={m['hframe'][0]:.3f}",
+        )
+        print(
+            f"find_stat_vs_full={m['find_stat'][0] / m['hframe'][0]:.3f} dataset={name} "
+            f"find_s={m['find_stat'][0]:.3f} full_s={m['hframe'][0]:.3f} target=none "
+            "(the stat of every file a no-op update makes, by find on one core)",
+            flush=True,
+        )
     print(f"bench=pack load_avg={' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     return 0
 

@@ -8,7 +8,7 @@ warm-up read of the sources: every round runs ``tar cf OUT.tar -C SRC . && sync`
 ``hframe pack SRC -o OUT --force -q --workers N`` for each N, in a new random order, each after a
 ``sync``; the median of ``--repeat`` rounds is reported, with speed-up over N=1 and the ratio
 to tar. ``--workers 1`` is the one-writer loop in this process; N >= 2 forks N packing workers
-(``hframe_cli/fanout.py``). Every pack is compared with the N=1 pack (same ``--created``): the
+(``hframe_cli/write/parallel.py``). Every pack is compared with the N=1 pack (same ``--created``): the
 script fails if any byte differs.
 """
 

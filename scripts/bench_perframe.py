@@ -99,7 +99,13 @@ ROWS: list[tuple[str, str, dict[str, str], str, str]] = [
     ("`pack --update`, nothing changed ÷ full pack", "update_noop_vs_full", {}, "x", "≤ 0.10"),
     ("`find` (C, one core) stat of every file ÷ full pack: a no-op update's floor", "find_stat_vs_full", {}, "x", ""),
     # the same warm reads on a reader opened with memory_map=True (a copy per frame, no system call)
-    ("`memory_map=True`: warm `p[i]` loop ÷ bare `os.pread` loop", "getitem_mmap_vs_bare_pread", {"mode": "warm"}, "x", ""),
+    (
+        "`memory_map=True`: warm `p[i]` loop ÷ bare `os.pread` loop",
+        "getitem_mmap_vs_bare_pread",
+        {"mode": "warm"},
+        "x",
+        "",
+    ),
     (
         "`memory_map=True`: warm `read_many(256 ids)` ÷ bare `os.pread` loop",
         "read_many_mmap_vs_bare_pread",

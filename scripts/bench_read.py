@@ -30,7 +30,7 @@ with ``--seed``; every method reads the same ids:
 ``--cold`` adds, on the same random batches: ``read_many_w8`` (``workers=8``), ``seed_t8`` and
 ``loose_t8`` (the seed reader and loose files on a pool of 8 threads, one frame per task);
 then ``read_many_blocklocal`` / ``read_many_w8_blocklocal`` on batches from the block-local
-sampler (``hframe_cli.bench.sample_batches``: blocks of 1000 neighbouring frames, shuffled
+sampler (``hframe_cli.read.bench.sample_batches``: blocks of 1000 neighbouring frames, shuffled
 inside, blocks in random order, consecutive ids per batch, same seed); and, if ``fio`` is
 installed, ``fio --rw=randread`` (buffered, psync, bs = median frame size, 1 and 8 jobs, page
 cache dropped first) on the hframe pack, for its IOPS: ``fio_Njobs`` reads as many frames as one
@@ -86,11 +86,10 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import repeat
 
 import pyarrow.parquet as pq
-
 from bench_pack import DATASETS, seed_pack
 
 import hframe_cli
-from hframe_cli.bench import sample_batches
+from hframe_cli.read.bench import sample_batches
 
 #: glibc tunables (read at process start) that keep up to 256 MiB of freed heap and serve
 #: allocations below 32 MiB from the heap, so that freed batches are reused, not faulted in again
@@ -174,10 +173,16 @@ class MinimalReader:
         return list(map(os.pread, repeat(self.fd), pick(self.lengths), pick(self.offsets)))
 
 
-def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int, seed_index: list[dict],
-                paths: list[str], pool: ThreadPoolExecutor | None,
-                reader8: hframe_cli.PackReader | None = None,
-                mapped: hframe_cli.PackReader | None = None) -> dict[str, Method]:
+def methods_for(
+    reader: hframe_cli.PackReader,
+    pack_fd: int,
+    seed_fd: int,
+    seed_index: list[dict],
+    paths: list[str],
+    pool: ThreadPoolExecutor | None,
+    reader8: hframe_cli.PackReader | None = None,
+    mapped: hframe_cli.PackReader | None = None,
+) -> dict[str, Method]:
     def read_many(ids: list[int], ranges: list[tuple[int, int]]) -> list[bytes]:
         return reader.read_many(ids, workers=1)
 
@@ -212,8 +217,14 @@ def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int, seed_
     def getitem(ids: list[int], ranges: list[tuple[int, int]]) -> list[bytes]:
         return [reader[i] for i in ids]
 
-    methods: dict[str, Method] = {"read_many": read_many, "bare_pread": bare_pread, "seed": seed, "loose": loose,
-                                  "read_many_default": read_many_default, "getitem": getitem}
+    methods: dict[str, Method] = {
+        "read_many": read_many,
+        "bare_pread": bare_pread,
+        "seed": seed,
+        "loose": loose,
+        "read_many_default": read_many_default,
+        "getitem": getitem,
+    }
     if pool is None:  # warm only: a buffer reused batch after batch is what it is for
         methods["read_many_into"] = into_reused_buffer(reader)
         # the floors (warm): the least any p[i] and any batch read handed ids can do in Python
@@ -234,8 +245,14 @@ def methods_for(reader: hframe_cli.PackReader, pack_fd: int, seed_fd: int, seed_
 WARM_ROUNDS = 9
 
 
-def time_methods(methods: dict[str, Method], batches: list[list[int]], reader: hframe_cli.PackReader,
-                 cold_paths: list[str], paths: list[str], cold: bool) -> tuple[dict[str, float], int]:
+def time_methods(
+    methods: dict[str, Method],
+    batches: list[list[int]],
+    reader: hframe_cli.PackReader,
+    cold_paths: list[str],
+    paths: list[str],
+    cold: bool,
+) -> tuple[dict[str, float], int]:
     """Seconds per method over all batches (cold: evicted before each method and batch), bytes per pass."""
     nbytes = 0
     names = list(methods)
@@ -273,22 +290,38 @@ def fio_iops(path: str, bs: int, jobs: int, runtime: int, seed: int, ios: int | 
     if not shutil.which("fio"):
         return None
     make_cold([path])
-    cmd = ["fio", "--name=randread", f"--filename={path}", "--rw=randread", f"--bs={bs}", f"--numjobs={jobs}",
-           "--ioengine=psync", "--direct=0", "--readonly", "--invalidate=1", f"--runtime={runtime}",
-           "--group_reporting", f"--randseed={seed}", "--output-format=json"]
+    cmd = [
+        "fio",
+        "--name=randread",
+        f"--filename={path}",
+        "--rw=randread",
+        f"--bs={bs}",
+        f"--numjobs={jobs}",
+        "--ioengine=psync",
+        "--direct=0",
+        "--readonly",
+        "--invalidate=1",
+        f"--runtime={runtime}",
+        "--group_reporting",
+        f"--randseed={seed}",
+        "--output-format=json",
+    ]
     cmd.append(f"--number_ios={max(1, ios // jobs)}" if ios else "--time_based")
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return float(json.loads(proc.stdout[proc.stdout.index("{"):])["jobs"][0]["read"]["iops"])
+    return float(json.loads(proc.stdout[proc.stdout.index("{") :])["jobs"][0]["read"]["iops"])
 
 
 def report(mode: str, name: str, seconds: dict[str, float], frames: int, nbytes: int) -> dict[str, float]:
     fps = {}
     for method, s in seconds.items():
         fps[method] = frames / s
-        print(f"bench=read mode={mode} dataset={name} method={method} frames={frames} seconds={s:.4f} "
-              f"frames_per_s={fps[method]:.0f} mb_per_s={nbytes / 1e6 / s:.1f}", flush=True)
+        print(
+            f"bench=read mode={mode} dataset={name} method={method} frames={frames} seconds={s:.4f} "
+            f"frames_per_s={fps[method]:.0f} mb_per_s={nbytes / 1e6 / s:.1f}",
+            flush=True,
+        )
     return fps
 
 
@@ -312,8 +345,11 @@ def bench_dataset(data_dir: str, name: str, args: argparse.Namespace) -> dict[st
 
     rng = random.Random(args.seed)
     batches = [rng.sample(range(len(reader)), min(args.frames, len(reader))) for _ in range(args.batches)]
-    block_batches = (sample_batches(len(reader), min(args.frames, len(reader)), args.batches, "block-local",
-                                    args.seed) if args.cold else [])
+    block_batches = (
+        sample_batches(len(reader), min(args.frames, len(reader)), args.batches, "block-local", args.seed)
+        if args.cold
+        else []
+    )
 
     # Correctness, once: read_many matches the index md5, and every method matches read_many.
     md5s = reader.table.column("md5")
@@ -333,8 +369,10 @@ def bench_dataset(data_dir: str, name: str, args: argparse.Namespace) -> dict[st
     seconds, nbytes = time_methods(methods, batches, reader, cold_paths, paths, args.cold)
     fps = report(mode, name, seconds, total, nbytes)
     if args.cold:
-        block_methods = {"read_many_blocklocal": methods["read_many"],
-                         "read_many_w8_blocklocal": methods["read_many_w8"]}
+        block_methods = {
+            "read_many_blocklocal": methods["read_many"],
+            "read_many_w8_blocklocal": methods["read_many_w8"],
+        }
         seconds, nbytes = time_methods(block_methods, block_batches, reader, cold_paths, paths, True)
         fps.update(report(mode, name, seconds, total, nbytes))
         bs = int(statistics.median(reader.range_of(i)[1] for i in range(len(reader))))
@@ -345,8 +383,11 @@ def bench_dataset(data_dir: str, name: str, args: argparse.Namespace) -> dict[st
                     print(f"bench=read mode=cold dataset={name} method={key} result=skipped (fio not installed)")
                     continue
                 fps[key] = iops
-                print(f"bench=read mode=cold dataset={name} method={key} bs={bs} ios={ios or 'all'} "
-                      f"runtime_cap_s={args.fio_runtime} iops={iops:.0f} mb_per_s={iops * bs / 1e6:.1f}", flush=True)
+                print(
+                    f"bench=read mode=cold dataset={name} method={key} bs={bs} ios={ios or 'all'} "
+                    f"runtime_cap_s={args.fio_runtime} iops={iops:.0f} mb_per_s={iops * bs / 1e6:.1f}",
+                    flush=True,
+                )
         pool.shutdown()
         reader8.close()
     os.close(pack_fd)
@@ -370,8 +411,11 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1, help="seed of the frame-id generator (default 1)")
     ap.add_argument("--cold", action="store_true", help="drop the page cache before each timed read")
     ap.add_argument("--fio-runtime", type=int, default=5, help="seconds per fio run in --cold (default 5)")
-    ap.add_argument("--keep-freed-heap", action="store_true",
-                    help="warm, in a process whose glibc keeps freed memory (GLIBC_TUNABLES)")
+    ap.add_argument(
+        "--keep-freed-heap",
+        action="store_true",
+        help="warm, in a process whose glibc keeps freed memory (GLIBC_TUNABLES)",
+    )
     args = ap.parse_args()
     if args.frames < 1 or args.batches < 1:
         ap.error("--frames and --batches must be at least 1")
@@ -390,39 +434,64 @@ def main() -> int:
     results = {name: bench_dataset(args.data_dir, name, args) for name in DATASETS}
     for name, fps in results.items():
         ratio = fps["read_many"] / fps["bare_pread"]
-        print(f"read_many_vs_bare_pread={ratio:.3f} mode={mode} dataset={name} target=>=0.8 "
-              f"result={'PASS' if ratio >= 0.8 else 'FAIL'}")
+        print(
+            f"read_many_vs_bare_pread={ratio:.3f} mode={mode} dataset={name} target=>=0.8 "
+            f"result={'PASS' if ratio >= 0.8 else 'FAIL'}"
+        )
         print(f"read_many_vs_loose={fps['read_many'] / fps['loose']:.3f} mode={mode} dataset={name} target=none")
         if not args.cold:
             # issue 17: the default read_many and a p[i] loop against the same bare pread loop
-            verdict("read_many_default_vs_bare_pread", fps["read_many_default"] / fps["bare_pread"], 0.9,
-                    f" mode={mode} dataset={name}")
+            verdict(
+                "read_many_default_vs_bare_pread",
+                fps["read_many_default"] / fps["bare_pread"],
+                0.9,
+                f" mode={mode} dataset={name}",
+            )
             verdict("getitem_vs_bare_pread", fps["getitem"] / fps["bare_pread"], 0.8, f" mode={mode} dataset={name}")
-            verdict("read_many_default_vs_getitem", fps["read_many_default"] / fps["getitem"], 1.0,
-                    f" mode={mode} dataset={name}")
-            print(f"read_many_into_vs_bare_pread={fps['read_many_into'] / fps['bare_pread']:.3f} mode={mode} "
-                  f"dataset={name} target=none")
+            verdict(
+                "read_many_default_vs_getitem",
+                fps["read_many_default"] / fps["getitem"],
+                1.0,
+                f" mode={mode} dataset={name}",
+            )
+            print(
+                f"read_many_into_vs_bare_pread={fps['read_many_into'] / fps['bare_pread']:.3f} mode={mode} "
+                f"dataset={name} target=none"
+            )
             print(f"bare_pread_frames_per_s={fps['bare_pread']:.0f} mode={mode} dataset={name} target=none")
             for method in ("getitem_floor", "read_many_floor"):
-                print(f"{method}_vs_bare_pread={fps[method] / fps['bare_pread']:.3f} mode={mode} dataset={name} "
-                      "target=none")
+                print(
+                    f"{method}_vs_bare_pread={fps[method] / fps['bare_pread']:.3f} mode={mode} dataset={name} "
+                    "target=none"
+                )
             for method in ("getitem_mmap", "read_many_mmap", "read_many_into_mmap"):
-                print(f"{method}_vs_bare_pread={fps[method] / fps['bare_pread']:.3f} mode={mode} dataset={name} "
-                      "target=none")
+                print(
+                    f"{method}_vs_bare_pread={fps[method] / fps['bare_pread']:.3f} mode={mode} dataset={name} "
+                    "target=none"
+                )
             continue
         for w, hf, seed, loose in ((1, "read_many", "seed", "loose"), (8, "read_many_w8", "seed_t8", "loose_t8")):
             verdict("hframe_vs_loose", fps[hf] / fps[loose], 2.0, f" workers={w} mode=cold dataset={name}")
             verdict("hframe_vs_seed", fps[hf] / fps[seed], 1.0, f" workers={w} mode=cold dataset={name}")
         for w, hf in ((1, "read_many"), (8, "read_many_w8")):
-            verdict("blocklocal_vs_random", fps[f"{hf}_blocklocal"] / fps[hf], 1.5,
-                    f" workers={w} mode=cold dataset={name}")
+            verdict(
+                "blocklocal_vs_random", fps[f"{hf}_blocklocal"] / fps[hf], 1.5, f" workers={w} mode=cold dataset={name}"
+            )
         if "fio_8jobs" in fps:
-            verdict("read_many_w8_vs_fio_8jobs", fps["read_many_w8"] / fps["fio_8jobs"], 0.9,
-                    f" mode=cold dataset={name}", report_only=True)
-            print(f"read_many_vs_fio_1job={fps['read_many'] / fps['fio_1jobs']:.3f} mode=cold dataset={name} "
-                  "target=none")
-            print(f"read_many_w8_vs_fio_8jobs_timed={fps['read_many_w8'] / fps['fio_8jobs_timed']:.3f} mode=cold "
-                  f"dataset={name} target=none")
+            verdict(
+                "read_many_w8_vs_fio_8jobs",
+                fps["read_many_w8"] / fps["fio_8jobs"],
+                0.9,
+                f" mode=cold dataset={name}",
+                report_only=True,
+            )
+            print(
+                f"read_many_vs_fio_1job={fps['read_many'] / fps['fio_1jobs']:.3f} mode=cold dataset={name} target=none"
+            )
+            print(
+                f"read_many_w8_vs_fio_8jobs_timed={fps['read_many_w8'] / fps['fio_8jobs_timed']:.3f} mode=cold "
+                f"dataset={name} target=none"
+            )
     return 0
 
 

@@ -46,8 +46,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from range_server import RangeServer  # noqa: E402
 
 import hframe_cli as h  # noqa: E402
-from hframe_cli.sampler import BlockShuffleSampler  # noqa: E402
-from hframe_cli.verify import verify_pack  # noqa: E402
+from hframe_cli.training.sampler import BlockShuffleSampler  # noqa: E402
+from hframe_cli.verify.check import verify_pack  # noqa: E402
 
 
 def _measure(

@@ -54,9 +54,9 @@ from typing import Any
 
 from bench_pack import verdict
 
-from hframe_cli.sampler import BlockShuffleSampler
-from hframe_cli.storage import evict_from_page_cache
-from hframe_cli.torchdata import FrameDataset
+from hframe_cli.storage.access import evict_from_page_cache
+from hframe_cli.training.dataset import FrameDataset
+from hframe_cli.training.sampler import BlockShuffleSampler
 
 try:
     import torch

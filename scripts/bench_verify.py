@@ -15,7 +15,7 @@ the methods interleaved run by run, and the median wall time is reported:
   ``python bench_verify.py --seed-scan PACK INDEX`` so it pays interpreter start-up like the CLI;
 * ``verify``:      ``python -m hframe_cli verify PACK -q`` (every frame);
 * ``verify_sample``: ``python -m hframe_cli verify PACK --sample 5% -q``;
-* ``verify_pack`` (information only): ``hframe_cli.verify.verify_pack(PACK)`` in this process;
+* ``verify_pack`` (information only): ``hframe_cli.verify.check.verify_pack(PACK)`` in this process;
 * ``verify_pack_sample`` (information only): the same with a 5 % sample;
 * ``python_pyarrow_start`` (information only): ``python -c "import pyarrow.parquet"``, the
   start-up any Python program reading the index pays (a floor under the CLI's times).
@@ -53,8 +53,8 @@ from collections.abc import Callable
 from bench_pack import verdict
 
 import hframe_cli
-from hframe_cli.storage import evict_from_page_cache
-from hframe_cli.verify import verify_pack
+from hframe_cli.storage.access import evict_from_page_cache
+from hframe_cli.verify.check import verify_pack
 
 DATASETS = ("jpegs", "blobs")
 SEED_CHUNK = 8 << 20
@@ -155,8 +155,11 @@ def bench_dataset(out_dir: str, name: str, repeat: int, drop_all: bool) -> dict[
     for (mode, method), walls in runs.items():
         wall = medians[mode, method] = statistics.median(walls)
         nbytes = sizes["seed" if method == "seed_scan" else "pack"]
-        print(f"bench=verify mode={mode} dataset={name} method={method} bytes={nbytes} "
-              f"wall_s_median={wall:.3f} gb_per_s={nbytes / 1e9 / wall:.3f}", flush=True)
+        print(
+            f"bench=verify mode={mode} dataset={name} method={method} bytes={nbytes} "
+            f"wall_s_median={wall:.3f} gb_per_s={nbytes / 1e9 / wall:.3f}",
+            flush=True,
+        )
     # throughput ratios are over the same pack bytes, so they are inverse time ratios
     return medians
 
@@ -185,8 +188,10 @@ def main() -> int:
         except OSError as e:
             ap.error(f"cannot drop the page cache ({e}): run as root")
     cold = "whole page cache dropped" if args.drop_all_caches else "data files evicted"
-    print(f"bench=verify hframe_cli={PKG_ROOT} cpus={os.cpu_count()} load1={os.getloadavg()[0]:.2f} cold={cold!r}",
-          flush=True)
+    print(
+        f"bench=verify hframe_cli={PKG_ROOT} cpus={os.cpu_count()} load1={os.getloadavg()[0]:.2f} cold={cold!r}",
+        flush=True,
+    )
 
     out_dir = os.path.join(args.data_dir, "_bench_out")
     med = {name: bench_dataset(out_dir, name, args.repeat, args.drop_all_caches) for name in DATASETS}
@@ -196,17 +201,29 @@ def main() -> int:
             ratio = m[mode, "md5sum"] / m[mode, "verify"]
             target = (1.6 if mode == "warm" else 1.0) if name == "jpegs" else 0.8
             verdict("verify_vs_md5sum", ratio, target, True, f" mode={mode} dataset={name}")
-        verdict("verify_vs_seed_scan", m["cold", "seed_scan"] / m["cold", "verify"], 1.0, True,
-                f" mode=cold dataset={name}")
-        print(f"verify_vs_seed_scan={m['warm', 'seed_scan'] / m['warm', 'verify']:.3f} mode=warm dataset={name} "
-              "target=none")
-        verdict("sample5_vs_full", m["cold", "verify_sample"] / m["cold", "verify"], 0.10, False,
-                f" mode=cold dataset={name}")
+        verdict(
+            "verify_vs_seed_scan", m["cold", "seed_scan"] / m["cold", "verify"], 1.0, True, f" mode=cold dataset={name}"
+        )
+        print(
+            f"verify_vs_seed_scan={m['warm', 'seed_scan'] / m['warm', 'verify']:.3f} mode=warm dataset={name} "
+            "target=none"
+        )
+        verdict(
+            "sample5_vs_full",
+            m["cold", "verify_sample"] / m["cold", "verify"],
+            0.10,
+            False,
+            f" mode=cold dataset={name}",
+        )
         for mode in ("cold", "warm"):
-            print(f"verify_pack_vs_md5sum={m[mode, 'md5sum'] / m[mode, 'verify_pack']:.3f} mode={mode} "
-                  f"dataset={name} target=none")
-        print(f"sample5_vs_full_in_process={m['cold', 'verify_pack_sample'] / m['cold', 'verify_pack']:.3f} "
-              f"mode=cold dataset={name} target=none (the same ratio without interpreter start-up)")
+            print(
+                f"verify_pack_vs_md5sum={m[mode, 'md5sum'] / m[mode, 'verify_pack']:.3f} mode={mode} "
+                f"dataset={name} target=none"
+            )
+        print(
+            f"sample5_vs_full_in_process={m['cold', 'verify_pack_sample'] / m['cold', 'verify_pack']:.3f} "
+            f"mode=cold dataset={name} target=none (the same ratio without interpreter start-up)"
+        )
     return 0
 
 

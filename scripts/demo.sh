@@ -37,7 +37,7 @@ step python -c "import hframe_cli as h; p = h.open_pack('sample/photos.hframe');
 if python -c "import torch" 2>/dev/null; then
     step python -W ignore -c "
 from torch.utils.data import DataLoader
-from hframe_cli.torchdata import FrameDataset
+from hframe_cli.training.dataset import FrameDataset
 ds = FrameDataset('sample/photos.hframe', decode='pil', transform=lambda im: im.size)
 sizes, labels = next(iter(DataLoader(ds, batch_size=8, shuffle=True, num_workers=2)))
 print(len(ds), 'frames,', 'classes', ds.classes, '; a batch of labels:', labels.tolist())"

@@ -40,12 +40,12 @@ from make_sample import make_records  # noqa: E402
 
 from hframe_cli import pack  # noqa: E402
 from hframe_cli.errors import HframeError  # noqa: E402
-from hframe_cli.format import HEADER_SIZE  # noqa: E402
-from hframe_cli.verify import verify_pack  # noqa: E402
+from hframe_cli.format.layout import HEADER_SIZE  # noqa: E402
+from hframe_cli.verify.check import verify_pack  # noqa: E402
 
 
 def make_packs(work: Path, seed: int, real: str | None) -> dict[str, Path]:
-    from hframe_cli.media import MediaOptions
+    from hframe_cli.sources.media import MediaOptions
 
     rng = random.Random(seed)
     make_sample_main([str(work / "photos"), "--count", "60", "--seed", str(seed)])

@@ -51,8 +51,7 @@ def render_base(rng: random.Random) -> bytes:
         box = (x0, y0, x0 + rng.randrange(4, w), y0 + rng.randrange(4, h))
         colour = tuple(rng.randrange(256) for _ in range(3))
         (draw.ellipse if rng.random() < 0.5 else draw.rectangle)(box, fill=colour)
-    noise = Image.frombytes("L", (w, h), rng.randbytes(w * h)).filter(
-        ImageFilter.GaussianBlur(rng.uniform(0.0, 1.5)))
+    noise = Image.frombytes("L", (w, h), rng.randbytes(w * h)).filter(ImageFilter.GaussianBlur(rng.uniform(0.0, 1.5)))
     img = Image.blend(img, Image.merge("RGB", (noise, noise, noise)), rng.uniform(0.05, 0.5))
     out = io.BytesIO()
     img.save(out, "JPEG", quality=rng.randrange(40, 96))
@@ -124,8 +123,10 @@ def main() -> int:
         t0 = time.perf_counter()
         # One generator per data set, so each set is the same whatever the other's count.
         total = make(folder, count, random.Random(f"{args.seed}:{name}"))
-        print(f"{folder}: made {count} files, {total / 1e6:.1f} MB "
-              f"(mean {total / count / 1024:.1f} KB) in {time.perf_counter() - t0:.1f} s")
+        print(
+            f"{folder}: made {count} files, {total / 1e6:.1f} MB "
+            f"(mean {total / count / 1024:.1f} KB) in {time.perf_counter() - t0:.1f} s"
+        )
     return 0
 
 

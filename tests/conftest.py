@@ -20,7 +20,7 @@ import pytest
 from PIL import Image, ImageDraw
 from typer.testing import CliRunner
 
-from hframe_cli.cli import main
+from hframe_cli.cli.app import main
 
 
 def make_image(path: Path, size: tuple[int, int], mode: str, seed: int) -> None:
@@ -144,7 +144,7 @@ def killed_and_resumed(src: Path, tmp_path: Path, args: list[str], fault: str) -
 def lock_held_elsewhere(output: Path) -> Iterator[int]:
     """Hold ``output``'s lock from another process (as another hframe run would); yields its pid."""
     code = (
-        "import sys; from hframe_cli.checkpoint import OutputLock; "
+        "import sys; from hframe_cli.write.checkpoint import OutputLock; "
         "lock = OutputLock(sys.argv[1]).acquire(); print('held', flush=True); sys.stdin.read(); lock.release()"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, str(output)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)

@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 import hframe_cli as h
-from hframe_cli.bench import evict, run_bench, sample_batches
 from hframe_cli.errors import InputError
+from hframe_cli.read.bench import evict, run_bench, sample_batches
 
 
 def test_samplers_are_seeded_once_and_shaped_as_asked():

@@ -16,7 +16,7 @@ import pytest
 import typer
 from conftest import run_bin
 
-from hframe_cli.cli import EXAMPLES, app
+from hframe_cli.cli.app import EXAMPLES, app
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -244,7 +244,7 @@ def test_usage_errors_for_options_put_before_the_command_and_debug_after_a_doubl
 
 
 def test_an_interrupted_reading_command_does_not_talk_about_publishing():
-    from hframe_cli.cli import _interrupted_message
+    from hframe_cli.cli.app import _interrupted_message
 
     assert _interrupted_message(["get", "p.hframe", "1"]) == "interrupted"
     assert _interrupted_message(["verify", "p.hframe"]) == "interrupted"

@@ -112,7 +112,7 @@ def test_index_on_a_terminal_is_a_readable_table_that_says_how_to_see_the_rest(c
 
 
 def test_index_table_escapes_control_characters_and_streams_in_chunks(tmp_path):
-    from hframe_cli import rows
+    from hframe_cli.cli import rows
 
     src = tmp_path / "s"
     src.mkdir()
@@ -356,7 +356,7 @@ def test_debug_is_accepted_after_the_command_too(tmp_path):
 def test_index_table_never_cuts_a_number_and_aligns_escaped_and_wide_text():
     import pyarrow as pa
 
-    from hframe_cli import rows
+    from hframe_cli.cli import rows
 
     n = 6000
     table = pa.table(
@@ -376,7 +376,7 @@ def test_index_table_never_cuts_a_number_and_aligns_escaped_and_wide_text():
 
 
 def test_index_of_an_empty_pack_shows_the_header_and_says_zero_frames(cli, tmp_path):
-    from hframe_cli.writer import PackWriter
+    from hframe_cli.write.writer import PackWriter
 
     out = tmp_path / "e.hframe"
     with PackWriter(out) as w:

@@ -17,8 +17,8 @@ from conftest import killed_and_resumed, make_image, run_bin, run_cli
 from PIL import Image
 
 import hframe_cli as h
-from hframe_cli.codec import MAX_RAW_BYTES, Decompressor
 from hframe_cli.errors import FormatError
+from hframe_cli.format.codec import MAX_RAW_BYTES, Decompressor
 
 
 def make_records(root: Path, n: int = 120, seed: int = 0) -> Path:
@@ -193,7 +193,7 @@ def test_update_appends_with_the_packs_own_dictionary(records, tmp_path):
 
 
 def test_parallel_verify_parts_decompress_in_the_children(records, tmp_path, monkeypatch):
-    from hframe_cli import verify as verify_mod
+    from hframe_cli.verify import check as verify_mod
 
     out = tmp_path / "p.hframe"
     pack(records, out, "--compress", "zstd", "--zstd-dict", "auto")
@@ -287,7 +287,7 @@ def test_shards_stay_under_max_pack_bytes_with_a_stored_dictionary(tmp_path):
 
 
 def test_a_damaged_record_at_a_chunk_boundary_does_not_taint_the_next_compressed_frame(tmp_path, monkeypatch):
-    from hframe_cli import verify as verify_mod
+    from hframe_cli.verify import check as verify_mod
 
     src = tmp_path / "src"
     src.mkdir()
@@ -311,7 +311,7 @@ def test_a_damaged_record_at_a_chunk_boundary_does_not_taint_the_next_compressed
 
 def test_readers_decode_through_the_codec_registry(records, tmp_path, monkeypatch):
     """Every decode goes through the decoder registered for the frame's codec id."""
-    from hframe_cli import codec
+    from hframe_cli.format import codec
 
     calls = {"one": 0, "many": 0}
 

@@ -447,7 +447,7 @@ def test_index_reads_without_proc_go_through_the_pread_stream(tree, monkeypatch)
     """Where there is no /proc (macOS, some containers) the pinned index is read through a
     pread-backed Python stream: the same rows, and still the generation opened."""
     src, out = tree
-    import hframe_cli.storage as storage
+    import hframe_cli.storage.access as storage
 
     real_isdir = os.path.isdir
     monkeypatch.setattr(storage.os.path, "isdir", lambda p: False if p == "/proc/self/fd" else real_isdir(p))
@@ -535,9 +535,9 @@ def test_a_signal_in_a_run_without_checkpoints_leaves_no_partial_pack(tree, args
 
 
 def test_a_signal_while_taking_the_lock_leaves_no_lock_file(tmp_path, monkeypatch):
-    from hframe_cli import lock as lock_module
     from hframe_cli.errors import Interrupted
-    from hframe_cli.guard import writer_run
+    from hframe_cli.write import lock as lock_module
+    from hframe_cli.write.guard import writer_run
 
     out = tmp_path / "x.hframe"
     real = lock_module.socket.gethostname
@@ -611,7 +611,7 @@ def test_a_signal_lost_where_it_was_raised_still_stops_the_run(tree):
         del thing  # the handler raises inside the callback: "Exception ignored", and lost
         print("lost", signals.pending_signal(), flush=True)  # (not raised here: it was lost)
         sys.argv = ["hframe", "pack", "-", "-o", {str(out)!r}, "--update"]
-        from hframe_cli.cli import main
+        from hframe_cli.cli.app import main
         main()
         """
     )
@@ -627,8 +627,8 @@ def test_a_signal_lost_where_it_was_raised_still_stops_the_run(tree):
 def test_an_open_overtaken_by_a_publish_looks_again_and_gives_up_after_a_bound(tree, tmp_path):
     """The pack was replaced between opening it and opening the index: look again, not fail."""
     from hframe_cli.errors import StorageError
-    from hframe_cli.generation import Overtaken, pinned_index, read_pack_info, until_settled
-    from hframe_cli.storage import open_storage
+    from hframe_cli.read.snapshot import Overtaken, pinned_index, read_pack_info, until_settled
+    from hframe_cli.storage.access import open_storage
 
     src, out = tree
     other = tmp_path / "other.hframe"
@@ -676,7 +676,7 @@ def test_the_wait_line_is_printed_only_after_waiting_for_another_run(tree):
 def test_an_interrupt_in_the_first_lines_of_main_is_one_line_and_exit_130(monkeypatch, capsys):
     """A signal while main hoists its options (or sets its warning filters) was an uncaught
     KeyboardInterrupt: a traceback and exit -2 (seen in 2 of 300 runs signalled at start)."""
-    from hframe_cli import cli
+    from hframe_cli.cli import app as cli
 
     def interrupted(args):
         raise KeyboardInterrupt

@@ -14,8 +14,8 @@ import pytest
 
 import hframe_cli as h
 from hframe_cli.errors import HframeError
-from hframe_cli.format import HEADER_SIZE, RECORD_FIXED, Header, encode_record, record_fields
-from hframe_cli.writer import PackWriter
+from hframe_cli.format.layout import HEADER_SIZE, RECORD_FIXED, Header, encode_record, record_fields
+from hframe_cli.write.writer import PackWriter
 
 FIELDS = (
     "magic",
@@ -178,7 +178,7 @@ def test_verify_hashes_a_huge_compressed_frame_in_bounded_memory(tmp_path):
     # VmHWM, not getrusage: Linux carries ru_maxrss across exec, so a child of a big test process
     # would report its parent's size
     code = (
-        "from hframe_cli.verify import verify_pack\n"
+        "from hframe_cli.verify.check import verify_pack\n"
         f"r = verify_pack({str(pack)!r})\n"
         "hwm = next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:'))\n"
         "print(r.ok, r.frames_checked, hwm)\n"
@@ -281,7 +281,7 @@ def test_pillow_warnings_stay_out_of_stderr_and_errors_name_the_file(tmp_path, c
 def test_no_flipped_byte_in_an_index_passes_as_clean(tmp_path, cli):
     """Every page has a CRC and the file its md5: a flip anywhere (pages, page headers, the
     footer, the md5's own key or digits) is a problem of the index, never exit 0."""
-    from hframe_cli.verify import verify_pack
+    from hframe_cli.verify.check import verify_pack
 
     pack = small_pack(tmp_path / "p.hframe", [f"{i:03d}.bin".encode() for i in range(40)])
     index = Path(f"{pack}.index.parquet")
@@ -341,7 +341,7 @@ def dictionary_pack(tmp_path: Path, cli) -> Path:
 
 
 def test_a_damaged_header_of_a_dictionary_pack_is_one_problem_not_every_frame(tmp_path, cli):
-    from hframe_cli.verify import verify_pack
+    from hframe_cli.verify.check import verify_pack
 
     pack = dictionary_pack(tmp_path, cli)
     good = pack.read_bytes()
@@ -360,7 +360,7 @@ def test_a_damaged_header_of_a_dictionary_pack_is_one_problem_not_every_frame(tm
 
 
 def test_a_damaged_dictionary_record_leaves_the_other_frames_unblamed(tmp_path, cli):
-    from hframe_cli.verify import verify_pack
+    from hframe_cli.verify.check import verify_pack
 
     pack = dictionary_pack(tmp_path, cli)
     data = bytearray(pack.read_bytes())
@@ -375,8 +375,8 @@ def test_a_damaged_dictionary_record_leaves_the_other_frames_unblamed(tmp_path, 
 
 
 def test_no_index_with_a_damaged_trailer_magic_blames_no_frame(tmp_path):
-    from hframe_cli.format import TRAILER_SIZE
-    from hframe_cli.verify import verify_pack
+    from hframe_cli.format.layout import TRAILER_SIZE
+    from hframe_cli.verify.check import verify_pack
 
     pack = small_pack(tmp_path / "p.hframe", [f"{i:03d}.bin".encode() for i in range(283)])
     good = pack.read_bytes()
@@ -424,7 +424,7 @@ def test_max_errors_keeps_the_earliest_problem_across_chunk_boundaries(tmp_path,
     wherever the chunk boundaries fall."""
     from conftest import make_photos
 
-    from hframe_cli import verify as V
+    from hframe_cli.verify import check as V
 
     photos = make_photos(tmp_path / "photos", 24)
     pack = tmp_path / "p.hframe"
@@ -443,8 +443,8 @@ def test_max_errors_keeps_the_earliest_problem_across_chunk_boundaries(tmp_path,
 
 
 def test_no_index_names_a_frame_cut_short_where_a_trailer_would_sit(tmp_path):
-    from hframe_cli.format import TRAILER_SIZE
-    from hframe_cli.verify import verify_pack
+    from hframe_cli.format.layout import TRAILER_SIZE
+    from hframe_cli.verify.check import verify_pack
 
     pack = small_pack(tmp_path / "p.hframe", [f"{i:03d}.bin".encode() for i in range(30)])
     cut = record_offset(pack, 20) + TRAILER_SIZE
@@ -457,7 +457,7 @@ def test_glob_sets_mean_the_same_in_every_command():
     import fnmatch
     import re
 
-    from hframe_cli.index import glob_to_regex
+    from hframe_cli.format.index import glob_to_regex
 
     names = ["^x", "bx", "ax", "a\nb", "[x", "\\x", "a\\b", "cats/001.jpg"]
     for glob in ("[^a]*", "[!a]*", "[\\]*", "*", "?x", "cats/*", "[a-c]*", "[]x]*"):

@@ -24,9 +24,9 @@ from conftest import make_photos, nginx_serving, run_bin
 from range_server import RangeServer
 
 import hframe_cli as h
-from hframe_cli.dataset import Manifest, ShardEntry
 from hframe_cli.errors import HframeError, InputError, StorageError
 from hframe_cli.locations import shown_url
+from hframe_cli.read.dataset import Manifest, ShardEntry
 
 CANARY = "Zq9canaryPW"
 WRONG = "Wr0ngCanaryPW"  # a wrong password is a secret too (often a typo of the right one)

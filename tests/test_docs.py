@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 
 from hframe_cli import errors
-from hframe_cli.cli import app
-from hframe_cli.index import COLUMNS, IndexMeta
+from hframe_cli.cli.app import app
+from hframe_cli.format.index import COLUMNS, IndexMeta
 
 ROOT = Path(__file__).resolve().parent.parent
 MAN1 = (ROOT / "man" / "hframe.1").read_text()

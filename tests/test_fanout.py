@@ -23,15 +23,15 @@ from conftest import hframe_bin, make_image, open_files, run_bin
 from conftest import same_pack as same
 
 import hframe_cli as h
-import hframe_cli.fanout as fanout
-import hframe_cli.writer as writer_mod
-from hframe_cli.checkpoint import CheckpointPolicy
+import hframe_cli.write.parallel as fanout
+import hframe_cli.write.writer as writer_mod
 from hframe_cli.errors import InputError, StorageError
-from hframe_cli.index import IndexBuilder, IndexMeta
-from hframe_cli.inputs import collect_sources
+from hframe_cli.format.index import IndexBuilder, IndexMeta
 from hframe_cli.processes import usable_cpus
-from hframe_cli.sources import SourceList
-from hframe_cli.writer import ChunkWriter, PackWriter
+from hframe_cli.sources.inputs import collect_sources
+from hframe_cli.sources.sourcelist import SourceList
+from hframe_cli.write.checkpoint import CheckpointPolicy
+from hframe_cli.write.writer import ChunkWriter, PackWriter
 
 CREATED = ["--created", "1700000000", "--allow-empty"]
 
@@ -109,7 +109,7 @@ def test_the_default_uses_workers_for_many_files(tree, tmp_path, monkeypatch):
     used = []
     real = fanout.write_chunks
     monkeypatch.setattr(fanout, "_DEFAULT_ABOVE_FILES", 100)
-    monkeypatch.setattr("hframe_cli.packing.write_chunks", lambda *a: used.append(a[-1]) or real(*a))
+    monkeypatch.setattr("hframe_cli.write.run.write_chunks", lambda *a: used.append(a[-1]) or real(*a))
     h.pack_sources(sources, tmp_path / "d.hframe", created_us=1)
     assert used and used[0] >= 2
     used.clear()

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from hframe_cli.errors import FormatError, IncompletePack, NotAPack, UnsupportedVersion
-from hframe_cli.format import (
+from hframe_cli.format.layout import (
     HEADER_SIZE,
     MAGIC,
     RECORD_FIXED,

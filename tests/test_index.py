@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import hframe_cli as h
-from hframe_cli.index import COLUMNS, SCHEMA
+from hframe_cli.format.index import COLUMNS, SCHEMA
 
 META_KEYS = {
     "format_version",
@@ -155,8 +155,8 @@ def test_built_columns_read_back_as_the_rows_that_went_in(tmp_path, seed):
     import random
     from datetime import datetime, timezone
 
-    from hframe_cli.format import CODEC_NAMES, KIND_IDS, KIND_NAMES, MEDIA_TYPES
-    from hframe_cli.index import IndexBuilder, IndexMeta, write_index
+    from hframe_cli.format.index import IndexBuilder, IndexMeta, write_index
+    from hframe_cli.format.layout import CODEC_NAMES, KIND_IDS, KIND_NAMES, MEDIA_TYPES
 
     rng = random.Random(seed)
     n = 1 if seed == 0 else rng.randrange(200, 3000)

@@ -11,7 +11,7 @@ import pytest
 from conftest import run_bin, same_pack
 
 import hframe_cli as h
-from hframe_cli.dataset import shard_path
+from hframe_cli.read.dataset import shard_path
 
 
 def listing(folder: Path) -> list[str]:

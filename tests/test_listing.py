@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import hframe_bin, run_bin
 
-import hframe_cli.listing as listing
+import hframe_cli.sources.listing as listing
 from hframe_cli.errors import InputError
-from hframe_cli.inputs import collect_sources
 from hframe_cli.processes import usable_cpus
+from hframe_cli.sources.inputs import collect_sources
 
 CREATED = ["--created", "1700000000"]
 
@@ -105,7 +105,7 @@ def test_an_unforeseen_error_is_raised_in_its_turn_too(tmp_path, forked, monkeyp
     """Not only InputError: an error the walk does not expect (here a PermissionError from a
     file's stat, as in a folder that can be read but not searched) is raised where the one walk
     would meet it, after the bad inputs it would have met first."""
-    from hframe_cli.inputs import _Collector
+    from hframe_cli.sources.inputs import _Collector
 
     tree = messy_tree(tmp_path / "src")
     (tree / "h" / "000link.bin").symlink_to(tree / "a" / "000.bin")  # the last folder walked, in name order

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from conftest import hframe_bin, make_image, open_files, run_bin
 
-import hframe_cli.loading as loading
 import hframe_cli.processes as processes
-from hframe_cli.inputs import collect_sources
-from hframe_cli.media import FramePrep, MediaOptions
+import hframe_cli.write.loading as loading
+from hframe_cli.sources.inputs import collect_sources
+from hframe_cli.sources.media import FramePrep, MediaOptions
 
 CREATED = ["--created", "1700000000"]
 #: Aligned payloads: record sizes depend on where records start, so no packing workers
@@ -204,11 +204,11 @@ def test_a_host_that_ignores_sigchld_still_gets_its_frames(tmp_path):
 
 
 def test_the_child_needs_a_second_cpu_and_no_other_thread(monkeypatch):
-    code = "import pyarrow.parquet, hframe_cli.loading as l; print(l.child_may_load())"
+    code = "import pyarrow.parquet, hframe_cli.write.loading as l; print(l.child_may_load())"
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert fresh.stdout.strip() == "True"  # pyarrow loaded: only jemalloc's own thread besides this one
     code = (
-        "import io, threading, tqdm, pyarrow.parquet, hframe_cli.loading as l; bar = tqdm.tqdm(total=9, file=io.StringIO()); "
+        "import io, threading, tqdm, pyarrow.parquet, hframe_cli.write.loading as l; bar = tqdm.tqdm(total=9, file=io.StringIO()); "
         "print(sorted(type(t).__name__ for t in threading.enumerate()), l.child_may_load())"
     )
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

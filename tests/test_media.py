@@ -24,7 +24,7 @@ from conftest import killed_and_resumed, make_photos, run_bin, run_cli
 from PIL import Image, ImageDraw
 
 import hframe_cli as h
-from hframe_cli.labels import split_of
+from hframe_cli.format.labels import split_of
 
 FRAMES, RATE, GOP = 30, 10, 10
 
@@ -396,8 +396,8 @@ def test_sigterm_in_the_middle_of_a_video_rolls_it_back_and_resume_finishes(tmp_
 
 
 def test_header_parser_agrees_with_pillow_on_many_variants(tmp_path):
-    from hframe_cli.format import SNIFF_BYTES, sniff_media_type
-    from hframe_cli.imagehead import _jpeg, _png, image_info
+    from hframe_cli.format.layout import SNIFF_BYTES, sniff_media_type
+    from hframe_cli.sources.imagehead import _jpeg, _png, image_info
 
     base = Image.new("RGB", (37, 23), (200, 30, 90))
     ImageDraw.Draw(base).rectangle((3, 4, 20, 15), fill=(10, 250, 30))
@@ -505,7 +505,7 @@ def test_update_of_a_video_pack_with_nothing_changed_writes_nothing(clips, tmp_p
 
 
 def test_rebuild_refuses_frame_metadata_of_the_wrong_type(tmp_path):
-    from hframe_cli.writer import PackWriter
+    from hframe_cli.write.writer import PackWriter
 
     out = tmp_path / "m.hframe"
     with PackWriter(out) as w:

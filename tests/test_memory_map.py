@@ -20,7 +20,7 @@ from conftest import run_cli
 from test_compress import make_records
 
 import hframe_cli as h
-from hframe_cli.reader import ReadStats
+from hframe_cli.read.reader import ReadStats
 
 
 def expected(pack: Path) -> list[bytes]:
@@ -215,8 +215,8 @@ def test_a_close_while_another_thread_arms_the_fast_path_does_not_leave_it_armed
     file, which takes the freed number. Arming and close() are serialised: B's close waits for
     A, then disarms. Unserialised (review finding), A armed on the other file and every later
     ``p[i]`` read it."""
-    from hframe_cli import reader as reader_module
-    from hframe_cli.storage import LocalFile
+    from hframe_cli.read import reader as reader_module
+    from hframe_cli.storage.access import LocalFile
 
     want = expected(packed)
     decoy = tmp_path / "decoy"
@@ -281,7 +281,7 @@ def test_a_cold_batch_is_read_with_pread_even_when_mapped(packed, monkeypatch):
     """A page fault holds the GIL while the disk reads (threads would take turns) and reads
     around the page: a batch that looks cold goes through pread, and its first frame, read to
     tell, too; a warm one through the map."""
-    from hframe_cli import reader as reader_module
+    from hframe_cli.read import reader as reader_module
 
     want = expected(packed)
     sliced = []
@@ -313,7 +313,7 @@ def test_read_many_into_copies_a_warm_batch_out_of_the_map_and_reads_a_cold_one(
     """Into a caller's buffer: on a mapped reader a warm batch costs one ``pread`` (its first
     frame, timed to tell) and the rest are copies out of the map; a cold one, or an unmapped
     reader, reads every frame."""
-    from hframe_cli import reader as reader_module
+    from hframe_cli.read import reader as reader_module
 
     want = expected(packed)
     ids = [(i * 5) % len(want) for i in range(len(want))] + [0, 0]
@@ -407,7 +407,7 @@ def test_a_close_and_an_open_in_other_threads_during_a_batch_do_not_change_its_b
     """The race a reused descriptor number makes: while a batch reads, another thread closes
     the reader and a third opens a file, which takes the lowest free number (the pack's). The
     batch must still read the pack: the close waits for it, then the descriptor goes."""
-    from hframe_cli import reader as reader_module
+    from hframe_cli.read import reader as reader_module
 
     monkeypatch.setattr(reader_module, "_looks_cold", lambda seconds, nbytes: False)
     want = expected(packed)
@@ -459,7 +459,7 @@ def test_a_read_between_a_deferred_close_and_its_batch_end_does_not_keep_the_des
     """A ``close()`` left to a batch in flight, then ``p[i]`` (which re-arms its one-``pread``
     fast path), then the batch ends and the descriptor goes, then a file is opened and takes its
     number: ``p[i]`` must still read the pack, not that file."""
-    from hframe_cli import reader as reader_module
+    from hframe_cli.read import reader as reader_module
 
     monkeypatch.setattr(reader_module, "_looks_cold", lambda seconds, nbytes: False)
     want = expected(packed)
@@ -496,7 +496,7 @@ def test_a_read_between_a_deferred_close_and_its_batch_end_does_not_keep_the_des
 def test_a_close_that_shuts_the_pool_under_a_batch_lets_the_batch_finish(packed, monkeypatch):
     """``close()`` shuts the reader's thread pool down; a batch in another thread that had taken
     the pool reads its runs on its own thread instead of failing."""
-    from hframe_cli import reader as reader_module
+    from hframe_cli.read import reader as reader_module
 
     monkeypatch.setattr(reader_module, "_looks_cold", lambda seconds, nbytes: True)  # runs go to the pool
     want = expected(packed)

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import hframe_cli as h
 from hframe_cli.errors import ChecksumMismatch, MagicMismatch
-from hframe_cli.format import HEADER_SIZE
-from hframe_cli.writer import PackWriter
+from hframe_cli.format.layout import HEADER_SIZE
+from hframe_cli.write.writer import PackWriter
 
 
 def independent_frames(pack: Path) -> dict[str, bytes]:

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import hframe_cli as h
-from hframe_cli.reader import ReadStats, default_workers
+from hframe_cli.read.reader import ReadStats, default_workers
 
 
 def expected(pack):
@@ -76,7 +76,7 @@ def test_max_read_splits_batches_and_a_local_p_i_reads_a_frame_whole(tmp_path, m
     """``read_many`` reads no range longer than ``max_read``; ``p[i]`` of a local pack is one
     ``pread`` of the whole frame, and a pack holding a frame longer than ``max_read`` still
     reads its small frames that way (it once took the checked path for every frame)."""
-    from hframe_cli import reader as reader_module
+    from hframe_cli.read import reader as reader_module
 
     src = tmp_path / "s"
     src.mkdir()
@@ -110,8 +110,8 @@ def test_the_bounds_check_of_a_large_index_agrees_with_a_small_ones():
 
     import pyarrow as pa
 
-    from hframe_cli.format import HEADER_SIZE
-    from hframe_cli.reader import _all_in_range
+    from hframe_cli.format.layout import HEADER_SIZE
+    from hframe_cli.read.reader import _all_in_range
 
     rng = random.Random(3)
     lengths = [rng.randrange(0, 5000) for _ in range(70_000)]
@@ -300,7 +300,7 @@ def test_opening_missing_or_wrong_files(tmp_path, packed):
 
 def test_importing_the_reader_loads_no_cli_or_torch():
     code = (
-        "import sys, hframe_cli.reader, hframe_cli\n"
+        "import sys, hframe_cli.read.reader, hframe_cli\n"
         "bad = [m for m in ('typer', 'rich', 'tqdm', 'torch', 'av') if m in sys.modules]\n"
         "print(','.join(bad))"
     )
@@ -427,7 +427,7 @@ def test_integer_like_ids_are_global_ids_in_a_dataset(photos, tmp_path):
 def test_prefetch_on_a_descriptor_closed_meanwhile_is_only_advice(packed):
     """A reader closed by another thread mid-batch: the kernel hint fails (EBADF), quietly; the
     reads then say what is wrong (review finding: a raw OSError escaped)."""
-    from hframe_cli.storage import LocalFile
+    from hframe_cli.storage.access import LocalFile
 
     f = LocalFile(str(packed))
     fd = f.fileno()

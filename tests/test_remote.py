@@ -22,8 +22,8 @@ from range_server import RangeServer
 
 import hframe_cli as h
 from hframe_cli.errors import InputError, PackReplaced, StorageError
-from hframe_cli.reader import PackReader
-from hframe_cli.remote import PROBE_BYTES
+from hframe_cli.read.reader import PackReader
+from hframe_cli.storage.http import PROBE_BYTES
 
 FAST_FAIL = {"HFRAME_IO_ATTEMPTS": "3", "HFRAME_IO_REQUEST_TIMEOUT": "0.5", "HFRAME_IO_TIMEOUT": "5"}
 
@@ -313,7 +313,7 @@ def test_a_sharded_dataset_behind_a_url_reads_as_one_pack(srv, tmp_path):
 
 
 def test_prefetched_reads_nobody_asked_for_do_not_pile_up(srv, served, monkeypatch):
-    import hframe_cli.remote as remote
+    import hframe_cli.storage.http as remote
 
     monkeypatch.setattr(remote, "MAX_PENDING", 10)
     _, local = served
@@ -352,7 +352,7 @@ def test_writing_to_a_url_is_refused_clearly(srv, served, args, tmp_path):
 def test_verify_progress_of_a_remote_pack_has_its_totals(srv, served):
     import contextlib
 
-    import hframe_cli.verify as verify_mod
+    import hframe_cli.verify.check as verify_mod
 
     _, local = served
     seen: list[tuple[int, int]] = []
@@ -479,7 +479,7 @@ def test_an_empty_object_is_what_an_empty_file_is(srv, served, tmp_path):
 
 
 def test_a_remote_manifest_cannot_point_at_local_files(srv, tmp_path):
-    from hframe_cli.dataset import Manifest, ShardEntry
+    from hframe_cli.read.dataset import Manifest, ShardEntry
 
     site = tmp_path / "site"
     site.mkdir()

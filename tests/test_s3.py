@@ -37,8 +37,8 @@ from range_server import RangeServer
 
 import hframe_cli as h
 from hframe_cli.errors import InputError, PackReplaced, StorageError
-from hframe_cli.objectstore import join
-from hframe_cli.reader import PackReader
+from hframe_cli.read.reader import PackReader
+from hframe_cli.storage.objectstore import join
 
 FAST_FAIL = {"HFRAME_IO_ATTEMPTS": "3", "HFRAME_IO_REQUEST_TIMEOUT": "1", "HFRAME_IO_TIMEOUT": "5"}
 
@@ -211,7 +211,7 @@ def as_list(batch: list) -> list:
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_a_2_worker_dataloader_over_s3_reads_every_frame_once(s3, local, context):
     torch = pytest.importorskip("torch")
-    from hframe_cli.torchdata import FrameDataset
+    from hframe_cli.training.dataset import FrameDataset
 
     _, endpoint = s3
     want = md5s(local / "p.hframe")

@@ -15,8 +15,8 @@ import pytest
 
 import hframe_cli as h
 from hframe_cli.errors import InputError
-from hframe_cli.reader import ReadStats
-from hframe_cli.sampler import BlockShuffleSampler
+from hframe_cli.read.reader import ReadStats
+from hframe_cli.training.sampler import BlockShuffleSampler
 
 
 @pytest.mark.parametrize("n", [1, 7, 64, 1000, 1003])
@@ -49,7 +49,7 @@ def test_the_order_is_a_function_of_seed_and_epoch_only():
     assert list(a) != list(b) and sorted(list(a)) == list(range(5000))
     assert list(BlockShuffleSampler(5000, seed=2, rank=0, world_size=1)) != list(b)
     # another process (another hash seed) computes the same order
-    code = "from hframe_cli.sampler import BlockShuffleSampler as S; print(list(S(5000, seed=1, rank=0, world_size=1))[:50])"
+    code = "from hframe_cli.training.sampler import BlockShuffleSampler as S; print(list(S(5000, seed=1, rank=0, world_size=1))[:50])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONHASHSEED": "77"})
     assert out.stdout.strip() == str(list(b)[:50])
 
@@ -127,8 +127,8 @@ WORKER = r"""
 import hashlib, json, sys
 import torch.distributed as dist
 from torch.utils.data import DataLoader
-from hframe_cli.sampler import BlockShuffleSampler
-from hframe_cli.torchdata import FrameDataset
+from hframe_cli.training.sampler import BlockShuffleSampler
+from hframe_cli.training.dataset import FrameDataset
 
 path, port, rank, out, skip = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
@@ -231,7 +231,7 @@ def test_torchdata_stateful_dataloader_resumes_with_exactly_the_rest(tmp_path, w
     pytest.importorskip("torchdata.stateful_dataloader")
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    from hframe_cli.torchdata import FrameDataset
+    from hframe_cli.training.dataset import FrameDataset
 
     src = _blob_pack(tmp_path, 300, (100, 2000), seed=3)
 

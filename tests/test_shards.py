@@ -12,10 +12,10 @@ import pytest
 from conftest import hframe_bin, run_bin
 
 import hframe_cli as h
-from hframe_cli.dataset import DatasetReader
 from hframe_cli.errors import InputError
-from hframe_cli.shards import parse_shard_of, plan_shards, split_for_worker
-from hframe_cli.sources import Source, SourceList
+from hframe_cli.read.dataset import DatasetReader
+from hframe_cli.sources.sourcelist import Source, SourceList
+from hframe_cli.write.shards import parse_shard_of, plan_shards, split_for_worker
 
 
 def files_of(dataset: Path) -> dict[str, bytes]:

@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-import hframe_cli.sources as sources_mod
-from hframe_cli.inputs import collect_sources
-from hframe_cli.packing import pack_sources
-from hframe_cli.sources import Rejected, Source, SourceList
-from hframe_cli.update import plan_update
+import hframe_cli.sources.sourcelist as sources_mod
+from hframe_cli.sources.inputs import collect_sources
+from hframe_cli.sources.sourcelist import Rejected, Source, SourceList
+from hframe_cli.write.run import pack_sources
+from hframe_cli.write.update import plan_update
 
 
 def listed(n: int) -> list[Source]:
@@ -104,18 +104,18 @@ def test_a_no_op_update_command_does_not_import_the_packer(tmp_path):
     pack_sources(collect_sources([str(src)]), out)
     code = (
         "import sys\n"
-        "from hframe_cli.cli import main\n"
+        "from hframe_cli.cli.app import main\n"
         "try:\n"
         "    main(['pack', sys.argv[1], '-o', sys.argv[2], '--update', '--quiet'])\n"
         "except SystemExit as e:\n"
         "    assert not e.code, e.code\n"
-        "print(','.join(m for m in ('hframe_cli.packing', 'hframe_cli.fanout', 'hframe_cli.writer') if m in sys.modules))"
+        "print(','.join(m for m in ('hframe_cli.write.run', 'hframe_cli.write.parallel', 'hframe_cli.write.writer') if m in sys.modules))"
     )
     run = [sys.executable, "-c", code, str(src), out]
     assert subprocess.run(run, capture_output=True, text=True, check=True).stdout.strip() == ""
     (src / "5.bin").write_bytes(b"new")
     imported = subprocess.run(run, capture_output=True, text=True, check=True).stdout.strip()
-    assert imported == "hframe_cli.packing,hframe_cli.fanout,hframe_cli.writer"
+    assert imported == "hframe_cli.write.run,hframe_cli.write.parallel,hframe_cli.write.writer"
     assert plan_update(collect_sources([str(src)]), out).status == "up_to_date"
 
 
@@ -123,7 +123,7 @@ def test_sources_come_out_in_byte_order_reordered_only_when_the_walk_did_not(tmp
     """The walk visits subfolders in name order, so a tree whose folders hold files or folders
     (not both) lists sorted and is not reordered; files beside folders, and a folder ``a-b``
     beside ``a`` ('-' sorts before '/'), are put in byte order of the name."""
-    import hframe_cli.inputs as inputs
+    import hframe_cli.sources.inputs as inputs
 
     reorders: list[int] = []
     real = inputs._reorder
@@ -150,7 +150,7 @@ def test_a_saved_source_list_is_written_in_slices_and_reads_back_whole(tmp_path,
     paths that are not UTF-8 and rejections included, and so does an empty list."""
     import pyarrow.parquet as pq
 
-    import hframe_cli.checkpoint as checkpoint
+    import hframe_cli.write.checkpoint as checkpoint
 
     monkeypatch.setattr(checkpoint, "_LIST_SLICE", 3)
     paths = [os.fsdecode(b"/in/caf\xe9-%d.jpg" % i) if i % 4 == 0 else f"/in/{i:02d}.jpg" for i in range(10)]

@@ -14,21 +14,80 @@ import hframe_cli as h
 
 PACKAGE = Path(h.__file__).parent
 
+#: The rooms, bottom first: a module may import from its own layer and the layers below, never
+#: from above. The root's base modules are what every room shares; the front doors come last.
+LAYERS: list[set[str]] = [
+    {"errors", "faults", "processes", "signals", "units", "parts", "locations", "names", "durable", "version"},
+    {"format"},
+    {"storage"},
+    {"sources"},
+    {"read"},
+    {"verify"},
+    {"write"},
+    {"training", "torchdata", "sampler"},  # the last two: the README's old import paths, re-exported
+    {"api", "__init__"},
+    {"cli"},
+    {"__main__"},
+]
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package by dotted name under it (a package by its folder's name)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
 
 def imports() -> dict[str, list[tuple[str, str]]]:
     """module -> [(imported module, imported name)] for every relative import, in functions too."""
-    modules = {p.stem for p in PACKAGE.glob("*.py")}
+    mods = modules()
     found: dict[str, list[tuple[str, str]]] = {}
-    for m in sorted(modules):
-        tree = ast.parse((PACKAGE / f"{m}.py").read_text())
-        found[m] = [
-            (node.module.split(".")[0], alias.name)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
-            for alias in node.names
-            if node.module.split(".")[0] in modules
-        ]
+    for m, path in mods.items():
+        package = m.split(".") if path.name == "__init__.py" and m != "__init__" else m.split(".")[:-1]
+        edges = []
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level >= 1):
+                continue
+            base = package[: len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+            for alias in node.names:
+                target = ".".join(base)
+                if ".".join([*base, alias.name]) in mods:  # from . import render: the module
+                    target = ".".join([*base, alias.name])
+                edges.append((target or "__init__", alias.name))
+        found[m] = edges
     return found
+
+
+def layer(module: str) -> int:
+    room = module.split(".")[0]
+    return next(i for i, rooms in enumerate(LAYERS) if room in rooms)
+
+
+def test_every_module_is_in_a_room_and_no_room_is_a_heap():
+    """``ls hframe_cli/`` shows the architecture: a handful of rooms, none over 15 modules, and a
+    small root."""
+    rooms: dict[str, int] = {}
+    for m in modules():
+        layer(m)  # StopIteration: a module outside every room
+        if "." in m:
+            rooms[m.split(".")[0]] = rooms.get(m.split(".")[0], 0) + 1
+    assert max(rooms.values()) <= 15, rooms
+    root = [m for m in modules() if "." not in m and m not in rooms]
+    assert len(root) <= 16, root
+
+
+def test_rooms_import_only_downwards():
+    upwards = [
+        f"{m} imports {target} ({name})"
+        for m, deps in imports().items()
+        for target, name in deps
+        if layer(target) > layer(m)
+    ]
+    assert upwards == []
 
 
 def test_the_modules_import_each_other_without_a_circle():
@@ -79,7 +138,7 @@ def test_the_library_pack_does_what_the_command_does(photos, tmp_path, cli):
 def test_the_library_get_does_what_the_command_does(packed, tmp_path, cli):
     """One frame to a stream or a file, filters into a folder, and the same refusals."""
     from hframe_cli.errors import InputError
-    from hframe_cli.extract import get_frames
+    from hframe_cli.read.extract import get_frames
 
     sink = io.BytesIO()
     assert get_frames(packed, "cats/003.jpg", None, stdout=sink) is None

@@ -17,7 +17,7 @@ from hframe_cli.errors import InputError
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
-from hframe_cli.torchdata import FrameDataset  # noqa: E402
+from hframe_cli.training.dataset import FrameDataset  # noqa: E402
 
 SIDE = 12
 
@@ -172,7 +172,7 @@ def test_size_decodes_jpegs_at_a_reduced_scale_and_resizes_exactly(tmp_path):
     decode resized; a PNG (no draft mode) is decoded whole and resized alike."""
     from conftest import make_image
 
-    from hframe_cli.torchdata import _resized
+    from hframe_cli.training.dataset import _resized
 
     src = tmp_path / "src"
     make_image(src / "big.jpg", (800, 600), "RGB", 1)

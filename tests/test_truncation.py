@@ -8,7 +8,7 @@ import random
 import pytest
 
 import hframe_cli as h
-from hframe_cli.format import HEADER_SIZE
+from hframe_cli.format.layout import HEADER_SIZE
 
 
 def test_truncation_at_random_points_is_reported(packed, tmp_path, cli):

@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import hframe_cli as h
-from hframe_cli.format import HEADER_SIZE, TRAILER_SIZE
-from hframe_cli.verify import verify_pack
-from hframe_cli.writer import PackWriter
+from hframe_cli.format.layout import HEADER_SIZE, TRAILER_SIZE
+from hframe_cli.verify.check import verify_pack
+from hframe_cli.write.writer import PackWriter
 
 
 def make_pack(tmp_path: Path, photos: Path, name: str = "v.hframe", align: int = 1, blobs: int = 40) -> Path:
@@ -366,7 +366,7 @@ def _damage(pack: Path, kind: str, rng: random.Random) -> set[int]:
 def test_parallel_parts_and_small_chunks_report_exactly_what_one_walk_does(tmp_path, photos, monkeypatch, kind, seed):
     """A full verify is split into parts (each converting only its own index rows) and read in
     chunks that sound records must lie wholly inside: neither may change what is found."""
-    import hframe_cli.verify as verify_mod
+    import hframe_cli.verify.check as verify_mod
 
     pack = make_pack(tmp_path, photos, blobs=200)
     damaged = _damage(pack, kind, random.Random(seed))
@@ -406,7 +406,7 @@ def _problems(rep) -> list[tuple]:
 def test_parallel_parts_at_damaged_seams_match_one_walk(tmp_path, monkeypatch, damage):
     """Damage where one part ends and the next begins: the parallel report (names, offsets,
     messages, counts) is exactly one walk's; no placeholder rows, no frame reported twice."""
-    import hframe_cli.verify as verify_mod
+    import hframe_cli.verify.check as verify_mod
 
     pack, rs = _small_big_small(tmp_path)
     if damage == "cut_in_record_header":
@@ -464,7 +464,7 @@ def test_max_errors_counts_only_frames_really_hashed(tmp_path):
 
 
 def test_max_errors_gives_the_same_problems_whatever_the_workers(tmp_path, monkeypatch):
-    import hframe_cli.verify as verify_mod
+    import hframe_cli.verify.check as verify_mod
 
     pack, rs = _small_big_small(tmp_path)
     flip(pack, rs[3]["offset"] + 5)
@@ -478,7 +478,7 @@ def test_max_errors_gives_the_same_problems_whatever_the_workers(tmp_path, monke
 def test_a_frame_shorter_than_its_magic_is_judged_on_its_own_bytes(tmp_path, monkeypatch):
     """A 3-byte frame the index calls a PNG (8 magic bytes): the bytes found are its own, never
     the next record's header, in one walk and in parts."""
-    import hframe_cli.verify as verify_mod
+    import hframe_cli.verify.check as verify_mod
 
     src = tmp_path / "zeros"
     src.mkdir()
@@ -569,7 +569,7 @@ def test_progress_has_the_right_total_for_globs_datasets_samples_and_parallel_pa
     tmp_path, photos, monkeypatch, workers
 ):
     """The bar showed '0/0 frames' on datasets and globs and the file size as total with --sample."""
-    import hframe_cli.verify as verify_mod
+    import hframe_cli.verify.check as verify_mod
 
     monkeypatch.setattr(verify_mod, "_PART_MIN_BYTES", 1)  # big packs' parts report from forked walkers
     a = make_pack(tmp_path, photos, "a.hframe", blobs=300)
@@ -621,7 +621,7 @@ def test_a_glob_that_matches_nothing_says_so_once(cli, tmp_path):
 
 
 def test_progress_of_a_truncated_pack_without_index_still_moves(tmp_path, photos):
-    import hframe_cli.verify as verify_mod
+    import hframe_cli.verify.check as verify_mod
 
     pack = make_pack(tmp_path, photos, blobs=200)
     cut = tmp_path / "cut.hframe"
@@ -638,7 +638,7 @@ def test_a_pack_is_split_into_parts_of_at_least_8_mib(tmp_path, monkeypatch, fra
     """Parts pay from 16 MiB of data on (forking a walker costs what hashing a few MiB does):
     a 7 MiB pack is walked in one process, 17 MiB in two parts, and never more parts than
     workers; every frame is checked either way."""
-    import hframe_cli.verify as verify_mod
+    import hframe_cli.verify.check as verify_mod
 
     pack = tmp_path / "p.hframe"
     rng = random.Random(frames)

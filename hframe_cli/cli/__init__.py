@@ -1,0 +1,1 @@
+"""The hframe command: typer options, one core call, rendering. Nothing else imports it."""

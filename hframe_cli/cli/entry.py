@@ -1,0 +1,36 @@
+"""The ``hframe`` console script's first lines: SIGINT and SIGTERM mean "stop" from the start.
+
+Until a command installs its own handling (``guard.stop_signals``), both raise
+``KeyboardInterrupt`` (``signals.install_early``), which ``cli.main`` turns into one line and
+exit 130; a signal that arrives while the command's modules are still being imported ends the
+process the same way, not with a traceback (SIGINT) or a bare -15 (SIGTERM).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..signals import install_early, pending_signal
+
+__all__ = ["run"]
+
+
+def run() -> None:
+    """Entry point of the ``hframe`` command (and ``python -m hframe_cli``)."""
+    install_early()
+    try:
+        from .app import run as cli_run
+
+        if pending_signal() is not None:  # its exception was lost where it was raised
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        sys.stderr.write("hframe: error: interrupted while starting; nothing was done\n")
+        sys.stderr.flush()
+        os._exit(130)
+    try:
+        cli_run()
+    except KeyboardInterrupt:  # one that came where main could not catch it (its first or last lines)
+        sys.stderr.write("hframe: error: interrupted\n")
+        sys.stderr.flush()
+        os._exit(130)

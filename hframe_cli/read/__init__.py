@@ -1,0 +1,1 @@
+"""Packs and datasets in, frames out: snapshots, the reader, datasets, get, dump-header, benches."""

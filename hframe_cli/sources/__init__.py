@@ -1,0 +1,1 @@
+"""What a pack is made from: listing inputs, and what each file is (media, images, video)."""

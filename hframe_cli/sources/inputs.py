@@ -1,0 +1,381 @@
+"""Turn command-line sources (files, folders, ``-`` lists) into a sorted, checked source list.
+
+Naming rules (``man/hframe.1``, PACK NAMES): files found under a folder argument are named
+relative to that folder; files given one by one (or in a list) are named by their path as given,
+as tar names them (normalized, without a leading ``/`` or ``../``), so a file's name never
+depends on what else is listed; ``base`` overrides both. Names are POSIX paths kept as exact
+bytes, and the list is sorted by those bytes, so the same inputs always give the same order.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import operator
+import os
+import stat
+import sys
+from collections.abc import Iterable, Sequence
+from itertools import islice
+from typing import Any, BinaryIO
+
+from ..errors import InputError
+from ..locations import shown_url
+from .listing import Folder, sorted_entries, walk_in_parallel
+from .sourcelist import Rejected, SourceList
+
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "expand_globs", "collect_sources"]
+
+DEFAULT_MAX_FRAME_BYTES = 1 << 30  # 1 GiB: 4K wallpapers and raw arrays of tens of MB are normal
+
+
+def expand_globs(patterns: Iterable[str]) -> list[str]:
+    """Each pattern's matches, sorted, for shells that did not expand them; a path that exists,
+    or a pattern that matches nothing, is kept as it is (so the error names it)."""
+    out: list[str] = []
+    for p in patterns:
+        matches = sorted(glob.glob(p)) if not os.path.exists(p) and any(c in p for c in "*?[") else []
+        out.extend(matches or [p])
+    return out
+
+
+def read_path_list(stream: BinaryIO, null_separated: bool) -> list[str]:
+    """Paths from a newline- (or NUL-) separated list, as ``os.fsdecode`` strings."""
+    data = stream.read()
+    parts = data.split(b"\0") if null_separated else data.splitlines()
+    return [os.fsdecode(p) for p in parts if p]
+
+
+def read_list(source: str, null_separated: bool, stdin: BinaryIO | None) -> list[str]:
+    """The entries of the list file ``source`` (``"-"``: ``stdin``), as ``read_path_list``.
+
+    Raises:
+        InputError: the file cannot be read, or ``-`` with no standard input.
+    """
+    if source == "-":
+        if stdin is None:
+            raise InputError("'-' given but no list on standard input")
+        return read_path_list(stdin, null_separated)
+    try:
+        with open(source, "rb") as f:
+            return read_path_list(f, null_separated)
+    except OSError as e:
+        raise InputError(f"{source}: cannot read the list: {e.strerror}") from None
+
+
+def _is_under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+class _Collector:
+    def __init__(
+        self,
+        *,
+        include: Sequence[str],
+        exclude: Sequence[str],
+        skip_bad: bool,
+        max_frame_bytes: int,
+        allow_empty: bool,
+        forbidden: Sequence[str],
+    ) -> None:
+        self.include = list(include)
+        self.exclude = list(exclude)
+        self.skip_bad = skip_bad
+        self.max_frame_bytes = max_frame_bytes
+        self.allow_empty = allow_empty
+        self.forbidden = {os.path.realpath(p) for p in forbidden}
+        self.forbidden_names = {os.path.basename(p) for p in forbidden}
+        self.out = SourceList()
+
+    def reject(self, path: str, reason: str) -> None:
+        if not self.skip_bad:
+            raise InputError(f"{path}: {reason} (use --skip-bad to leave it out)")
+        self.out.rejected.append(Rejected(path, reason))
+
+    def wanted(self, name: str) -> bool:
+        if not self.include and not self.exclude:
+            return True
+        if self.include and not any(fnmatch.fnmatchcase(name, g) for g in self.include):
+            return False
+        return not any(fnmatch.fnmatchcase(name, g) for g in self.exclude)
+
+    def add_file(self, path: str, name: str, st: os.stat_result | None = None) -> None:
+        if not self.wanted(name):
+            return
+        try:
+            st = st or os.stat(path)
+        except FileNotFoundError:
+            kind = "broken symlink" if os.path.islink(path) else "no such file"
+            self.reject(path, kind)
+            return
+        except OSError as e:
+            self.reject(path, f"cannot stat: {e.strerror}")
+            return
+        if not stat.S_ISREG(st.st_mode):
+            self.reject(path, "not a regular file")
+            return
+        if path.rpartition(os.sep)[2] in self.forbidden_names and os.path.realpath(path) in self.forbidden:
+            raise InputError(f"{path}: is the output being written; put the output outside the input tree")
+        if st.st_size == 0 and not self.allow_empty:
+            self.reject(path, "zero-byte file (use --allow-empty to pack it)")
+            return
+        if st.st_size > self.max_frame_bytes:
+            self.reject(path, f"{st.st_size} bytes is larger than --max-frame-bytes {self.max_frame_bytes}")
+            return
+        self.out.add(path, os.fsencode(name), st.st_size, st.st_mtime_ns)
+
+    def add_tree(self, root: str, base: str) -> None:
+        """Add the files under ``root``, named relative to ``base``: a depth-first walk following
+        symlinks, the chain of real folders kept to spot loops. A big tree is listed by several
+        processes (``listing``); the sources, rejections and first error are the same."""
+        prefix = os.path.relpath(root, base)
+        prefix = "" if prefix == os.curdir else prefix.replace(os.sep, "/") + "/"
+        st = os.stat(root)
+        top: Folder = (root, prefix, ((st.st_dev, st.st_ino),))
+        if not walk_in_parallel(self, top):
+            self.walk([top])
+
+    def scan(self, folder: str) -> list[os.DirEntry[str]] | None:
+        """The entries of ``folder`` sorted by name, or None (rejected) when it cannot be listed."""
+        try:
+            return sorted_entries(folder)
+        except OSError as e:
+            self.reject(folder, f"cannot list folder: {e.strerror}")
+            return None
+
+    def walk(self, stack: list[Folder]) -> None:
+        """Walk the folders on ``stack`` depth-first, popping the last first."""
+        while stack:
+            folder = stack.pop()
+            entries = self.scan(folder[0])
+            if entries is not None:
+                self.add_entries(folder, entries, stack)
+
+    def add_entries(self, folder: Folder, entries: Iterable[os.DirEntry[str]], stack: list[Folder]) -> None:
+        """Add the files among ``entries`` (of ``folder``), in order; push its subfolders on
+        ``stack`` so that the walk pops them in name order (the sources then mostly come out
+        sorted, and ``collect_sources`` need not reorder them)."""
+        prefix = folder[1]
+        pushed = len(stack)
+        # the common case, a plain regular file with no globs to match, is taken inline: the rest
+        # (symlinks, special files, empty or oversized files, the output itself) goes through
+        # add_file, which applies every rule
+        plain = not self.include and not self.exclude
+        forbidden_names, max_bytes = self.forbidden_names, self.max_frame_bytes
+        paths, names, sizes, mtimes = self.out.columns()  # appended to in step, without an object per file
+        add_path, add_name, add_size, add_mtime = paths.append, names.append, sizes.append, mtimes.append
+        fs_encoding, fs_errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()  # = os.fsencode
+        for entry in entries:
+            path = entry.path
+            if plain:
+                try:
+                    if entry.is_file(follow_symlinks=False) and entry.name not in forbidden_names:
+                        est = entry.stat(follow_symlinks=False)
+                        size = est.st_size
+                        if 0 < size <= max_bytes:
+                            add_path(path)
+                            add_name((prefix + entry.name).encode(fs_encoding, fs_errors))
+                            add_size(size)
+                            add_mtime(est.st_mtime_ns)
+                            continue
+                except OSError:
+                    pass  # the careful path below says what is wrong
+            sub = self.subfolder(folder, entry)
+            if sub is not None:
+                if sub:
+                    stack.append(sub)
+                continue
+            if entry.is_symlink():
+                try:
+                    est = os.stat(path)
+                except OSError as e:
+                    reason = "symlink loop" if e.errno == 40 else "broken symlink"
+                    self.reject(path, reason)
+                    continue
+                self.add_file(path, prefix + entry.name, est)
+            else:
+                try:
+                    est = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    self.reject(path, "vanished while listing")
+                    continue
+                except OSError as e:  # a folder whose names can be read but not stat'ed (no x bit)
+                    self.reject(path, f"cannot stat: {e.strerror}")
+                    continue
+                self.add_file(path, prefix + entry.name, est)
+        stack[pushed:] = stack[pushed:][::-1]
+
+    def subfolder(self, folder: Folder, entry: os.DirEntry[str], reject: bool = True) -> Folder | tuple[()] | None:
+        """``entry`` of ``folder`` as a folder to walk; ``()`` for a folder rejected (it cannot be
+        stat'ed, or links back to a folder above it; ``reject=False`` only says so); None when it
+        is not a folder."""
+        try:
+            if not entry.is_dir(follow_symlinks=True):
+                return None
+        except OSError:
+            return None
+        _, prefix, chain = folder
+        try:
+            est = os.stat(entry.path)
+        except OSError as e:
+            if reject:
+                self.reject(entry.path, f"cannot stat: {e.strerror}")
+            return ()
+        key = (est.st_dev, est.st_ino)
+        if key in chain:
+            if reject:
+                self.reject(entry.path, "symlink loop (links back to a folder above it)")
+            return ()
+        return (entry.path, prefix + entry.name + "/", (*chain, key))
+
+
+def collect_sources(
+    args: Iterable[str],
+    *,
+    stdin: BinaryIO | None = None,
+    null_separated: bool = False,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    base: str | None = None,
+    output: str | None = None,
+    skip_bad: bool = False,
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    allow_empty: bool = False,
+    require_some: bool = True,
+) -> SourceList:
+    """Expand sources into a sorted list of files to pack.
+
+    Args:
+        args: files, folders (walked recursively, following symlinks), or ``-`` for a list
+            on ``stdin``.
+        null_separated: the stdin list is NUL-separated (``find -print0``).
+        include, exclude: shell globs matched against the name in the pack.
+        base: name every file relative to this folder.
+        output: the pack being written; an output inside an input folder is refused.
+        skip_bad: leave bad inputs out (listed in ``rejected``) instead of raising.
+        require_some: raise if no file is left (off to list folders that may be empty).
+
+    Raises:
+        InputError: a bad input (without ``skip_bad``), a duplicate name, or no input at all.
+    """
+    forbidden = [output, output + ".partial"] if output else []
+    col = _Collector(
+        include=include,
+        exclude=exclude,
+        skip_bad=skip_bad,
+        max_frame_bytes=max_frame_bytes,
+        allow_empty=allow_empty,
+        forbidden=forbidden,
+    )
+    files: list[str] = []
+    folders: list[str] = []
+    for arg in args:
+        if arg == "-":
+            files.extend(read_list("-", null_separated, stdin))
+        elif os.path.isdir(arg):
+            folders.append(arg)
+        elif not os.path.lexists(arg) and not skip_bad:
+            # a typo on the command line, not a bad file met in a tree or a list: no hint
+            raise InputError(f"{shown_url(arg)}: no such file or folder")
+        else:
+            files.append(arg)
+    out_real = os.path.realpath(output) if output else None
+    for folder in folders:
+        if out_real and _is_under(out_real, os.path.realpath(folder)):
+            raise InputError(f"{output}: output is inside the input folder {folder}; write it elsewhere")
+        root_base = base if base is not None else folder
+        col.add_tree(folder, root_base)
+    if files:
+        for path, rel in zip(files, _relative_names(files, base)):
+            if rel.startswith(".." + os.sep) or rel == "..":
+                raise InputError(f"{path}: not under --base {base}")
+            if rel in (".", ""):
+                raise InputError(f"{path}: is --base itself, so it would have no name; give its folder as --base")
+            col.add_file(path, rel.replace(os.sep, "/"))
+    if base is not None:
+        for folder in folders:
+            if os.path.relpath(folder, base).startswith(".."):
+                raise InputError(f"{folder}: not under --base {base}")
+    _sort_by_name(col)
+    col.out.collect = {
+        "folders": [os.path.abspath(f) for f in folders],
+        "include": list(include),
+        "exclude": list(exclude),
+        "base": os.path.abspath(base) if base is not None else None,
+        "allow_empty": allow_empty,
+        "max_frame_bytes": max_frame_bytes,
+        "output": os.path.abspath(output) if output else None,
+    }
+    if not len(col.out) and require_some:
+        raise InputError("nothing to pack: no input files" + (" left after --skip-bad" if col.out.rejected else ""))
+    return col.out
+
+
+def _sort_by_name(col: _Collector) -> None:
+    """Put the sources in name order (stable: of two files with one name, the first found is
+    kept, the other rejected), on the columns: a sort of positions by name, and each column
+    taken in that order once, unless it is already sorted. A walk of folders that hold either
+    files or folders gives the names in order already: checked in one pass, which also shows
+    that no name appears twice."""
+    columns = col.out.columns()
+    paths, names = columns[0], columns[1]
+    if all(map(operator.lt, names, islice(names, 1, None))):  # (bytes.__lt__ is slower, and would
+        # take the NotImplemented it returns for a name that is not bytes as true)
+        return
+    order = sorted(range(len(names)), key=names.__getitem__)
+    if order != list(range(len(order))):
+        _reorder(columns, order)
+    if any(map(operator.eq, names[1:], names)):  # rare: the slow path names each duplicate
+        keep = [True] * len(names)
+        first = 0
+        for j in range(1, len(names)):
+            if names[j] != names[first]:
+                first = j
+                continue
+            col.reject(
+                paths[j],
+                f"name {names[j].decode('utf-8', 'backslashreplace')!r} appears twice "
+                f"(also {paths[first]}); use --base or separate packs",
+            )
+            keep[j] = False
+        _reorder(columns, [j for j, k in enumerate(keep) if k])
+
+
+def _reorder(columns: tuple[list[Any], ...], positions: list[int]) -> None:
+    """Each column in place: its items at ``positions``, in that order."""
+    for column in columns:
+        column[:] = [column[i] for i in positions]
+
+
+def _relative_names(files: Sequence[str], base: str | None) -> list[str]:
+    """Each file's name: relative to ``base``, or else its path as given, as tar names it.
+
+    Without ``base``: ``normpath`` (``./`` and ``x/..`` go), then leading ``/`` and ``../`` are
+    dropped (tar's "Removing leading '/' from member names"): ``/data/a.jpg`` is ``data/a.jpg``
+    and ``photos/cats/a.jpg`` stays as it is, whatever else is listed. With ``base``: relative to
+    it, on the strings when paths and ``base`` are of one kind (relative or absolute), on absolute
+    paths otherwise; a file outside ``base`` starts with ``..`` (the caller refuses it).
+    """
+    norm = [os.path.normpath(f) for f in files]
+    if base is None:
+        return [_tar_name(p) for p in norm]
+    if len({os.path.isabs(p) for p in norm} | {os.path.isabs(base)}) > 1:
+        norm = [os.path.abspath(p) for p in norm]
+        base = os.path.abspath(base)
+    root = os.path.normpath(base)
+    if root == os.curdir:
+        return norm
+    cut = len(root) + (0 if root.endswith(os.sep) else 1)
+    return [
+        p[cut:]
+        if p.startswith(root) and p[len(root) : len(root) + 1] in (os.sep, "") and p != root
+        else os.path.relpath(p, root)
+        for p in norm
+    ]
+
+
+def _tar_name(path: str) -> str:
+    name = path.lstrip(os.sep)
+    while name == os.pardir or name.startswith(os.pardir + os.sep):
+        name = name[len(os.pardir) + 1 :].lstrip(os.sep)
+    return name

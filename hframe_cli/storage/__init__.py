@@ -1,0 +1,1 @@
+"""Where pack bytes live: local files, HTTP, object stores, the request policy, uploads."""

@@ -1,0 +1,586 @@
+"""Remote packs: every read one bounded ``Range`` GET, under one request policy.
+
+``RemoteFile`` is the ``Storage`` (see ``storage.py``) of a pack or index behind a URL. It is
+built on a *backend* that does one ranged GET and nothing else (``HttpBackend`` here: stdlib
+``http.client``, keep-alive connections per thread); everything a user relies on is decided
+here, once, the same for every backend (``man/hframe.1``, REMOTE PACKS):
+
+* **retries** of what can pass (5xx, 429, connection resets, timeouts, a body cut short):
+  bounded attempts, exponential backoff with full jitter, and a retry budget shared by the
+  file's requests, so a throttling store (503 SlowDown) gets fewer requests, not a storm;
+  never of what cannot (403, 404, a replaced object);
+* **timeouts**: connect, per socket operation, and a deadline for one read as a whole;
+* **pinning**: the object's ETag is taken on the first request and every later one carries
+  ``If-Match``, so a pack replaced by a publish is ``PackReplaced``, never another version's
+  bytes; a body shorter than asked is an error, never data;
+* **concurrency**: requests run on this file's worker threads, at most ``in_flight`` at once;
+  the calling thread waits in short slices, so Ctrl-C ends a remote command within a second;
+  once the command has a SIGINT/SIGTERM (``signals.pending_signal``), no request is started and
+  no thread waits for one (a reader's threads would keep a batch's queued reads going);
+* **counters**: requests, bytes, retries, throttles (``bench``, ``verify --json``).
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import os
+import random
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
+
+from ..errors import InputError, PackReplaced, StorageError
+from ..locations import shown_url
+from ..signals import pending_signal
+from .policy import Budget, Counters, Permanent, RequestPolicy, Response, Transient
+
+__all__ = ["Counters", "HttpBackend", "RemoteFile", "RequestPolicy", "remote_url"]
+
+#: the first request of a file reads this much from its start: the header (and, often, a
+#: dictionary record and the first frames) come with the size and ETag in one round trip
+PROBE_BYTES = 64 * 1024
+#: prefetched reads kept for ``read_at`` at most: beyond, the oldest are dropped
+MAX_PENDING = 4096
+MAX_PENDING_BYTES = 1 << 30
+#: a sequential reader (verify) is served from aligned blocks of this size, several in flight
+SEQUENTIAL_BLOCK = 4 * 1024 * 1024
+#: an index (or other object read as a stream) up to this size is fetched in one GET
+WHOLE_OBJECT_MAX = 256 * 1024 * 1024
+_T = TypeVar("_T")
+_WAIT_SLICE_S = 0.2  # the calling thread waits in slices this long (signals are handled between)
+
+
+def remote_url(base: str, relative: str) -> str:
+    """``relative`` (a shard's path in a manifest) resolved against the manifest's URL (an
+    object store's options, in its query, apply to the shards too; an http(s) URL's user name
+    and password, to the shards on its origin, and only there)."""
+    if "://" in relative:
+        return _same_origin_credentials(base, relative)
+    if base.partition("://")[0].lower() not in ("http", "https"):
+        from .objectstore import join
+
+        return join(base, relative)
+    return urllib.parse.urljoin(base, relative)
+
+
+def _same_origin_credentials(base: str, url: str) -> str:
+    """``url`` with ``base``'s credentials where it names none and is on the same origin
+    (scheme, host and port) as an http(s) ``base``; any other URL as it is."""
+    b, u = urllib.parse.urlsplit(base), urllib.parse.urlsplit(url)
+    if b.scheme.lower() not in ("http", "https") or "@" not in b.netloc or "@" in u.netloc:
+        return url
+    default = {"http": 80, "https": 443}
+    try:
+        same = (u.scheme.lower(), u.hostname, u.port or default.get(u.scheme.lower())) == (
+            b.scheme.lower(),
+            b.hostname,
+            b.port or default[b.scheme.lower()],
+        )
+    except ValueError:  # a port that is not a number: not the same origin
+        return url
+    if not same:
+        return url
+    return urllib.parse.urlunsplit(u._replace(netloc=f"{b.netloc.rpartition('@')[0]}@{u.netloc}"))
+
+
+def _basic_authorization(parts: urllib.parse.SplitResult) -> str | None:
+    """The ``Authorization`` header of a URL's user name and password (HTTP Basic, RFC 7617:
+    percent-decoded, UTF-8), or None when it has none."""
+    if parts.username is None or (not parts.username and parts.password is None):
+        return None
+    user = urllib.parse.unquote(parts.username)
+    password = urllib.parse.unquote(parts.password or "")
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+
+
+def backend_for(location: str) -> Callable[[str, RequestPolicy], Any]:
+    """The backend that makes a location's requests: ``HttpBackend`` for http(s), else the
+    ``pyarrow.fs`` one (``objectstore.ObjectBackend``)."""
+    if location.partition("://")[0].lower() in ("http", "https"):
+        return HttpBackend
+    from .objectstore import ObjectBackend
+
+    return ObjectBackend
+
+
+class HttpBackend:
+    """Ranged GETs over HTTP(S) with ``http.client``: one keep-alive connection per thread (and
+    per process: a forked child opens its own), ``TCP_NODELAY`` on."""
+
+    def __init__(self, url: str, policy: RequestPolicy) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InputError(f"{shown_url(url)}: not an http(s) URL")
+        try:
+            port = parts.port
+        except ValueError:  # (its message would quote what stands where the port goes)
+            raise InputError(
+                f"{shown_url(url)}: not a valid URL: its port is not a number "
+                "(in a user name or password, / ? # @ and : must be percent-encoded)"
+            ) from None
+        self.url = url
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = port or (443 if self.https else 80)
+        #: sent on every request: the URL's user name and password (never to another host: a
+        #: redirect is not followed, and a manifest's shards get them only on its origin)
+        self.authorization = _basic_authorization(parts)
+        self.target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        self.policy = policy
+        self._local = threading.local()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "pid", None) == os.getpid():
+            return conn  # type: ignore[no-any-return]
+        cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
+        conn = cls(self.host, self.port, timeout=self.policy.connect_timeout_s)
+        self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
+
+    def _drop(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "pid", None) == os.getpid():
+            conn.close()
+        self._local.conn = None
+
+    def get(self, start: int, length: int | None, etag: str | None, deadline: float | None = None) -> Response:
+        """``length`` bytes from ``start`` (None: the whole object, no Range header), all of it
+        received before ``deadline`` (``time.monotonic()``) or ``Transient``."""
+        conn = self._connection()
+        headers = {"Accept-Encoding": "identity", "User-Agent": "hframe"}
+        if length is not None:
+            headers["Range"] = f"bytes={start}-{start + length - 1}"
+        if etag is not None:
+            headers["If-Match"] = etag
+        if self.authorization is not None:
+            headers["Authorization"] = self.authorization
+        reused, answered = conn.sock is not None, False
+        try:
+            if conn.sock is None:
+                conn.connect()
+            sock = conn.sock
+            assert sock is not None
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(self._timeout(deadline))
+            conn.request("GET", self.target, headers=headers)
+            resp = conn.getresponse()
+            answered = True
+            status = resp.status
+            declared = resp.getheader("Content-Length")
+            size_said = int(declared) if declared is not None and declared.isdigit() else None
+            # a server may answer a range covering a whole small object with all of it (200)
+            small = (
+                status == 200 and length is not None and start == 0 and size_said is not None and size_said <= length
+            )
+            if status == 206 or (status == 200 and (length is None or small)):
+                body = self._body(resp, sock, deadline)
+            else:
+                resp.read(64 * 1024)  # drain a short error body so the connection can be reused
+                body = b""
+        except TimeoutError as e:
+            self._drop()
+            raise Transient(f"timed out ({e or 'no answer'})") from None
+        except (OSError, http.client.HTTPException) as e:
+            self._drop()
+            if reused and not answered and isinstance(e, (ConnectionResetError, BrokenPipeError)):
+                # a kept-alive connection the server had closed (idle too long, or nginx after a
+                # 412): the request never reached it; ask again on a new connection, once (a
+                # new one is not ``reused``), as no attempt of the policy was spent
+                return self.get(start, length, etag, deadline)
+            raise Transient(f"connection failed: {e.__class__.__name__}: {e}") from None
+        if resp.getheader("Connection", "").lower() == "close" or status not in (200, 206):
+            self._drop()  # nginx closes after a 412 though its answer says keep-alive: so do we
+        if status in (429, 503):
+            raise Transient(f"HTTP {status} (throttled)", throttled=True)
+        if status >= 500 or status == 408:
+            raise Transient(f"HTTP {status}")
+        if status == 404:
+            raise Permanent("missing", "HTTP 404")
+        if status == 412:
+            raise Permanent("replaced", "the object changed (HTTP 412: its ETag no longer matches)")
+        if status == 416 and (resp.getheader("Content-Range") or "").endswith("/0"):
+            return Response(b"", 0, resp.getheader("ETag"))  # an empty object: nothing to range over
+        if status in (301, 302, 303, 307, 308):
+            raise Permanent("redirect", f"HTTP {status}: redirected to {resp.getheader('Location')}; give that URL")
+        if status == 401:
+            raise Permanent("denied", f"HTTP 401 {resp.reason}: {self._unauthorized()}")
+        if status not in (200, 206):
+            raise Permanent("denied", f"HTTP {status} {resp.reason}")
+        encoding = (resp.getheader("Content-Encoding") or "identity").lower()
+        if encoding != "identity":
+            raise Permanent("unsupported", f"the server sends the object {encoding}-encoded (asked for identity)")
+        tag = resp.getheader("ETag")
+        if status == 200 and length is not None and not small:
+            self._drop()
+            raise Permanent("unsupported", "the server ignores Range requests (HTTP 200 for a byte range)")
+        if length is None or status == 200:
+            if size_said is not None and size_said != len(body):
+                raise Transient(f"body cut short: {len(body)} of {size_said} bytes")
+            return Response(body, len(body), tag)
+        span = _content_range(resp.getheader("Content-Range"))
+        if span is None:
+            raise Permanent(
+                "unsupported", f"no usable Content-Range in a 206 answer ({resp.getheader('Content-Range')!r})"
+            )
+        first, last, total = span
+        want = min(length, max(0, total - start))
+        if first != start or last != start + want - 1:  # another range than asked for is not this data
+            raise Transient(f"answered bytes {first}-{last} for {start}-{start + want - 1}")
+        if len(body) != want:
+            raise Transient(f"body cut short: {len(body)} of {want} bytes")
+        return Response(body, total, tag)
+
+    def _unauthorized(self) -> str:
+        if self.authorization is not None:
+            return "the server refused the user name and password in the URL"
+        return "the server asks for a user name and password (put USER:PASSWORD@ before the host in the URL)"
+
+    def _timeout(self, deadline: float | None) -> float:
+        left = self.policy.request_timeout_s if deadline is None else deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the deadline passed")
+        return min(self.policy.request_timeout_s, left)
+
+    def _body(self, resp: http.client.HTTPResponse, sock: socket.socket, deadline: float | None) -> bytes:
+        """The body, in 1 MiB pieces, each under what is left of the deadline: a server that
+        trickles bytes cannot stretch a read past it."""
+        parts: list[bytes] = []
+        while resp.length != 0:  # None: chunked, read to its end
+            sock.settimeout(self._timeout(deadline))
+            piece = resp.read1(1 << 20)  # what one receive brings (read() would wait for all of it)
+            if not piece:
+                break
+            parts.append(piece)
+        parts.append(resp.read())  # nothing left: this completes the response (the connection is reusable)
+        return b"".join(parts)
+
+    def version(self) -> tuple[str | None, int]:
+        """(ETag, size) of what the URL serves now (one small request)."""
+        resp = self.get(0, 1, None)
+        return resp.etag, resp.size
+
+    def close(self) -> None:
+        self._drop()
+
+
+def _content_range(value: str | None) -> tuple[int, int, int] | None:
+    """``bytes 0-99/1234`` → (0, 99, 1234)."""
+    if not value or not value.startswith("bytes ") or "/" not in value:
+        return None
+    span, _, total = value[6:].partition("/")
+    first, _, last = span.partition("-")
+    if not (first.strip().isdigit() and last.strip().isdigit() and total.strip().isdigit()):
+        return None
+    return int(first), int(last), int(total)
+
+
+class RemoteFile:
+    """The ``Storage`` of a remote object: sized, pinned to one version, read in ranges.
+
+    Opening makes one request (``PROBE_BYTES`` from the start), which gives the size and ETag.
+    ``read_at`` serves from what ``prefetch`` started or from the probe when it can, else makes
+    one GET. ``stream()`` fetches a small object (an index) whole, in one GET.
+    """
+
+    remote = True
+
+    def __init__(
+        self,
+        location: str,
+        *,
+        policy: RequestPolicy | None = None,
+        etag: str | None = None,
+        backend: Callable[[str, RequestPolicy], Any] | None = None,
+        **_: Any,
+    ) -> None:
+        self.url = location
+        self.location = shown_url(location)  # in messages: a query (a signature?) is not printed
+        self.policy = policy or RequestPolicy.from_env()
+        self.backend = (backend or backend_for(location))(location, self.policy)
+        self.counters = Counters()
+        self._budget = Budget(self.policy.budget)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = -1
+        self._pending: dict[tuple[int, int], Future[bytes]] = {}
+        self._pending_lock = threading.Lock()
+        self._sequential = False  # advise_sequential: read in blocks, ahead of the reader
+        self._blocks: dict[int, Future[bytes]] = {}
+        self._whole: bytes | None = None
+        self.etag = etag
+        self._closed = False
+        self._version: tuple[str | None, int] | None = None  # (ETag, size) of the first answer
+        self._gone: str | None = None  # why the version read is known to be replaced (then: no more requests)
+        pinned = etag is not None
+        # on a worker, as every request: a client blocked in C++ (pyarrow) would not see Ctrl-C
+        try:
+            first = self._wait(self._executor().submit(self._request, 0, PROBE_BYTES))
+        except BaseException:
+            self.close()  # no worker thread is left behind by a failed open (a dataset check's 404)
+            raise
+        if pinned and first.etag != etag:
+            raise PackReplaced(f"{self.location}: the object was replaced (ETag {first.etag}, expected {etag})")
+        # a weak ETag (W/"...") never passes If-Match (a strong comparison): such a server, or one
+        # that sends none, is read unpinned (hframe.5, PUBLISHING AND READERS)
+        self.etag = first.etag if first.etag and not first.etag.startswith("W/") else None
+        self._size = first.size
+        self._probe = first.body
+
+    # -- the request policy ------------------------------------------------------------------
+
+    def _request(self, start: int, length: int | None, deadline: float | None = None) -> Response:
+        """One GET with the policy's retries (``deadline``: the end of the read it serves)."""
+        resp: Response = self._retried(lambda until: self.backend.get(start, length, self.etag, until), deadline)
+        self.counters.add(requests=resp.requests - 1, nbytes=len(resp.body))
+        self._same_version(resp)
+        return resp
+
+    def _retried(self, call: Callable[[float], _T], deadline: float | None = None) -> _T:
+        """``call(deadline)`` (one request of the backend) with the policy's retries; its
+        ``Transient`` and ``Permanent`` failures as hframe errors naming the location."""
+        policy = self.policy
+        t0 = time.monotonic()
+        deadline = deadline if deadline is not None else t0 + policy.deadline_s
+        attempt = 0
+        while True:
+            attempt += 1
+            if self._closed:
+                raise StorageError(f"{self.location}: closed while reading")
+            if pending_signal() is not None:  # the command is stopping: the store is not asked again
+                raise KeyboardInterrupt
+            if self._gone is not None:  # every later answer would be a refusal (412) or another version
+                raise PackReplaced(self._gone)
+            self.counters.add(requests=1)
+            try:
+                result = call(deadline)
+            except Transient as e:
+                self.counters.add(throttles=int(e.throttled))
+                pause = random.uniform(0, min(policy.backoff_cap_s, policy.backoff_s * 2 ** (attempt - 1)))
+                if attempt >= policy.attempts:
+                    why = ""
+                elif time.monotonic() + pause >= deadline:
+                    why = f" (the {policy.deadline_s:g} s deadline of this read was reached)"
+                elif not self._budget.spend(10 if e.throttled else 5):
+                    why = " (retry budget spent: the store keeps failing)"
+                else:
+                    self.counters.add(retries=1)
+                    time.sleep(pause)
+                    continue
+                if self._gone is not None:  # another request of this file learnt meanwhile that the
+                    raise PackReplaced(self._gone) from None  # version is gone: that is the answer
+                raise StorageError(
+                    f"{self.location}: {e} after {attempt} attempt{'s' if attempt > 1 else ''} "
+                    f"in {time.monotonic() - t0:.1f} s{why}"
+                ) from None
+            except Permanent as e:
+                if e.kind == "missing" and self._version is not None:  # it was there when opened
+                    raise self._replaced(
+                        f"{self.location}: the object was removed or replaced since this reader opened it ({e}); "
+                        "open it again"
+                    ) from None
+                if e.kind == "missing":
+                    raise InputError(f"{self.location}: no such file ({e})") from None
+                if e.kind == "replaced":
+                    raise self._replaced(
+                        f"{self.location}: the pack was replaced since this reader opened it ({e}); open it again"
+                    ) from None
+                if e.kind in ("unsupported", "redirect"):
+                    raise InputError(f"{self.location}: {e}") from None
+                raise StorageError(f"{self.location}: {e}") from None
+            self._budget.earn()
+            return result
+
+    def _same_version(self, resp: Response) -> None:
+        """Every answer must come from the version the first one did: same size, same ETag (weak
+        ones too). The If-Match header makes a strong-ETag server refuse another version (412);
+        this catches the rest, where a server has no strong ETag to match."""
+        if self._version is None:
+            self._version = (resp.etag, resp.size)
+            return
+        etag, size = self._version
+        if resp.size != size or (etag is not None and resp.etag is not None and resp.etag != etag):
+            raise self._replaced(
+                f"{self.location}: the pack was replaced since this reader opened it (now {resp.size} bytes, "
+                f"ETag {resp.etag}; it was {size} bytes, ETag {etag}); open it again"
+            )
+
+    def _replaced(self, message: str) -> PackReplaced:
+        """``PackReplaced``, remembered: the version this file reads is gone, so its later reads
+        (and those that failed meanwhile for another reason) are ``PackReplaced`` too, at once."""
+        if self._gone is None:
+            self._gone = message
+        return PackReplaced(message)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        pid = os.getpid()
+        if self._pool is None or self._pool_pid != pid:
+            self._pool = ThreadPoolExecutor(self.policy.in_flight, thread_name_prefix="hframe-remote")
+            self._pool_pid = pid
+            self._pending, self._blocks = {}, {}
+        return self._pool
+
+    def _submit(self, offset: int, length: int, deadline: float) -> Future[bytes]:
+        return self._executor().submit(lambda: self._request(offset, length, deadline).body)
+
+    def _wait(self, future: Future[_T]) -> _T:
+        """The future's result, waited for in short slices (a signal handler runs between; on
+        a thread that is not the main one, a signal the command received ends the wait)."""
+        while True:
+            if pending_signal() is not None:
+                raise KeyboardInterrupt
+            try:
+                return future.result(timeout=_WAIT_SLICE_S)
+            except FutureTimeout:
+                continue
+
+    # -- Storage -------------------------------------------------------------------------------
+
+    def size(self) -> int:
+        return self._size
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        """Exactly ``length`` bytes at ``offset`` (short only at the end of the object)."""
+        length = max(0, min(length, self._size - offset))
+        if length == 0 or offset < 0:
+            return b""
+        if offset + length <= len(self._probe):
+            return self._probe[offset : offset + length]
+        if self._sequential:
+            return self._read_blocks(offset, length)
+        with self._pending_lock:
+            future = self._pending.pop((offset, length), None)
+        if future is None or (future.done() and future.exception() is not None):
+            # not started, or failed before anyone asked (a burst of errors since passed): ask now
+            future = self._submit(offset, length, time.monotonic() + self.policy.deadline_s)
+        return self._wait(future)
+
+    def _read_blocks(self, offset: int, length: int) -> bytes:
+        """A sequential reader's range, from aligned ``SEQUENTIAL_BLOCK`` blocks: the blocks it
+        needs and the next ``ahead`` ones are requested at once; blocks behind it are let go."""
+        block = SEQUENTIAL_BLOCK
+        first, last = offset // block, (offset + length - 1) // block
+        ahead = max(1, self.policy.in_flight // 2)
+        deadline = time.monotonic() + self.policy.deadline_s
+        blocks = self._blocks
+        for b in list(blocks):
+            if b < first:
+                del blocks[b]
+        for b in range(first, min(last + ahead, (self._size - 1) // block) + 1):
+            if b not in blocks:
+                start = b * block
+                blocks[b] = self._submit(start, min(block, self._size - start), deadline)
+        # the range's piece of each block, as views: the one copy is the join into the bytes returned
+        end = offset + length
+        views = []
+        for b in range(first, last + 1):
+            data = self._wait(blocks[b])
+            lo, hi = max(offset - b * block, 0), min(end - b * block, len(data))
+            if first == last and lo == 0 and hi == len(data):
+                return data  # a whole block: itself, not a copy
+            views.append(memoryview(data)[lo:hi])
+        return views[0].tobytes() if len(views) == 1 else b"".join(views)
+
+    def preader(self) -> Callable[[int, int], bytes]:
+        """``pread(length, offset)`` as ``read_at``: errors are already hframe errors."""
+        return lambda length, offset: self.read_at(offset, length)
+
+    def prefetch(self, offsets: Sequence[int], lengths: Sequence[int]) -> None:
+        """Start these reads now, ``in_flight`` at a time; ``read_at`` of the same ranges waits
+        for them instead of asking again."""
+        deadline = time.monotonic() + self.policy.deadline_s
+        with self._pending_lock:
+            # reads started earlier and never asked for (a caller that stopped early) are let go,
+            # oldest first, to make room (in count and in bytes): this batch's are all kept
+            room = sum(lengths)
+            held = sum(k[1] for k in self._pending)
+            for key in list(self._pending):
+                if len(self._pending) + len(offsets) <= MAX_PENDING and held + room <= MAX_PENDING_BYTES:
+                    break
+                self._pending.pop(key).cancel()
+                held -= key[1]
+            for off, ln in zip(offsets, lengths):
+                ln = max(0, min(ln, self._size - off))
+                if ln and (off, ln) not in self._pending and off + ln > len(self._probe):
+                    self._pending[(off, ln)] = self._submit(off, ln, deadline)
+
+    def advise_sequential(self, start: int) -> None:
+        """The caller will read on from ``start``: serve it from blocks read ahead (``_read_blocks``)."""
+        self._sequential = True
+
+    @property
+    def block_size(self) -> int | None:
+        """Once ``advise_sequential`` was called, the aligned block size reads are served from:
+        a read of exactly one block returns the block received, without a copy."""
+        return SEQUENTIAL_BLOCK if self._sequential else None
+
+    def read_all(self) -> bytes:
+        """The whole object (one GET up to ``WHOLE_OBJECT_MAX``, else in ranges), kept."""
+        if self._whole is None:
+            if self._size <= len(self._probe):
+                self._whole = self._probe[: self._size]
+            elif self._size <= WHOLE_OBJECT_MAX:
+                resp = self._wait(self._executor().submit(lambda: self._request(0, None).body))
+                if len(resp) != self._size:
+                    raise StorageError(f"{self.location}: got {len(resp)} bytes, the object has {self._size}")
+                self._whole = resp
+            else:
+                self._whole = self.read_at(0, self._size)
+        return self._whole
+
+    def stream(self) -> Any:
+        """A file object over the whole object (fetched once): what pyarrow's Parquet reader wants."""
+        import pyarrow as pa
+
+        return pa.BufferReader(self.read_all())
+
+    def is_at_path(self) -> bool:
+        """Whether the URL still serves the version this handle pinned (one small request, retried
+        as a read is). A store that cannot say (unreachable, denying) is not a sign of another
+        version: that failure is raised (``StorageError``), as a read's would be."""
+        if self._gone is not None:
+            return False
+        try:
+            now = self._wait(self._executor().submit(self._retried, lambda _: self.backend.version()))
+        except (PackReplaced, InputError):  # gone (404), or no longer an object hframe can read
+            return False
+        return self._version is not None and now == self._version
+
+    @property
+    def pinned(self) -> bool:
+        """Whether every read is tied to the version first read (If-Match with a strong ETag, or
+        a store that pins it itself); where not, readers check each frame's md5."""
+        return bool(getattr(self.backend, "pinned", True)) and self.etag is not None
+
+    def close(self) -> None:
+        self._closed = True  # a request under way on a worker stops at its next attempt
+        pool, self._pool = self._pool, None
+        if pool is not None and self._pool_pid == os.getpid():
+            pool.shutdown(wait=False, cancel_futures=True)
+        self._pending, self._blocks = {}, {}
+        self.backend.close()
+
+    def __enter__(self) -> RemoteFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # what LocalFile offers for handles that move between processes: a remote handle is pinned
+    # by its ETag instead, which a spawned worker checks when it opens the URL again
+    origin: tuple[int, int, int, int] | None = None
+    identity = None
+    same_generation: Callable[[int], None] | None = None
+    alternates: tuple[str, ...] = ()
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"location": self.url, "etag": self.etag}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        etag = state.get("etag")
+        self.__init__(str(state["location"]), etag=str(etag) if etag else None)  # type: ignore[misc]

@@ -1,0 +1,1 @@
+"""PyTorch: the map-style FrameDataset and the BlockShuffleSampler."""

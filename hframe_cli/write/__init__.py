@@ -1,0 +1,1 @@
+"""Making packs: the writer, the run, parallel workers, checkpoints, the lock, update, shards, upload."""
