@@ -13,8 +13,6 @@ Importing this package loads neither typer, rich, tqdm nor torch.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from typing import TYPE_CHECKING
 
 from .errors import (
@@ -37,6 +35,7 @@ from .errors import (
     UnsupportedVersion,
 )
 from .format.layout import FORMAT_VERSION
+from .version import __version__
 
 # The rest of the public API loads on first use (PEP 562), so that `hframe --version` and a
 # failing command start fast and `import hframe_cli` costs little until a pack is touched.

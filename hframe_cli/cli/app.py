@@ -13,7 +13,6 @@ from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 
-from .. import __version__
 from ..errors import (
     EXIT_DATA,
     EXIT_ENV,
@@ -27,6 +26,7 @@ from ..errors import (
 from ..locations import redact
 from ..signals import pending_signal
 from ..units import count
+from ..version import __version__
 from . import render
 
 app = typer.Typer(

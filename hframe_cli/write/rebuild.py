@@ -26,6 +26,7 @@ from ..format.layout import (
 )
 from ..read.snapshot import PackInfo, read_pack_info
 from ..storage.access import Storage, open_storage
+from ..version import __version__
 
 __all__ = ["ScannedRecord", "iter_records", "rebuild_index", "walk_records"]
 
@@ -112,7 +113,6 @@ def rebuild_index(
     The result has the same rows as the index written by ``pack`` (the pack UUID, time and
     sizes come from the header and trailer; ``hframe_version`` is this release's).
     """
-    from .. import __version__
     from .lock import OutputLock
 
     # the lock: a pack run publishing this output at the same time writes INDEX.partial too

@@ -65,6 +65,7 @@ from ..format.layout import (
 from ..processes import write_all
 from ..sources.media import PreparedFrame, encode_meta
 from ..storage.access import open_storage
+from ..version import __version__
 from .checkpoint import fsync_dir
 from .lock import OutputLock
 from .rebuild import record_meta, walk_records
@@ -136,8 +137,6 @@ _IMAGE, _BLOB = KIND_IDS["image"], KIND_IDS["blob"]
 
 
 def _hframe_version() -> str:
-    from .. import __version__
-
     return __version__
 
 
