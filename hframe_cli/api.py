@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .errors import PackLocked
 from .locations import is_remote
+from .names import checkpoint_name, partial_name, plan_list_name, previous_checkpoint_name
 from .sources.inputs import DEFAULT_MAX_FRAME_BYTES
 from .write.guard import writer_run
 
@@ -298,9 +299,8 @@ def _resume_remote(url: str, on_event: EventFn | None, **kw: Any) -> ResumeResul
 
 def plan_location(output: str) -> str:
     """Where ``pack --plan-only`` writes the plan of ``output``."""
-    from .locations import with_suffix
 
-    return with_suffix(output, ".plan.parquet")
+    return plan_list_name(output)
 
 
 def _media_and_sources(paths: list[str], out: str, opts: PackOptions) -> tuple[MediaOptions, SourceList]:
@@ -472,7 +472,9 @@ def _resume_locked(
             on_progress=on_progress,
             on_event=on_event,
         )
-    if plan is None and not any(os.path.exists(out + x) for x in ("", ".partial", ".ckpt", ".ckpt.prev")):
+    if plan is None and not any(
+        os.path.exists(p) for p in (out, partial_name(out), checkpoint_name(out), previous_checkpoint_name(out))
+    ):
         from .write.shards import resume_parts
 
         parts = resume_parts(  # a dataset of parts (job array) or shards: what is unfinished or missing

@@ -24,6 +24,7 @@ from conftest import hframe_bin, lock_held_elsewhere, make_photos, run_bin
 
 import hframe_cli as h
 from hframe_cli.errors import IndexMismatch, PackReplaced
+from hframe_cli.names import LEFTOVER_SUFFIXES
 
 CREATED = ["--created", "1700000000"]
 
@@ -64,9 +65,9 @@ def signal_when_paused(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM)
 
 
 def leftovers(folder: Path) -> list[str]:
-    """Files a finished run must not leave: locks, temporaries, partial packs, checkpoints."""
-    bad = (".lock", ".tmp", ".partial", ".ckpt", ".ckpt.prev", ".sources.parquet", ".plan.json")
-    return sorted(p.name for p in folder.iterdir() if p.name.endswith(bad))
+    """Files a finished run must not leave: locks, partial files, checkpoints, saved lists and
+    plans (``names.LEFTOVER_SUFFIXES``, the one list of them)."""
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(LEFTOVER_SUFFIXES))
 
 
 def frames_by_name(pack: Path) -> dict[str, str]:

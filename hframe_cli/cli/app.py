@@ -791,7 +791,7 @@ def index(
     from ..write.rebuild import rebuild_index
 
     if merge:
-        from ..read.dataset import write_manifest
+        from ..write.manifest import write_manifest
 
         manifest = write_manifest(pack, merge)
         if not quiet:

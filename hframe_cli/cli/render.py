@@ -19,7 +19,10 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-from ..locations import redact, shown_url, with_suffix
+from ..durable import replaced
+from ..errors import InputError
+from ..locations import redact, shown_url
+from ..names import manifest_name
 from ..units import count, format_bytes
 from .rows import cell_text, field_text
 
@@ -280,7 +283,7 @@ def sharded_summary(
                 **(extra or {}),
                 "ok": True,
                 "dataset": output,
-                "manifest": with_suffix(output, ".dataset.json"),
+                "manifest": manifest_name(output),
                 "frame_count": manifest.frame_count,
                 "shards": [
                     {
@@ -304,7 +307,7 @@ def sharded_summary(
         note(
             f"packed {count(manifest.frame_count, 'frame')} into {count(len(manifest.shards), 'shard')} "
             f"({format_bytes(total)}); "
-            f"dataset manifest {shown_url(with_suffix(output, '.dataset.json'))}"
+            f"dataset manifest {shown_url(manifest_name(output))}"
         )
 
 
@@ -510,13 +513,15 @@ def write_junit(report: Any, path: str) -> None:
             el = ET.SubElement(case, "failure", message=_problems_in_frames(p))
             el.text = "\n".join(prob.message for prob in p.problems)
         ET.SubElement(case, "system-out").text = _pack_line(p)
-    tmp = path + ".partial"
     root = ET.Element("testsuites")
     root.append(suite)
     tree = ET.ElementTree(root)
     ET.indent(tree)
-    tree.write(tmp, encoding="utf-8", xml_declaration=True)
-    os.replace(tmp, path)
+    try:
+        with replaced(path, durable=False) as tmp:  # a report: never torn, and a crash may lose it
+            tree.write(tmp, encoding="utf-8", xml_declaration=True)
+    except OSError as e:
+        raise InputError(f"{path}: cannot write the JUnit report ({e.strerror})") from None
 
 
 # -- bench ------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from ..errors import FormatError, IndexMismatch, InputError, NotFound, UnsupportedVersion
 from ..locations import with_suffix
+from ..names import INDEX_SUFFIX
 from .labels import parent_label
 from .layout import CODEC_NAMES, FORMAT_VERSION, KIND_IDS, KIND_NAMES, MEDIA_TYPES
 
@@ -43,7 +44,6 @@ __all__ = [
     "write_index",
 ]
 
-INDEX_SUFFIX = ".index.parquet"
 #: (major, minor) of the index schema; readers refuse a newer major.
 INDEX_SCHEMA_VERSION = (1, 1)  # 1.1 added the mode column
 INDEX_SCHEMA = f"{INDEX_SCHEMA_VERSION[0]}.{INDEX_SCHEMA_VERSION[1]}"

@@ -1,9 +1,10 @@
 """Datasets: several packs (shards) read as one, through the manifest ``NAME.dataset.json``.
 
-This is the read side of datasets, below every user of the reader: the manifest (its file name,
-format and writer), ``DatasetReader`` (the ``PackReader`` API over global frame ids), and
+This is the read side of datasets, below every user of the reader: the manifest (its file name
+and format), ``DatasetReader`` (the ``PackReader`` API over global frame ids), and
 ``open_pack``, which opens a pack or, where a manifest stands instead, a dataset. How datasets
-are *packed* (planning shards, job-array parts, the sharded run) is ``shards.py``, above packing.
+are *packed* (planning shards, job-array parts, the sharded run, writing the manifest) is
+``write/shards.py`` and ``write/manifest.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import hashlib
 import json
 import operator
 import os
-import re
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -24,11 +24,9 @@ import pyarrow as pa
 
 from ..errors import FormatError, HframeError, InputError, NotFound, PackReplaced, UnsupportedVersion
 from ..locations import is_remote, shown_url, with_suffix
-from ..sources.inputs import expand_globs
+from ..names import MANIFEST_SUFFIX, checkpoint_paths, shard_path
 from ..storage.access import open_storage
 from ..storage.policy import Counters
-from ..write.checkpoint import checkpoint_paths, fsync_dir
-from ..write.lock import OutputLock
 from .reader import FrameKey, PackReader, buffer_for, carved
 
 __all__ = [
@@ -40,11 +38,9 @@ __all__ = [
     "get_manifest_path",
     "open_pack",
     "shard_path",
-    "write_manifest",
 ]
 
 MANIFEST_VERSION = 1
-MANIFEST_SUFFIX = ".dataset.json"
 
 
 def get_manifest_path(output: str | os.PathLike[str]) -> Path:
@@ -71,71 +67,6 @@ def is_dataset(path: str | os.PathLike[str]) -> bool:
             return True
     except HframeError:  # missing, or denied (stores answer 403 for what does not exist): no dataset
         return False
-
-
-def shard_path(output: str | os.PathLike[str], i: int) -> Path:
-    """``photos.hframe`` → ``photos-00003.hframe`` (``-00003`` appended when there is no suffix)."""
-    p = Path(output)
-    if p.suffix:
-        return p.with_name(f"{p.stem}-{i:05d}{p.suffix}")
-    return p.with_name(f"{p.name}-{i:05d}")
-
-
-def _part_pattern(output: str | os.PathLike[str]) -> re.Pattern[str]:
-    """``shard_path``'s names for ``output``, any part number, with any suffix a run adds."""
-    p = Path(output)
-    head, tail = (p.stem, p.suffix) if p.suffix else (p.name, "")
-    return re.compile(re.escape(head) + r"-(\d{5,})" + re.escape(tail) + r"(\..*)?")
-
-
-def part_traces(output: str | os.PathLike[str]) -> dict[int, list[str]]:
-    """The parts of ``output`` (``NAME-0000I.hframe``, job-array parts or shards) its folder
-    holds a file of: the shard, or what its run left (partial pack, checkpoint, lock, ...).
-    Part number → those file names. Local outputs only."""
-    if is_remote(output):
-        return {}
-    pattern = _part_pattern(output)
-    folder = Path(output).parent
-    found: dict[int, list[str]] = {}
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return {}
-    for name in sorted(names):
-        m = pattern.fullmatch(name)
-        if m is not None:
-            found.setdefault(int(m.group(1)), []).append(name)
-    return found
-
-
-def part_number(output: str | os.PathLike[str], path: str | os.PathLike[str]) -> int | None:
-    """``I`` when ``path`` is part I of ``output`` (``shard_path``, in its folder), else None."""
-    if is_remote(output) or is_remote(path):
-        return None
-    p, o = Path(os.path.abspath(path)), Path(os.path.abspath(output))
-    m = _part_pattern(o).fullmatch(p.name)
-    return int(m.group(1)) if m is not None and m.group(2) is None and p.parent == o.parent else None
-
-
-def missing_parts(output: str | os.PathLike[str], missing: Sequence[int]) -> str:
-    """The one line that names the missing parts of ``output`` and the command that makes one."""
-    out = os.fspath(output)
-    plan = with_suffix(out, ".plan.parquet")
-    how = f"hframe pack --plan {plan} -o {out}" if os.path.exists(plan) else f"hframe pack SOURCE... -o {out}"
-    paths = ", ".join(os.fspath(shard_path(out, k)) for k in missing)
-    if len(missing) == 1:
-        return f"part {missing[0]} ({paths}) is missing: run its task again ({how} --shard-of {missing[0]}/N)"
-    numbers = ", ".join(map(str, missing))
-    return f"parts {numbers} ({paths}) are missing: run their tasks again ({how} --shard-of I/N)"
-
-
-def unfinished_part(output: str | os.PathLike[str]) -> str | None:
-    """A part of ``output`` whose run was interrupted (a checkpoint beside it), if any."""
-    for k in sorted(part_traces(output)):
-        p = shard_path(output, k)
-        if checkpoint_paths(p).checkpoint.exists() or checkpoint_paths(p).previous.exists():
-            return os.fspath(p)
-    return None
 
 
 @dataclass
@@ -201,73 +132,6 @@ class Manifest:
         return cls(
             [ShardEntry(**s) for s in doc["shards"]], doc["frame_count"], doc["version"], doc["kind"], doc["sha256"]
         )
-
-
-def write_manifest(
-    output: str | os.PathLike[str], shards: Sequence[str | os.PathLike[str]], *, check_parts: bool = True
-) -> Manifest:
-    """Check every shard (header, trailer, index of that pack) and write the dataset manifest.
-
-    ``shards`` may hold glob patterns (``hframe index OUT --merge 'NAME-*.hframe'``). With
-    ``check_parts``, when they include parts of ``output`` (``NAME-0000I.hframe``), a part
-    missing before the last one given, or any part of it still interrupted, is refused: a
-    dataset is never written without one of its parts.
-    """
-    with OutputLock(output):  # one writer of the manifest at a time (re-entrant in a sharded run)
-        return _write_manifest(output, shards, check_parts)
-
-
-def _check_parts(output: str | os.PathLike[str], shards: list[str]) -> None:
-    numbers = {part_number(output, s) for s in shards} - {None}
-    if not numbers:
-        return
-    unfinished = unfinished_part(output)
-    if unfinished is not None:
-        raise InputError(
-            f"{unfinished}: interrupted (finish it with 'hframe resume {output}' or run its task again), then merge"
-        )
-    missing = [k for k in range(max(n for n in numbers if n is not None)) if k not in numbers]
-    if missing:
-        raise InputError(f"{os.fspath(output)}: {missing_parts(output, missing)}; then merge")
-
-
-def _write_manifest(
-    output: str | os.PathLike[str], shards: Sequence[str | os.PathLike[str]], check_parts: bool = True
-) -> Manifest:
-    shards = expand_globs(os.fspath(s) for s in shards)
-    if check_parts:
-        _check_parts(output, shards)
-    mpath = get_manifest_path(output)
-    folder = mpath.parent
-    entries: list[ShardEntry] = []
-    first = 0
-    for s in shards:
-        if checkpoint_paths(s).checkpoint.exists():
-            raise InputError(f"{s}: still being written or interrupted (finish it with 'hframe resume {s}')")
-        with PackReader(s) as r:
-            entries.append(
-                ShardEntry(
-                    os.path.relpath(os.path.abspath(s), os.path.abspath(folder)),
-                    r.info.uuid,
-                    len(r),
-                    r.info.size,
-                    first,
-                )
-            )
-            first += len(r)
-    if not entries:
-        raise InputError(f"{output}: no shards to merge")
-    names = [e.path for e in entries]
-    if len(set(names)) != len(names):
-        raise InputError(f"{output}: a shard is listed twice")
-    manifest = Manifest(entries, first)
-    tmp = Path(os.fspath(mpath) + ".partial")
-    tmp.write_text(manifest.to_json())
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, mpath)
-    fsync_dir(folder)
-    return manifest
 
 
 class DatasetReader:

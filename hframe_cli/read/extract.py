@@ -11,6 +11,7 @@ from typing import Any, BinaryIO
 
 from ..errors import InputError, NotFound
 from ..format.index import describe_filters, select_rows
+from ..names import partial_name
 
 __all__ = ["extract_frames", "write_frame"]
 
@@ -44,7 +45,7 @@ def _write_inside(root: str, rel: str, data: bytes, shown: str) -> None:
     real_parent = os.path.realpath(parent)
     if real_parent != root and not real_parent.startswith(root + os.sep):
         raise InputError(f"{path}: refusing to write frame {shown!r} through a symlink that leaves {root}")
-    tmp = path + ".partial"
+    tmp = partial_name(path)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         with os.fdopen(fd, "wb") as f:
@@ -173,7 +174,7 @@ def _write_tar(
             _tar_into(stdout, reader, ids, rels, stored)
             stdout.flush()
             return len(ids)
-        out, tmp = os.fspath(output), os.fspath(output) + ".partial"
+        out, tmp = os.fspath(output), partial_name(output)
         if no_clobber and os.path.lexists(out):
             raise InputError(f"{out}: already exists (--no-clobber)")
         try:
@@ -221,7 +222,7 @@ def write_frame(path: str | os.PathLike[str], data: bytes, *, no_clobber: bool =
             ``no_clobber`` (one line, the path).
     """
     out = os.fspath(path)
-    tmp = out + ".partial"
+    tmp = partial_name(out)
     try:
         with open(tmp, "wb") as f:
             f.write(data)

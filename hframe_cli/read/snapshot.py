@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from ..errors import FormatError, HframeError, InputError, PackReplaced, StorageError
 from ..format.index import IndexMeta, format_time_us, read_index_meta
 from ..format.layout import HEADER_SIZE, TRAILER_SIZE, Header, Trailer
-from ..locations import with_suffix
+from ..names import partial_name
 from ..storage.access import LocalFile, Storage, open_storage, unpinned_and_moved
 
 T = TypeVar("T")
@@ -233,12 +233,12 @@ def pinned_index(storage: Storage, ipath: str, uuids: set[str]) -> tuple[Storage
         if not uuids or meta.pack_uuid in uuids:
             return index, meta
     try:
-        twin = open_storage(with_suffix(ipath, ".partial"))
+        twin = open_storage(partial_name(ipath))
     except HframeError:
         twin = None
     if twin is not None:
         try:
-            twin_meta = read_index_meta(with_suffix(ipath, ".partial"), stream=twin.stream())
+            twin_meta = read_index_meta(partial_name(ipath), stream=twin.stream())
         except HframeError:
             twin_meta = None  # still being written
         if twin_meta is not None and twin_meta.pack_uuid in uuids:

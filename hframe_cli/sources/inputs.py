@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 
 from ..errors import InputError
 from ..locations import shown_url
+from ..names import partial_name
 from .listing import Folder, sorted_entries, walk_in_parallel
 from .sourcelist import Rejected, SourceList
 
@@ -258,7 +259,7 @@ def collect_sources(
     Raises:
         InputError: a bad input (without ``skip_bad``), a duplicate name, or no input at all.
     """
-    forbidden = [output, output + ".partial"] if output else []
+    forbidden = [output, partial_name(output)] if output else []
     col = _Collector(
         include=include,
         exclude=exclude,

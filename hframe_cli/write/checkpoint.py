@@ -27,18 +27,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..durable import fsync_dir, replaced
 from ..errors import FormatError, StorageError
 from ..faults import fault_point
+from ..names import checkpoint_paths
 from ..sources.sourcelist import Rejected, SourceList
-from .lock import OutputLock, lock_path
+from .lock import OutputLock
 
 __all__ = [
     "CHECKPOINT_VERSION",
     "Checkpoint",
     "CheckpointPolicy",
     "OutputLock",
-    "checkpoint_paths",
-    "fsync_dir",
     "load_checkpoint",
     "load_sources",
     "save_sources",
@@ -46,36 +46,6 @@ __all__ = [
 ]
 
 CHECKPOINT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class CheckpointPaths:
-    """The files a run keeps beside its output (``man/hframe.5``, CHECKPOINTS)."""
-
-    checkpoint: Path
-    previous: Path
-    sources: Path
-    lock: Path
-    plan: Path  # a sharded run's plan (``shards.save_plan``)
-
-
-def checkpoint_paths(output: str | os.PathLike[str]) -> CheckpointPaths:
-    out = os.fspath(output)
-    return CheckpointPaths(
-        Path(out + ".ckpt"),
-        Path(out + ".ckpt.prev"),
-        Path(out + ".sources.parquet"),
-        Path(lock_path(out)),
-        Path(out + ".dataset.plan.json"),
-    )
-
-
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass
@@ -115,7 +85,7 @@ class Checkpoint:
             sort_keys=True,
             indent=1,
         )
-        tmp = Path(os.fspath(paths.checkpoint) + ".tmp")
+        tmp = paths.temp
         try:
             with open(tmp, "w") as f:
                 f.write(doc)
@@ -199,9 +169,9 @@ def write_source_list(path: str | os.PathLike[str], sources: SourceList, created
         },
     )
     paths, names, sizes, mtimes = sources.paths, sources.names, sources.sizes, sources.mtimes_ns
-    tmp = Path(os.fspath(path) + ".tmp")
     try:
-        with open(tmp, "wb") as f:
+        # the folder is fsynced with the run's first checkpoint, which follows this list
+        with replaced(path, durable=False) as tmp, open(tmp, "wb") as f:
             # in slices, one row group each: a list of millions is never all in Arrow at once
             # (the whole list as one table cost 80 MB at 200,000 sources), and no dictionary
             # for paths and names, which are all different
@@ -214,7 +184,6 @@ def write_source_list(path: str | os.PathLike[str], sources: SourceList, created
                     )
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
     except OSError as e:
         raise StorageError(f"{os.fspath(path)}: cannot write: {e.strerror}") from e
 
@@ -259,7 +228,7 @@ def source_list_created(path: str | os.PathLike[str]) -> int | None:
 def remove_checkpoint_files(output: str | os.PathLike[str]) -> None:
     paths = checkpoint_paths(output)
     # the checkpoint itself last: until it is gone, resume can still finish the job
-    for p in (paths.sources, paths.previous, Path(os.fspath(paths.checkpoint) + ".tmp"), paths.checkpoint):
+    for p in (paths.sources, paths.previous, paths.temp, paths.checkpoint):
         try:
             p.unlink()
         except FileNotFoundError:

@@ -23,8 +23,8 @@ from typing import Any
 
 from ..errors import HframeError, Interrupted
 from ..faults import fault_point
+from ..names import checkpoint_paths, index_name, partial_name
 from ..signals import pending_signal
-from .checkpoint import checkpoint_paths
 from .lock import LockWaitStopped, OutputLock
 
 __all__ = ["StopSignals", "stop_signals", "writer_run"]
@@ -152,7 +152,7 @@ def writer_run(
                     warn(f"{out}: took over a stale lock left by a run that died ({lock.took_over})")
                 if lock.waited_s > 0 and on_event is not None:
                     on_event(f"{out}: waited {lock.waited_s:.3f} s for the lock")
-                if os.path.exists(out + ".index.parquet.partial") and _finish_publish(out) and warn is not None:
+                if os.path.exists(partial_name(index_name(out))) and _finish_publish(out) and warn is not None:
                     warn(f"{out}: finished the publish of a run that died between its two renames")
                 fault_point("after-lock")
                 yield lock

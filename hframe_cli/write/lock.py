@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from ..errors import InputError, PackLocked, StorageError
 from ..locations import shown_url
+from ..names import lock_name
 
 __all__ = ["LockWaitStopped", "OutputLock", "lock_path", "peek_lock"]
 
@@ -33,7 +34,7 @@ def _unlink_quietly(path: str) -> None:
 
 def lock_path(output: str | os.PathLike[str]) -> str:
     """The lock file of an output: ``OUTPUT.lock``."""
-    return os.fspath(output) + ".lock"
+    return lock_name(output)
 
 
 def peek_lock(output: str | os.PathLike[str], *, wait: float = 0.0) -> str | None:

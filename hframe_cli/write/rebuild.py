@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..durable import replaced
 from ..errors import FormatError
 from ..format.index import INDEX_SCHEMA, IndexBuilder, IndexMeta, write_index
 from ..format.layout import (
@@ -156,7 +157,6 @@ def _rebuild(
         alignment=info.header.alignment,
         hframe_version=version,
     )
-    tmp = os.fspath(index_path) + ".partial"
-    write_index(builder.to_table(meta), tmp)
-    os.replace(tmp, index_path)
+    with replaced(index_path) as tmp:
+        write_index(builder.to_table(meta), tmp)
     return meta

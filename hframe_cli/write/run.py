@@ -24,6 +24,7 @@ from ..errors import FormatError, InputError, IntegrityError, Interrupted, Nothi
 from ..faults import fault_point
 from ..format.index import get_index_path
 from ..format.layout import HEADER_SIZE
+from ..names import checkpoint_paths, index_name, partial_name
 from ..processes import usable_cpus
 from ..sources.media import FramePrep, MediaOptions
 from ..sources.sourcelist import Rejected, Source, SourceList
@@ -32,7 +33,6 @@ from ..verify.check import DEFAULT_SELF_CHECK, self_check
 from .checkpoint import (
     Checkpoint,
     CheckpointPolicy,
-    checkpoint_paths,
     load_checkpoint,
     load_sources,
     remove_checkpoint_files,
@@ -178,7 +178,7 @@ def pack_sources(
         if not force and checkpoint_paths(out).checkpoint.exists():
             if not os.path.exists(out):
                 raise InputError(
-                    f"{out}: an interrupted run left {out}.partial; continue it with 'hframe resume {out}' "
+                    f"{out}: an interrupted run left {partial_name(out)}; continue it with 'hframe resume {out}' "
                     "or start over with --force"
                 )
         if created_us is None:
@@ -242,11 +242,11 @@ def abandon_on_bad_data(out: str) -> Iterator[None]:
         remove_checkpoint_files(out)
         if isinstance(e, InputError):
             with suppress(FileNotFoundError):
-                os.unlink(out + ".partial")
+                os.unlink(partial_name(out))
         raise
     except Interrupted:
         if not checkpoint_paths(out).checkpoint.exists():
-            for leftover in (out + ".partial", f"{get_index_path(out)}.partial"):
+            for leftover in (partial_name(out), partial_name(index_name(out))):
                 with suppress(FileNotFoundError):
                     os.unlink(leftover)
         raise
@@ -795,7 +795,7 @@ def _resume_locked(
 ) -> ResumeResult:
     policy = checkpoints or CheckpointPolicy()
     ckpt, notes = load_checkpoint(out)  # notes (a torn checkpoint) are returned with the result
-    partial = out + ".partial"
+    partial = partial_name(out)
     if ckpt is None:
         if os.path.exists(partial):
             raise FormatError(

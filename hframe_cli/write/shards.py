@@ -19,16 +19,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..durable import write_atomically
 from ..errors import FormatError, InputError, NothingToResume
 from ..faults import fault_point
 from ..format.index import get_index_path
 from ..format.layout import HEADER_SIZE, RECORD_FIXED, TRAILER_SIZE
+from ..names import checkpoint_paths
 from ..parts import balanced_part
-from ..read.dataset import get_manifest_path, shard_path, write_manifest
+from ..read.dataset import get_manifest_path, shard_path
 from ..sources.media import MediaOptions
 from ..sources.sourcelist import Source, SourceList
 from .checkpoint import (
-    checkpoint_paths,
     load_checkpoint,
     load_sources,
     remove_checkpoint_files,
@@ -37,6 +38,7 @@ from .checkpoint import (
     source_list_created,
 )
 from .lock import OutputLock
+from .manifest import write_manifest
 from .run import CheckpointPolicy, EventFn, PackResult, ProgressFn, ResumeResult, note, pack_sources, resume_pack
 
 __all__ = [
@@ -285,12 +287,7 @@ def split_for_worker(sources: Sequence[Source], i: int, n: int) -> list[Source]:
 
 def save_plan(output: str | os.PathLike[str], ranges: list[tuple[int, int]], options: dict[str, Any]) -> None:
     """The sharded run's intent: the shard ranges over the saved source list, and its options."""
-    path = checkpoint_paths(output).plan
-    tmp = Path(os.fspath(path) + ".partial")
-    tmp.write_text(json.dumps({"ranges": ranges, "options": options}, indent=1))
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomically(checkpoint_paths(output).plan, json.dumps({"ranges": ranges, "options": options}, indent=1))
 
 
 def load_plan(output: str | os.PathLike[str]) -> tuple[list[tuple[int, int]], dict[str, Any]] | None:
@@ -530,7 +527,8 @@ def resume_parts(
         NothingToResume: a part is missing (the line names it and the command that packs it),
             or there is nothing to resume and no manifest (the line says to merge).
     """
-    from ..read.dataset import Manifest, missing_parts, part_number, part_traces
+    from ..read.dataset import Manifest
+    from .manifest import missing_parts, part_number, part_traces
 
     mpath = get_manifest_path(out)
     traces = part_traces(out)

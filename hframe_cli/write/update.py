@@ -20,6 +20,7 @@ import pyarrow as pa
 from ..errors import InputError
 from ..faults import fault_point
 from ..format.index import get_index_path
+from ..names import index_name, partial_name
 from ..sources.media import MediaOptions
 from ..sources.sourcelist import Source, SourceList
 from ..verify.check import DEFAULT_SELF_CHECK
@@ -100,8 +101,8 @@ def plan_update(
     out = os.fspath(output)
     pack, index = out, os.fspath(get_index_path(out))
     if sealed:  # the pair that run sealed, whichever of its two renames it got to
-        pack = out + ".partial" if os.path.exists(out + ".partial") else out
-        index = index + ".partial" if os.path.exists(index + ".partial") else index
+        pack = partial_name(out) if os.path.exists(partial_name(out)) else out
+        index = partial_name(index) if os.path.exists(partial_name(index)) else index
     if not os.path.exists(pack):
         return UpdatePlan("new", list(sources.sources))
     with PackReader(pack, index) as reader:  # refuses an incomplete pack or a mismatched index
@@ -314,7 +315,7 @@ def _settle_interrupted_run(out: str, on_event: EventFn | None) -> None:
         note(on_event, f"update: finished publishing {out}, left by an interrupted run")
     elif state == "packing":
         remove_checkpoint_files(out)
-        for leftover in (out + ".partial", f"{get_index_path(out)}.partial"):
+        for leftover in (partial_name(out), partial_name(index_name(out))):
             with suppress(FileNotFoundError):
                 os.unlink(leftover)
         note(on_event, f"update: discarded the partial pack of an interrupted run; {out} is unchanged")
@@ -325,7 +326,7 @@ def _interrupted_run(out: str) -> str | None:
     ckpt, _ = load_checkpoint(out)
     if ckpt is not None and ckpt.phase == "publishing":
         return "publishing"
-    if ckpt is not None or os.path.exists(out + ".partial"):
+    if ckpt is not None or os.path.exists(partial_name(out)):
         return "packing"
     return None
 

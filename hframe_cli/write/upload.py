@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HframeError, InputError, PackReplaced, StorageError
-from ..locations import shown_url, with_suffix
+from ..locations import shown_url
+from ..names import partial_name
 from ..storage.put import copy_object, delete_object, put_objects
 from ..units import format_bytes
 
@@ -198,7 +199,7 @@ def publish(stage: str, url: str, on_event: EventFn | None = None) -> PublishRep
         if there == _local_uuid(local) and _index_in_place(lindex, rindex):
             report.in_place.append(remote)
             continue
-        partial = with_suffix(rindex, ".partial")
+        partial = partial_name(rindex)
         order = [(lindex, partial), (local, remote), (lindex, rindex)]
         put_objects(order)
         report.uploaded += [(target, os.path.getsize(path)) for path, target in order]
@@ -238,7 +239,7 @@ def _finish_interrupted(url: str, pack: tuple[str, int] | None, on_event: EventF
     from ..format.index import index_location
 
     rindex = index_location(url)
-    partial = with_suffix(rindex, ".partial")
+    partial = partial_name(rindex)
     if pack is None or _index_pack_uuid(partial) != pack[0]:
         return False  # nothing there, or a .partial left by a run cut before its pack (never read)
     if _index_pack_uuid(rindex) != pack[0]:

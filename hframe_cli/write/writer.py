@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..durable import fsync_dir
 from ..errors import FormatError, InputError, StorageError
 from ..faults import enospc_limit, fault_point
 from ..format.index import (
@@ -62,11 +63,11 @@ from ..format.layout import (
     record_header_size,
     sniff_media_type,
 )
+from ..names import index_name, partial_name
 from ..processes import write_all
 from ..sources.media import PreparedFrame, encode_meta
 from ..storage.access import open_storage
 from ..version import __version__
-from .checkpoint import fsync_dir
 from .lock import OutputLock
 from .rebuild import record_meta, walk_records
 
@@ -184,8 +185,8 @@ class PackWriter:
             raise InputError(f"--align must be a power of two between 1 and 16777216 (got {alignment})")
         self.path = Path(path)
         self.index_path = get_index_path(self.path)
-        self.partial_path = Path(os.fspath(self.path) + ".partial")
-        self.partial_index_path = Path(os.fspath(self.index_path) + ".partial")
+        self.partial_path = Path(partial_name(self.path))
+        self.partial_index_path = Path(partial_name(self.index_path))
         self.alignment = alignment
         self.deterministic = created_us is not None and pack_uuid is None
         self.created_us = created_us if created_us is not None else time.time_ns() // 1000
@@ -863,11 +864,11 @@ def publish_partials(path: str | os.PathLike[str]) -> None:
     pack = Path(path)
     index = get_index_path(pack)
     try:
-        if os.path.exists(f"{pack}.partial"):
-            os.replace(f"{pack}.partial", pack)
+        if os.path.exists(partial_name(pack)):
+            os.replace(partial_name(pack), pack)
         fault_point("publish-between-renames")
-        if os.path.exists(f"{index}.partial"):
-            os.replace(f"{index}.partial", index)
+        if os.path.exists(partial_name(index)):
+            os.replace(partial_name(index), index)
         fsync_dir(pack.parent)
     except OSError as e:
         raise _write_error(pack, e) from e
@@ -877,7 +878,7 @@ def half_done_publish(path: str | os.PathLike[str]) -> bool:
     """Whether a writer killed between its two renames left ``path`` half published: the pack
     renamed into place, its index still at ``INDEX.partial`` (same UUID and size). Reads only."""
     pack = os.fspath(path)
-    partial = f"{get_index_path(pack)}.partial"
+    partial = partial_name(index_name(pack))
     if not (os.path.exists(partial) and os.path.isfile(pack)):
         return False
     from ..format.index import read_index_meta
@@ -902,7 +903,7 @@ def finish_publish(path: str | os.PathLike[str]) -> bool:
     """
     pack = os.fspath(path)
     index = get_index_path(pack)
-    partial = f"{index}.partial"
+    partial = partial_name(index)
     if not half_done_publish(pack):
         return False
     try:
