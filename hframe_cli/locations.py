@@ -1,18 +1,47 @@
 """Where packs live: local paths or URLs. The small rules every module that names a location
-shares (no imports of hframe modules: everything may import this)."""
+shares (no imports of hframe modules: everything may import this), and the one table of the
+URL schemes hframe knows (``SCHEMES``): who reads each is decided here, nowhere else."""
 
 from __future__ import annotations
 
 import os
 import re
 
-__all__ = ["has_credentials", "is_remote", "redact", "shown_url", "with_suffix"]
+__all__ = [
+    "SCHEMES",
+    "has_credentials",
+    "is_remote",
+    "object_store",
+    "redact",
+    "scheme_family",
+    "shown_url",
+    "with_suffix",
+]
+
+#: Every URL scheme hframe knows → what reads it: ``file`` (this machine), ``http``
+#: (``storage/http.py``'s ``HttpBackend``), ``object:NAME`` (``pyarrow.fs``'s store NAME, through
+#: ``storage/objectstore.py``), ``unsupported`` (known, not read by this release). Anything else
+#: is refused as an unknown scheme.
+SCHEMES: dict[str, str] = {
+    "file": "file",
+    "http": "http",
+    "https": "http",
+    "s3": "object:s3",
+    "gs": "object:gs",
+    "gcs": "object:gs",
+    "hdfs": "object:hdfs",
+    "abfs": "unsupported",
+    "az": "unsupported",
+}
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 #: ``scheme://userinfo@`` anywhere in a text (the userinfo runs to the last ``@`` before a ``/``),
 #: or a remote scheme's ``scheme:/userinfo@``: a URL taken for a local path (``Path`` folds ``//``)
 _USERINFO = re.compile(
-    r"\b([A-Za-z][A-Za-z0-9+.-]*://|(?:https?|s3|gs|gcs|hdfs|abfss?|az):/)([^/\s'\"<>]*)@", re.IGNORECASE
+    r"\b([A-Za-z][A-Za-z0-9+.-]*://|(?:"
+    + "|".join(sorted({s for s in SCHEMES if s != "file"} | {"abfss"}))
+    + r"):/)([^/\s'\"<>]*)@",
+    re.IGNORECASE,
 )
 
 
@@ -20,6 +49,22 @@ def is_remote(location: str | os.PathLike[str]) -> bool:
     """True for ``scheme://...`` locations other than ``file://``."""
     scheme, sep, _ = os.fspath(location).partition("://")
     return bool(sep) and scheme.lower() != "file"
+
+
+def scheme_family(location: str | os.PathLike[str]) -> str:
+    """What reads ``location``: ``file`` for a local path or ``file://``, else ``http``,
+    ``object``, ``unsupported`` (from ``SCHEMES``) or ``unknown``."""
+    scheme, sep, _ = os.fspath(location).partition("://")
+    if not sep:
+        return "file"
+    return SCHEMES.get(scheme.lower(), "unknown").partition(":")[0]
+
+
+def object_store(location: str | os.PathLike[str]) -> str | None:
+    """The ``pyarrow.fs`` store of an object-store location (``gcs://`` → ``gs``), else None."""
+    scheme, sep, _ = os.fspath(location).partition("://")
+    family, _, store = SCHEMES.get(scheme.lower(), "").partition(":")
+    return store if sep and family == "object" else None
 
 
 def _split(url: str) -> tuple[str, str, str] | None:

@@ -150,3 +150,24 @@ def test_the_library_get_does_what_the_command_does(packed, tmp_path, cli):
         get_frames(packed, 0, None, stdout=None)
     with pytest.raises(InputError, match="give them without a FRAME"):
         get_frames(packed, 0, tmp_path / "x", match="*")
+
+
+def test_url_schemes_and_names_beside_a_pack_are_spelled_in_one_module_each():
+    """One table of schemes (``locations.SCHEMES``), one owner of the suffixes beside a pack
+    (``names.py``): no other module spells a scheme list or builds such a name by hand."""
+    from hframe_cli.locations import SCHEMES
+    from hframe_cli.storage import access
+
+    assert {s for s in access.REMOTE_SCHEMES} | {"file"} == set(SCHEMES)
+    spelled = []
+    suffixes = ('".partial"', '".index.parquet"', '".dataset.json"', '".lock"', '".ckpt', '".sources.parquet"')
+    for m, path in modules().items():
+        if m in ("locations", "names"):
+            continue
+        code = "\n".join(
+            line for line in path.read_text().splitlines() if not line.lstrip().startswith("#") and "``" not in line
+        )
+        if '"gcs"' in code or '"abfs"' in code:  # a second table of schemes would spell its aliases
+            spelled.append(f"{m}: a scheme table")
+        spelled += [f"{m}: {s}" for s in suffixes if s in code]
+    assert spelled == []

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..errors import HframeError, InputError, OutOfMemory, PackReplaced, StorageError
-from ..locations import is_remote
+from ..locations import SCHEMES, is_remote
 from ..processes import this_process
 
 __all__ = [
@@ -33,7 +33,8 @@ __all__ = [
     "unpinned_and_moved",
 ]
 
-REMOTE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "http", "https", "abfs", "az")
+#: every scheme but file://: read by ``RemoteFile`` or refused as not supported yet
+REMOTE_SCHEMES = tuple(s for s in SCHEMES if s != "file")
 
 
 class Storage(Protocol):
@@ -421,7 +422,7 @@ def _file_uri(location: str, **options: Any) -> LocalFile:
 
 register_scheme("file", _file_uri)
 for _scheme in REMOTE_SCHEMES:
-    register_scheme(_scheme, _not_supported_yet if _scheme in ("abfs", "az") else _remote)
+    register_scheme(_scheme, _not_supported_yet if SCHEMES[_scheme] == "unsupported" else _remote)
 
 
 def open_storage(location: str | os.PathLike[str], **options: Any) -> Storage:

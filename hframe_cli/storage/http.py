@@ -36,7 +36,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 from ..errors import InputError, PackReplaced, StorageError
-from ..locations import shown_url
+from ..locations import scheme_family, shown_url
 from ..signals import pending_signal
 from .policy import Budget, Counters, Permanent, RequestPolicy, Response, Transient
 
@@ -62,7 +62,7 @@ def remote_url(base: str, relative: str) -> str:
     and password, to the shards on its origin, and only there)."""
     if "://" in relative:
         return _same_origin_credentials(base, relative)
-    if base.partition("://")[0].lower() not in ("http", "https"):
+    if scheme_family(base) != "http":
         from .objectstore import join
 
         return join(base, relative)
@@ -73,7 +73,7 @@ def _same_origin_credentials(base: str, url: str) -> str:
     """``url`` with ``base``'s credentials where it names none and is on the same origin
     (scheme, host and port) as an http(s) ``base``; any other URL as it is."""
     b, u = urllib.parse.urlsplit(base), urllib.parse.urlsplit(url)
-    if b.scheme.lower() not in ("http", "https") or "@" not in b.netloc or "@" in u.netloc:
+    if scheme_family(base) != "http" or "@" not in b.netloc or "@" in u.netloc:
         return url
     default = {"http": 80, "https": 443}
     try:
@@ -102,7 +102,7 @@ def _basic_authorization(parts: urllib.parse.SplitResult) -> str | None:
 def backend_for(location: str) -> Callable[[str, RequestPolicy], Any]:
     """The backend that makes a location's requests: ``HttpBackend`` for http(s), else the
     ``pyarrow.fs`` one (``objectstore.ObjectBackend``)."""
-    if location.partition("://")[0].lower() in ("http", "https"):
+    if scheme_family(location) == "http":
         return HttpBackend
     from .objectstore import ObjectBackend
 
@@ -115,7 +115,7 @@ class HttpBackend:
 
     def __init__(self, url: str, policy: RequestPolicy) -> None:
         parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if scheme_family(url) != "http" or not parts.hostname:
             raise InputError(f"{shown_url(url)}: not an http(s) URL")
         try:
             port = parts.port

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import InputError, StorageError
-from ..locations import has_credentials, shown_url
+from ..locations import has_credentials, object_store, shown_url
 from .policy import Permanent, RequestPolicy, Response, Transient
 
 __all__ = ["ObjectBackend", "check_bucket", "filesystem", "join", "object_at", "split_location"]
@@ -47,7 +47,6 @@ _OPTIONS = {
     "gs": ("endpoint_override", "scheme", "anonymous"),
     "hdfs": ("user", "replication"),
 }
-_SCHEMES = {"s3": "s3", "gs": "gs", "gcs": "gs", "hdfs": "hdfs"}
 #: where each store's credentials go instead of the location (a command line is kept in shell
 #: history and shown to every user by ps; pyarrow would take some of them there, silently)
 _CREDENTIALS = {
@@ -68,7 +67,7 @@ def split_location(location: str) -> tuple[str, str, dict[str, str]]:
     (``hdfs``, ``h:8020/p``, {}). Refuses what cannot name an object (exit 2)."""
     parts = urllib.parse.urlsplit(location)
     shown = shown_url(location)  # messages leave the query out (it may carry more than options)
-    scheme = _SCHEMES.get(parts.scheme.lower())
+    scheme = object_store(location)
     if scheme is None:
         raise InputError(f"{shown}: not an object-store location")
     if has_credentials(location):

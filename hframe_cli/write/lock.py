@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from ..errors import InputError, PackLocked, StorageError
-from ..locations import shown_url
+from ..locations import is_remote, scheme_family, shown_url
 from ..names import lock_name
 
 __all__ = ["LockWaitStopped", "OutputLock", "lock_path", "peek_lock"]
@@ -104,10 +104,9 @@ class OutputLock:
     """
 
     def __init__(self, output: str | os.PathLike[str], *, wait: float = 0.0) -> None:
-        scheme, sep, _ = os.fspath(output).partition("://")
-        if sep and scheme.lower() != "file":  # every writing run takes this lock first
-            where = shown_url(os.fspath(output))
-            if scheme.lower() in ("http", "https"):
+        if is_remote(output):  # every writing run takes this lock first
+            where, scheme = shown_url(os.fspath(output)), os.fspath(output).partition("://")[0]
+            if scheme_family(output) == "http":
                 raise InputError(
                     f"{where}: writing to a remote location ({scheme}://) is not supported yet; "
                     "write the pack locally, then upload it and its index"

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HframeError, InputError, PackReplaced, StorageError
-from ..locations import shown_url
+from ..locations import scheme_family, shown_url
 from ..names import partial_name
 from ..storage.put import copy_object, delete_object, put_objects
 from ..units import format_bytes
@@ -53,7 +53,7 @@ def staging_path(url: str, *, create: bool = True) -> str:
     ``~/.cache/hframe/stage``) / a folder per location / the key's file name (the folder made
     unless ``create`` is false)."""
     scheme = url.partition("://")[0].lower()
-    if scheme in ("http", "https"):
+    if scheme_family(url) == "http":
         raise InputError(
             f"{shown_url(url)}: writing to a remote location ({scheme}://) is not supported yet; "
             "write the pack locally, then upload it and its index"
