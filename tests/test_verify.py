@@ -220,6 +220,15 @@ def test_clean_pack_of_100k_tiny_frames(tmp_path):
     assert rep.ok and rep.frames_checked == 100_000, rep.problems[:3]
 
 
+def test_a_junit_report_that_cannot_be_written_is_one_line_not_an_internal_error(vpack, tmp_path, cli):
+    """It was exit 4, "internal error: FileNotFoundError"; nothing is left where it was asked for."""
+    junit = tmp_path / "no" / "such" / "junit.xml"
+    r = cli(["verify", str(vpack), "--junit", str(junit)])
+    assert r.exit_code == 2, r.stderr
+    assert r.stderr == f"hframe: error: {junit}: cannot write the JUnit report (No such file or directory)\n"
+    assert not (tmp_path / "no").exists()
+
+
 def test_json_jsonl_junit_and_many_packs(vpack, tmp_path, photos, cli):
     bad = make_pack(tmp_path, photos, "bad.hframe")
     flip(bad, rows(bad)[5]["offset"] + 1)

@@ -3,7 +3,7 @@
 ::
 
     from torch.utils.data import DataLoader
-    from hframe_cli.training.dataset import FrameDataset
+    from hframe_cli.training import FrameDataset
 
     train = FrameDataset("photos.hframe", split="train", decode="pil", transform=to_tensor)
     loader = DataLoader(train, batch_size=256, shuffle=True, num_workers=8)

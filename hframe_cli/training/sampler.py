@@ -4,8 +4,7 @@ and local enough that cold reads coalesce; split by rank, resumable mid-epoch.
 ::
 
     from torch.utils.data import DataLoader
-    from hframe_cli.training.sampler import BlockShuffleSampler
-    from hframe_cli.training.dataset import FrameDataset
+    from hframe_cli.training import BlockShuffleSampler, FrameDataset
 
     ds = FrameDataset("photos.hframe", decode="pil")
     sampler = BlockShuffleSampler(ds, seed=0)          # rank and world size from torch.distributed
