@@ -80,3 +80,19 @@ def test_the_readmes_install_line_for_users_installs_the_man_pages():
     block = README.split("## Install", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
     first = block.strip().splitlines()[0]
     assert first.startswith("pip install . ") and "man hframe" in first, first
+
+
+def test_the_readmes_layout_names_every_room_and_module():
+    """A module added to a room without a word in the README's layout is a newcomer's riddle."""
+    section = README.split("## Layout of this repository", 1)[1].split("\n## ", 1)[0]
+    package = ROOT / "hframe_cli"
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if path.name in ("__init__.py", "__main__.py") and len(rel.parts) > 1:
+            continue
+        room = f"`{rel.parts[0]}/`" if len(rel.parts) > 1 else "`hframe_cli/` (root)"
+        row = next((line for line in section.splitlines() if line.startswith(f"| {room} ")), "")
+        if f"`{path.name}`" not in row and path.stem not in ("torchdata", "sampler", "__main__"):
+            missing.append(str(rel))
+    assert missing == []
