@@ -33,6 +33,7 @@ import signal
 import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -1008,6 +1009,29 @@ def _replaced_while_read(report: PackReport, storage: Storage) -> None:
         report.error_is_storage = True
 
 
+@dataclass
+class _Ends:
+    """What the pack's two ends said: its size, first and last bytes, and the header and
+    trailer where they decode (None where damaged: already reported)."""
+
+    size: int
+    head: bytes
+    tail: bytes
+    header: Header | None
+    trailer: Trailer | None
+
+
+@dataclass
+class _IndexRead:
+    """The index as verify uses it: the table (None: check from the pack alone), its rows and
+    metadata, and the row ranges the selection asks for."""
+
+    table: pa.Table | None = None
+    rows: int = 0
+    meta: IndexMeta | None = None
+    ranges: list[tuple[int, int]] = field(default_factory=list)
+
+
 def _verify_open(
     v: _Verifier,
     report: PackReport,
@@ -1018,6 +1042,36 @@ def _verify_open(
     seed: int,
     frames: tuple[int, int | None] | None,
 ) -> None:
+    """Verify an opened pack: its ends, then its index against it, then every frame asked for."""
+    ends = _check_ends(v, storage)
+    read = _IndexRead()
+    if use_index:
+        got = _read_index(v, report, storage, ipath, ends, sample, seed, frames)
+        if got is None:
+            return  # the index that names the frames asked for is unreadable: nothing more to check
+        read = got
+    if read.meta is not None:
+        _check_index_with_pack(v, storage.location, ipath, read.table, read.meta, ends)
+    trailer = ends.trailer
+    n = read.rows if read.table is not None else (trailer.frame_count if trailer is not None else 0)
+    report.frames_total = n
+    data_end_known = trailer is not None
+    end = trailer.data_end if trailer is not None else ends.size
+    if trailer is None and ends.tail[:8] == TRAILER_MAGIC and ends.size >= HEADER_SIZE + TRAILER_SIZE:
+        end, data_end_known = ends.size - TRAILER_SIZE, True  # trailer bytes damaged, but it is where it should be
+    if read.table is not None:
+        _walk_indexed(v, report, storage, read, n, end, data_end_known, ends)
+        return
+    stop_pos = v.walk(HEADER_SIZE, 0, None, end, data_end_known, None, trailer.frame_count if trailer else None)
+    report.frames_total = max(n, v.next_id)
+    if trailer is not None and v.next_id != trailer.frame_count:
+        v.add("trailer", f"{storage.location}: found {v.next_id} records, trailer says {trailer.frame_count}")
+    _check_end(v, stop_pos, ends.size, end, trailer, data_end_known)
+
+
+def _check_ends(v: _Verifier, storage: Storage) -> _Ends:
+    """The header, the zstd dictionary in record 0 (the verifier's decompressor is set up with
+    it) and the trailer, each damage reported once."""
     where = storage.location
     size = storage.size()
     head = storage.read_at(0, HEADER_SIZE)
@@ -1048,115 +1102,135 @@ def _verify_open(
         trailer = Trailer.decode(tail, size, header, where)
     except FormatError as e:
         v.add("trailer", str(e))
-    meta: IndexMeta | None = None
-    table: pa.Table | None = None
-    rows = 0
-    ranges: list[tuple[int, int]] = []
-    if use_index:
-        uuids = {str(u.uuid) for u in (header, trailer) if u is not None}
+    return _Ends(size, head, tail, header, trailer)
+
+
+def _read_index(
+    v: _Verifier,
+    report: PackReport,
+    storage: Storage,
+    ipath: str,
+    ends: _Ends,
+    sample: tuple[str, float] | None,
+    seed: int,
+    frames: tuple[int, int | None] | None,
+) -> _IndexRead | None:
+    """The index of the generation opened, read whole (every page against its CRC, the file
+    against its md5), and the rows the selection asks for. An index that is damaged is a
+    problem: a full check goes on from the pack alone (an ``_IndexRead`` without a table), a
+    selection, which the index names, stops (None)."""
+    uuids = {str(u.uuid) for u in (ends.header, ends.trailer) if u is not None}
+    try:
+        index, meta = pinned_index(storage, ipath, uuids)
+    except UnsupportedVersion:
+        raise
+    except FormatError as e:  # a damaged footer: one index problem, and a full check goes on without it
+        v.add("index", f"{e}; rebuild it with 'hframe index PACK --rebuild'")
+        if sample is not None or frames is not None:
+            return None  # the frames asked for are named by the index
+        report.mode = "no-index"
+        return _IndexRead()
+    try:
+        if uuids and meta.pack_uuid not in uuids:
+            raise InputError(
+                f"{ipath}: index belongs to another pack (index UUID {meta.pack_uuid}, pack "
+                f"{' / '.join(sorted(uuids))}); rebuild it with 'hframe index PACK --rebuild'"
+            )
+        footer = pq.ParquetFile(index.stream()).metadata
+        rows = footer.num_rows
+        damage = file_digest_problem(index.read_at, index.size(), footer.metadata, ipath)
+        if damage is not None:
+            v.add("index", f"{damage}; rebuild it with 'hframe index PACK --rebuild'")
+        ranges, report.selection = _selection(rows, meta.payload_bytes, sample, seed, frames)
         try:
-            index, meta = pinned_index(storage, ipath, uuids)
-        except UnsupportedVersion:
-            raise
-        except FormatError as e:  # a damaged footer: one index problem, and a full check goes on without it
+            table = IndexCols.read(ipath, stream=index.stream())
+            if table.num_rows != rows:  # the footer's count was hit, or a row group's
+                raise FormatError(f"{ipath}: index holds {table.num_rows} rows, its footer says {rows}")
+            if rows != meta.frame_count:
+                v.add("index", f"{ipath}: index has {rows} rows, its metadata says {meta.frame_count}")
+        except FormatError as e:
+            # a damaged page: a full check still checks every frame, from the pack alone
             v.add("index", f"{e}; rebuild it with 'hframe index PACK --rebuild'")
-            if sample is not None or frames is not None:
-                return  # the frames asked for are named by the index
-            use_index, report.mode = False, "no-index"
-        if use_index:
-            assert meta is not None
-            try:
-                if uuids and meta.pack_uuid not in uuids:
-                    raise InputError(
-                        f"{ipath}: index belongs to another pack (index UUID {meta.pack_uuid}, pack "
-                        f"{' / '.join(sorted(uuids))}); rebuild it with 'hframe index PACK --rebuild'"
-                    )
-                footer = pq.ParquetFile(index.stream()).metadata
-                rows = footer.num_rows
-                damage = file_digest_problem(index.read_at, index.size(), footer.metadata, ipath)
-                if damage is not None:
-                    v.add("index", f"{damage}; rebuild it with 'hframe index PACK --rebuild'")
-                ranges, report.selection = _selection(rows, meta.payload_bytes, sample, seed, frames)
-                try:
-                    table = IndexCols.read(ipath, stream=index.stream())
-                    if table.num_rows != rows:  # the footer's count was hit, or a row group's
-                        raise FormatError(f"{ipath}: index holds {table.num_rows} rows, its footer says {rows}")
-                    if rows != meta.frame_count:
-                        v.add("index", f"{ipath}: index has {rows} rows, its metadata says {meta.frame_count}")
-                except FormatError as e:
-                    # a damaged page: a full check still checks every frame, from the pack alone
-                    v.add("index", f"{e}; rebuild it with 'hframe index PACK --rebuild'")
-                    if report.selection != "full":
-                        return  # the frames asked for are named by the index: nothing more to check
-                    use_index, table, report.mode = False, None, "no-index"
-            finally:
-                index.close()
-            if table is not None:
-                for row, value in wrong_frame_ids(table):
-                    v.add("index", f"{ipath}: row {row} has frame_id {value} (frame ids are row numbers)", row)
-                for row, source_size, raw_length in wrong_source_sizes(table):
-                    v.add(
-                        "index",
-                        f"{ipath}: row {row}: source_size {source_size} is not the frame's raw length {raw_length} "
-                        "(a frame not cut from a video is its whole source file)",
-                        row,
-                    )
-            if trailer is not None and meta.frame_count != trailer.frame_count:
-                v.add(
-                    "index", f"{ipath}: index says {meta.frame_count} frames, pack trailer says {trailer.frame_count}"
-                )
-            if meta.pack_bytes != size:
-                v.add(
-                    "index",
-                    f"{where}: pack is {size} bytes, index says {meta.pack_bytes} "
-                    f"({'truncated' if size < meta.pack_bytes else 'bytes appended'}?)",
-                )
-    n = rows if use_index else (trailer.frame_count if trailer is not None else 0)
-    report.frames_total = n
-    data_end_known = trailer is not None
-    end = trailer.data_end if trailer is not None else size
-    if trailer is None and tail[:8] == TRAILER_MAGIC and size >= HEADER_SIZE + TRAILER_SIZE:
-        end, data_end_known = size - TRAILER_SIZE, True  # trailer bytes damaged, but it is where it should be
-    if table is not None:
-        # --max-errors walks in one part: "the first N problems" must not depend on how parts race
-        if (
-            report.selection == "full"
-            and v.processes > 1
-            and v.max_errors is None
-            and n > 1
-            and end - HEADER_SIZE >= 2 * _PART_MIN_BYTES
-        ):
-            stop_pos = _walk_in_parallel(v, table, n, end, data_end_known)
-            _check_end(v, stop_pos, size, end, trailer, data_end_known)
-            return
-        # a selection of most rows converts them all: simpler and no slower
-        idx = IndexCols.from_table(table, ranges if sum(b - a for a, b in ranges) * 2 <= n else None)
-        if report.selection != "full" and len(ranges) > 1:
-            # a sample reads many separate runs: ask for all of them at once, so a cold disk
-            # serves them in parallel instead of one seek after another
-            starts, lengths = [], []
-            for a, b in ranges:
-                if a < b:
-                    start = idx.record_offset[a] if a > 0 else HEADER_SIZE
-                    stop = min(end, idx.offset[b - 1] + idx.length[b - 1])
-                    if 0 <= start < stop:
-                        starts.append(start)
-                        lengths.append(stop - start)
-            storage.prefetch(starts, lengths)
+            if report.selection != "full":
+                return None  # the frames asked for are named by the index: nothing more to check
+            report.mode = "no-index"
+            return _IndexRead(None, rows, meta)  # its metadata is still compared with the pack
+    finally:
+        index.close()
+    return _IndexRead(table, rows, meta, ranges)
+
+
+def _check_index_with_pack(
+    v: _Verifier, where: str, ipath: str, table: pa.Table | None, meta: IndexMeta, ends: _Ends
+) -> None:
+    """What the index says as a whole against itself and the pack: frame ids and source sizes
+    (where its rows could be read), frame count and pack size (from its metadata)."""
+    for row, value in wrong_frame_ids(table) if table is not None else ():
+        v.add("index", f"{ipath}: row {row} has frame_id {value} (frame ids are row numbers)", row)
+    for row, source_size, raw_length in wrong_source_sizes(table) if table is not None else ():
+        v.add(
+            "index",
+            f"{ipath}: row {row}: source_size {source_size} is not the frame's raw length {raw_length} "
+            "(a frame not cut from a video is its whole source file)",
+            row,
+        )
+    if ends.trailer is not None and meta.frame_count != ends.trailer.frame_count:
+        v.add("index", f"{ipath}: index says {meta.frame_count} frames, pack trailer says {ends.trailer.frame_count}")
+    if meta.pack_bytes != ends.size:
+        v.add(
+            "index",
+            f"{where}: pack is {ends.size} bytes, index says {meta.pack_bytes} "
+            f"({'truncated' if ends.size < meta.pack_bytes else 'bytes appended'}?)",
+        )
+
+
+def _walk_indexed(
+    v: _Verifier,
+    report: PackReport,
+    storage: Storage,
+    read: _IndexRead,
+    n: int,
+    end: int,
+    data_end_known: bool,
+    ends: _Ends,
+) -> None:
+    """Walk the frames the selection names, with the index: a full check in parallel parts
+    where it pays, else run by run (a sample's runs prefetched at once)."""
+    table, ranges = read.table, read.ranges
+    assert table is not None
+    # --max-errors walks in one part: "the first N problems" must not depend on how parts race
+    if (
+        report.selection == "full"
+        and v.processes > 1
+        and v.max_errors is None
+        and n > 1
+        and end - HEADER_SIZE >= 2 * _PART_MIN_BYTES
+    ):
+        stop_pos = _walk_in_parallel(v, table, n, end, data_end_known)
+        _check_end(v, stop_pos, ends.size, end, ends.trailer, data_end_known)
+        return
+    # a selection of most rows converts them all: simpler and no slower
+    idx = IndexCols.from_table(table, ranges if sum(b - a for a, b in ranges) * 2 <= n else None)
+    if report.selection != "full" and len(ranges) > 1:
+        # a sample reads many separate runs: ask for all of them at once, so a cold disk
+        # serves them in parallel instead of one seek after another
+        starts, lengths = [], []
         for a, b in ranges:
-            if a >= b:
-                continue
-            start = idx.record_offset[a] if a > 0 else HEADER_SIZE
-            run_end = min(end, idx.offset[b - 1] + idx.length[b - 1]) if report.selection != "full" else end
-            stop_pos = v.walk(start, a, b, end, data_end_known, idx, read_end=max(run_end, start))
-            if report.selection == "full":
-                _check_end(v, stop_pos, size, end, trailer, data_end_known)
-    else:
-        stop_pos = v.walk(HEADER_SIZE, 0, None, end, data_end_known, None, trailer.frame_count if trailer else None)
-        report.frames_total = max(n, v.next_id)
-        if trailer is not None and v.next_id != trailer.frame_count:
-            v.add("trailer", f"{where}: found {v.next_id} records, trailer says {trailer.frame_count}")
-        _check_end(v, stop_pos, size, end, trailer, data_end_known)
+            if a < b:
+                start = idx.record_offset[a] if a > 0 else HEADER_SIZE
+                stop = min(end, idx.offset[b - 1] + idx.length[b - 1])
+                if 0 <= start < stop:
+                    starts.append(start)
+                    lengths.append(stop - start)
+        storage.prefetch(starts, lengths)
+    for a, b in ranges:
+        if a >= b:
+            continue
+        start = idx.record_offset[a] if a > 0 else HEADER_SIZE
+        run_end = min(end, idx.offset[b - 1] + idx.length[b - 1]) if report.selection != "full" else end
+        stop_pos = v.walk(start, a, b, end, data_end_known, idx, read_end=max(run_end, start))
+        if report.selection == "full":
+            _check_end(v, stop_pos, ends.size, end, ends.trailer, data_end_known)
 
 
 class _SharedProgress:
