@@ -153,6 +153,24 @@ class HttpBackend:
     def get(self, start: int, length: int | None, etag: str | None, deadline: float | None = None) -> Response:
         """``length`` bytes from ``start`` (None: the whole object, no Range header), all of it
         received before ``deadline`` (``time.monotonic()``) or ``Transient``."""
+        resp, body = self._exchange(start, length, etag, deadline)
+        status = resp.status
+        if status == 416 and (resp.getheader("Content-Range") or "").endswith("/0"):
+            return Response(b"", 0, resp.getheader("ETag"))  # an empty object: nothing to range over
+        failure = self._failure(resp)
+        if failure is not None:
+            raise failure
+        encoding = (resp.getheader("Content-Encoding") or "identity").lower()
+        if encoding != "identity":
+            raise Permanent("unsupported", f"the server sends the object {encoding}-encoded (asked for identity)")
+        return self._response(resp, body, start, length)
+
+    def _exchange(
+        self, start: int, length: int | None, etag: str | None, deadline: float | None
+    ) -> tuple[http.client.HTTPResponse, bytes]:
+        """One request on this thread's connection, and its answer: the body where the status
+        carries data (200, 206), else nothing (a short error body is drained so the connection
+        can be reused). A connection failure or timeout is ``Transient``."""
         conn = self._connection()
         headers = {"Accept-Encoding": "identity", "User-Agent": "hframe"}
         if length is not None:
@@ -172,14 +190,7 @@ class HttpBackend:
             conn.request("GET", self.target, headers=headers)
             resp = conn.getresponse()
             answered = True
-            status = resp.status
-            declared = resp.getheader("Content-Length")
-            size_said = int(declared) if declared is not None and declared.isdigit() else None
-            # a server may answer a range covering a whole small object with all of it (200)
-            small = (
-                status == 200 and length is not None and start == 0 and size_said is not None and size_said <= length
-            )
-            if status == 206 or (status == 200 and (length is None or small)):
+            if resp.status == 206 or (resp.status == 200 and (length is None or _whole_for_range(resp, start, length))):
                 body = self._body(resp, sock, deadline)
             else:
                 resp.read(64 * 1024)  # drain a short error body so the connection can be reused
@@ -193,34 +204,36 @@ class HttpBackend:
                 # a kept-alive connection the server had closed (idle too long, or nginx after a
                 # 412): the request never reached it; ask again on a new connection, once (a
                 # new one is not ``reused``), as no attempt of the policy was spent
-                return self.get(start, length, etag, deadline)
+                return self._exchange(start, length, etag, deadline)
             raise Transient(f"connection failed: {e.__class__.__name__}: {e}") from None
-        if resp.getheader("Connection", "").lower() == "close" or status not in (200, 206):
+        if resp.getheader("Connection", "").lower() == "close" or resp.status not in (200, 206):
             self._drop()  # nginx closes after a 412 though its answer says keep-alive: so do we
+        return resp, body
+
+    def _failure(self, resp: http.client.HTTPResponse) -> Transient | Permanent | None:
+        """What an answer's status means when it is not data (200, 206): ``Transient`` (retried:
+        throttling, 5xx, 408) or ``Permanent`` (``_PERMANENT_STATUS``; any other status is a
+        refusal)."""
+        status = resp.status
+        if status in (200, 206):
+            return None
         if status in (429, 503):
-            raise Transient(f"HTTP {status} (throttled)", throttled=True)
+            return Transient(f"HTTP {status} (throttled)", throttled=True)
         if status >= 500 or status == 408:
-            raise Transient(f"HTTP {status}")
-        if status == 404:
-            raise Permanent("missing", "HTTP 404")
-        if status == 412:
-            raise Permanent("replaced", "the object changed (HTTP 412: its ETag no longer matches)")
-        if status == 416 and (resp.getheader("Content-Range") or "").endswith("/0"):
-            return Response(b"", 0, resp.getheader("ETag"))  # an empty object: nothing to range over
-        if status in (301, 302, 303, 307, 308):
-            raise Permanent("redirect", f"HTTP {status}: redirected to {resp.getheader('Location')}; give that URL")
+            return Transient(f"HTTP {status}")
         if status == 401:
-            raise Permanent("denied", f"HTTP 401 {resp.reason}: {self._unauthorized()}")
-        if status not in (200, 206):
-            raise Permanent("denied", f"HTTP {status} {resp.reason}")
-        encoding = (resp.getheader("Content-Encoding") or "identity").lower()
-        if encoding != "identity":
-            raise Permanent("unsupported", f"the server sends the object {encoding}-encoded (asked for identity)")
+            return Permanent("denied", f"HTTP 401 {resp.reason}: {self._unauthorized()}")
+        kind, text = _PERMANENT_STATUS.get(status, ("denied", "HTTP {status} {reason}"))
+        return Permanent(kind, text.format(status=status, reason=resp.reason, location=resp.getheader("Location")))
+
+    def _response(self, resp: http.client.HTTPResponse, body: bytes, start: int, length: int | None) -> Response:
+        """The data of a 200 or 206 answer, checked to be the bytes asked for, whole."""
         tag = resp.getheader("ETag")
-        if status == 200 and length is not None and not small:
+        size_said = _declared_length(resp)
+        if resp.status == 200 and length is not None and not _whole_for_range(resp, start, length):
             self._drop()
             raise Permanent("unsupported", "the server ignores Range requests (HTTP 200 for a byte range)")
-        if length is None or status == 200:
+        if length is None or resp.status == 200:
             if size_said is not None and size_said != len(body):
                 raise Transient(f"body cut short: {len(body)} of {size_said} bytes")
             return Response(body, len(body), tag)
@@ -268,6 +281,28 @@ class HttpBackend:
 
     def close(self) -> None:
         self._drop()
+
+
+#: statuses that no retry changes (a 401's words depend on whether the URL carries credentials)
+_PERMANENT_STATUS = {
+    404: ("missing", "HTTP 404"),
+    412: ("replaced", "the object changed (HTTP 412: its ETag no longer matches)"),
+    **{
+        code: ("redirect", "HTTP {status}: redirected to {location}; give that URL")
+        for code in (301, 302, 303, 307, 308)
+    },
+}
+
+
+def _declared_length(resp: http.client.HTTPResponse) -> int | None:
+    declared = resp.getheader("Content-Length")
+    return int(declared) if declared is not None and declared.isdigit() else None
+
+
+def _whole_for_range(resp: http.client.HTTPResponse, start: int, length: int) -> bool:
+    """A 200 to a range from 0 that covers a whole small object: the server sent all of it."""
+    size_said = _declared_length(resp)
+    return resp.status == 200 and start == 0 and size_said is not None and size_said <= length
 
 
 def _content_range(value: str | None) -> tuple[int, int, int] | None:
