@@ -96,25 +96,11 @@ def plan_update(
 
     With ``videos``, frames cut from a video stand for that video (its name, size and mtime;
     ``checksum`` cannot apply to it, as the pack holds frames, not the file)."""
-    from ..read.reader import PackReader
-
-    out = os.fspath(output)
-    pack, index = out, os.fspath(get_index_path(out))
-    if sealed:  # the pair that run sealed, whichever of its two renames it got to
-        pack = partial_name(out) if os.path.exists(partial_name(out)) else out
-        index = partial_name(index) if os.path.exists(partial_name(index)) else index
-    if not os.path.exists(pack):
+    opened = _published_columns(os.fspath(output), sealed, checksum, videos)
+    if opened is None:
         return UpdatePlan("new", list(sources.sources))
-    with PackReader(pack, index) as reader:  # refuses an incomplete pack or a mismatched index
-        alignment, data_end = reader.info.header.alignment, reader.info.trailer.data_end
-        cols = ["name", "name_raw", "source_size", "source_mtime"]
-        table = reader.read_index_columns(cols + ["md5"] * checksum + ["kind", "source"] * videos)
-    old: dict[bytes, tuple[int, int, str | None]]
-    # whole columns at a time: names as exact bytes, sizes, times
-    old_names = _viewed(table.column("name"), pa.binary())
-    raw = table.column("name_raw")
-    if raw.null_count < len(raw):  # the exact bytes of names that are not UTF-8
-        old_names = [n if r is None else r for n, r in zip(old_names, raw.to_pylist())]
+    table, alignment, data_end = opened
+    old_names = _exact_names(table)
     sizes = table.column("source_size").to_pylist()
     mtimes_us = _viewed(table.column("source_mtime"), pa.int64())
     # the usual cron run, nothing new: the columns compared whole, without a Source object per file
@@ -122,16 +108,7 @@ def plan_update(
         if mtimes_us == [ns // 1000 for ns in sources.mtimes_ns]:
             return UpdatePlan("up_to_date", frames=table.num_rows, alignment=alignment, data_end=data_end)
     md5s = table.column("md5").to_pylist() if checksum else [None] * table.num_rows
-    if not videos:
-        old = dict(zip(old_names, zip(sizes, mtimes_us, md5s)))
-    else:
-        old = {}
-        t = table.select(["kind", "source"]).to_pydict()
-        for name, size, us, md5, kind, source in zip(old_names, sizes, mtimes_us, md5s, t["kind"], t["source"]):
-            if kind == "video_frame" and source is not None:
-                old.setdefault(source.encode(), (size, us, None))
-            else:
-                old[_key(name, videos)] = (size, us, md5)
+    old = _published(table, old_names, sizes, mtimes_us, md5s, videos)
     current = {_key(s.name, videos): s for s in sources.sources}
     added = [s for key, s in current.items() if key not in old]
     removed = sorted(n for n in old if n not in current)
@@ -140,25 +117,80 @@ def plan_update(
         was = old.get(name)
         if was is None or (was[0] == s.size and was[1] == s.mtime_ns // 1000 and not checksum):
             continue  # new, or unchanged by size and time
-        size, us, md5 = was
-        reason = None
-        if s.size != size:
-            reason = f"size {size} -> {s.size} bytes"
-        elif s.mtime_ns // 1000 != us:
-            reason = f"modified {_utc(us)} -> {_utc(s.mtime_ns // 1000)}"
-        elif checksum and md5 is not None:
-            digest = hashlib.md5()
-            with open(s.path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(chunk)
-            if digest.hexdigest() != md5:
-                reason = f"md5 {md5} -> {digest.hexdigest()} (same size and time)"
+        reason = _why_changed(s, *was, checksum)
         if reason is not None:
             reasons[name] = reason
     status = "append" if added else "up_to_date"
     if reasons or removed:
         status = "repack"
     return UpdatePlan(status, added, sorted(reasons), removed, table.num_rows, alignment, data_end, reasons)
+
+
+def _published_columns(out: str, sealed: bool, checksum: bool, videos: bool) -> tuple[pa.Table, int, int] | None:
+    """The index columns an update compares, with the pack's alignment and data end; None when
+    there is no pack. With ``sealed``, of the pair an interrupted run sealed, whichever of its
+    two renames it got to."""
+    from ..read.reader import PackReader
+
+    pack, index = out, os.fspath(get_index_path(out))
+    if sealed:
+        pack = partial_name(out) if os.path.exists(partial_name(out)) else out
+        index = partial_name(index) if os.path.exists(partial_name(index)) else index
+    if not os.path.exists(pack):
+        return None
+    with PackReader(pack, index) as reader:  # refuses an incomplete pack or a mismatched index
+        cols = ["name", "name_raw", "source_size", "source_mtime"]
+        table = reader.read_index_columns(cols + ["md5"] * checksum + ["kind", "source"] * videos)
+        return table, reader.info.header.alignment, reader.info.trailer.data_end
+
+
+def _exact_names(table: pa.Table) -> list[bytes]:
+    """The frames' names as exact bytes, a whole column at a time (``name_raw`` where a name is
+    not UTF-8)."""
+    names = _viewed(table.column("name"), pa.binary())
+    raw = table.column("name_raw")
+    if raw.null_count < len(raw):
+        names = [n if r is None else r for n, r in zip(names, raw.to_pylist())]
+    return names
+
+
+def _published(
+    table: pa.Table,
+    names: list[bytes],
+    sizes: list[int],
+    mtimes_us: list[int],
+    md5s: list[str | None],
+    videos: bool,
+) -> dict[bytes, tuple[int, int, str | None]]:
+    """What the pack holds, as a source would be matched with it: name → (size, mtime in µs,
+    md5); with ``videos``, a video's frames as the one video they were cut from (no md5)."""
+    if not videos:
+        return dict(zip(names, zip(sizes, mtimes_us, md5s)))
+    old: dict[bytes, tuple[int, int, str | None]] = {}
+    t = table.select(["kind", "source"]).to_pydict()
+    for name, size, us, md5, kind, source in zip(names, sizes, mtimes_us, md5s, t["kind"], t["source"]):
+        if kind == "video_frame" and source is not None:
+            old.setdefault(source.encode(), (size, us, None))
+        else:
+            old[_key(name, videos)] = (size, us, md5)
+    return old
+
+
+def _why_changed(s: Source, size: int, us: int, md5: str | None, checksum: bool) -> str | None:
+    """Why source ``s`` is not the file the pack holds (size, then time, then with ``checksum``
+    its md5, read whole), or None when it is."""
+    if s.size != size:
+        return f"size {size} -> {s.size} bytes"
+    if s.mtime_ns // 1000 != us:
+        return f"modified {_utc(us)} -> {_utc(s.mtime_ns // 1000)}"
+    if checksum and md5 is not None:
+        digest = hashlib.md5()
+        with open(s.path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        if digest.hexdigest() != md5:
+            return f"md5 {md5} -> {digest.hexdigest()} (same size and time)"
+    return None
 
 
 def _utc(us: int) -> str:
