@@ -95,15 +95,7 @@ class FrameDataset(_Base):
         workers: int | None = None,
         memory_map: bool = False,
     ) -> None:
-        if decode is not None and not callable(decode) and decode not in _DECODERS:
-            raise InputError(f"decode must be one of {', '.join(_DECODERS)} or a callable (got {decode!r})")
-        if (mode is not None or size is not None) and decode != "pil":
-            raise InputError('mode and size apply to decode="pil" only')
-        if size is not None and not (
-            (isinstance(size, int) and size > 0)
-            or (isinstance(size, tuple) and len(size) == 2 and all(isinstance(x, int) and x > 0 for x in size))
-        ):
-            raise InputError(f"size must be a positive int or a (width, height) pair (got {size!r})")
+        _check_decoding(decode, mode, size)
         self.path = os.fspath(path)
         self.reader = open_pack(path, workers=workers, memory_map=memory_map)
         table = self.reader.table
@@ -113,37 +105,41 @@ class FrameDataset(_Base):
         #: the sorted labels of the whole pack; a target is an index into this list
         self.classes: list[str] = sorted({x for x in labels if x is not None})
         self.class_to_idx: dict[str, int] = {c: k for k, c in enumerate(self.classes)}
-        chosen = select_rows(
-            table,
-            list(dict.fromkeys(["frame_id", "name", *([target] if target is not None else [])])),
-            name_glob=match,
-            equal={"split": split, "label": label, "kind": kind},
-        )
-        if chosen.num_rows == 0:
-            wanted = ", ".join(
-                f"{k}={v!r}" for k, v in (("split", split), ("label", label), ("kind", kind), ("match", match)) if v
-            )
-            raise InputError(f"{self.path}: no frames selected ({wanted or 'the pack is empty'})")
+        chosen = self._select(table, target, {"split": split, "label": label, "kind": kind}, match)
         #: the frame ids (global for a sharded dataset) of the items, in order
         self.frame_ids: list[int] = chosen.column("frame_id").to_pylist()
-        self.targets: list[Any] | None = None
-        if target == "label":
-            names = chosen.column("name").to_pylist()
-            values = chosen.column("label").to_pylist()
-            missing = [n for n, v in zip(names, values) if v is None]
-            if missing:
-                raise InputError(
-                    f"{self.path}: {len(missing)} selected frames have no label (first: {missing[0]!r}); "
-                    "pack with --label-from, or use target=None"
-                )
-            self.targets = [self.class_to_idx[v] for v in values]
-        elif target is not None:
-            self.targets = chosen.column(target).to_pylist()
+        self.targets: list[Any] | None = self._targets(chosen, target)
         self.decode = decode
         self.mode = mode
         self.size = size
         self.transform = transform
         self.target_transform = target_transform
+
+    def _select(self, table: Any, target: str | None, equal: dict[str, str | None], match: str | None) -> Any:
+        """The rows the filters choose (an error if none), with the columns the items need."""
+        columns = list(dict.fromkeys(["frame_id", "name", *([target] if target is not None else [])]))
+        chosen = select_rows(table, columns, name_glob=match, equal=equal)
+        if chosen.num_rows == 0:
+            wanted = ", ".join(f"{k}={v!r}" for k, v in [*equal.items(), ("match", match)] if v)
+            raise InputError(f"{self.path}: no frames selected ({wanted or 'the pack is empty'})")
+        return chosen
+
+    def _targets(self, chosen: Any, target: str | None) -> list[Any] | None:
+        """Each item's target: its label's index in ``classes`` (every chosen frame must have a
+        label), another column's value, or none."""
+        if target is None:
+            return None
+        if target != "label":
+            return chosen.column(target).to_pylist()  # type: ignore[no-any-return]
+        names = chosen.column("name").to_pylist()
+        values = chosen.column("label").to_pylist()
+        missing = [n for n, v in zip(names, values) if v is None]
+        if missing:
+            raise InputError(
+                f"{self.path}: {len(missing)} selected frames have no label (first: {missing[0]!r}); "
+                "pack with --label-from, or use target=None"
+            )
+        return [self.class_to_idx[v] for v in values]
 
     def __len__(self) -> int:
         return len(self.frame_ids)
@@ -187,6 +183,21 @@ class FrameDataset(_Base):
 
     def __repr__(self) -> str:
         return f"FrameDataset({self.path!r}, {len(self)} frames, {len(self.classes)} classes)"
+
+
+def _check_decoding(
+    decode: str | Callable[[bytes], Any] | None, mode: str | None, size: int | tuple[int, int] | None
+) -> None:
+    """Refuse a decoder, mode or size ``FrameDataset`` cannot apply, before the pack is opened."""
+    if decode is not None and not callable(decode) and decode not in _DECODERS:
+        raise InputError(f"decode must be one of {', '.join(_DECODERS)} or a callable (got {decode!r})")
+    if (mode is not None or size is not None) and decode != "pil":
+        raise InputError('mode and size apply to decode="pil" only')
+    if size is not None and not (
+        (isinstance(size, int) and size > 0)
+        or (isinstance(size, tuple) and len(size) == 2 and all(isinstance(x, int) and x > 0 for x in size))
+    ):
+        raise InputError(f"size must be a positive int or a (width, height) pair (got {size!r})")
 
 
 def _resized(img: Any, size: int | tuple[int, int], mode: str | None) -> Any:
