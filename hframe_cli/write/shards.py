@@ -528,7 +528,7 @@ def resume_parts(
             or there is nothing to resume and no manifest (the line says to merge).
     """
     from ..read.dataset import Manifest
-    from .manifest import missing_parts, part_number, part_traces
+    from .manifest import part_number, part_traces
 
     mpath = get_manifest_path(out)
     traces = part_traces(out)
@@ -538,31 +538,20 @@ def resume_parts(
     notes: list[str] = []
     for k in sorted(traces):
         path = shard_path(out, k)
-        if not _interrupted(path):
-            continue
-        note(on_event, f"part {k}: resuming the interrupted run of {path}")
-        outcome = resume_pack(
-            path,
-            workers=workers,
-            checkpoints=checkpoints,
-            handle_signals=handle_signals,
-            on_progress=on_progress,
-            on_event=on_event,
-        )
-        notes += outcome.notes
-        resumed.append(outcome.result or published_result(os.fspath(path), None))
+        if _interrupted(path):
+            note(on_event, f"part {k}: resuming the interrupted run of {path}")
+            outcome = resume_pack(
+                path,
+                workers=workers,
+                checkpoints=checkpoints,
+                handle_signals=handle_signals,
+                on_progress=on_progress,
+                on_event=on_event,
+            )
+            notes += outcome.notes
+            resumed.append(outcome.result or published_result(os.fspath(path), None))
     listed = Manifest.load(mpath).shard_paths(mpath) if mpath.exists() else []
-    numbers = set(traces) | {k for k in (part_number(out, p) for p in listed) if k is not None}
-    finished = {k for k in numbers if _finished(shard_path(out, k))}
-    for k in sorted(numbers - finished):  # a run killed before its first checkpoint left a lock
-        with OutputLock(shard_path(out, k)):  # file (taken over and removed), or runs now (refused)
-            pass
-    missing = [k for k in range(max(numbers) + 1) if k not in finished] if numbers else []
-    if missing:
-        raise NothingToResume(f"{out}: {missing_parts(out, missing)}")
-    gone = [p for p in listed if part_number(out, p) is None and not _finished(p)]
-    if gone:
-        raise NothingToResume(f"{out}: {gone[0]}, a shard the dataset names, is missing or unfinished")
+    finished = _finished_parts(out, set(traces), listed)
     parts = [os.fspath(shard_path(out, k)) for k in sorted(finished)]
     if not listed:
         if not resumed:
@@ -583,6 +572,30 @@ def resume_parts(
     note(on_event, f"{out}: dataset already complete ({mpath}); nothing to resume")
     remove_checkpoint_files(out)  # what a sharded run killed after its manifest left (its source list)
     return ResumeResult("already_complete", None, notes)
+
+
+def _finished_parts(out: str, numbers: set[int], listed: list[str]) -> set[int]:
+    """The numbers of ``out``'s parts, all finished: those with a file beside it (``numbers``)
+    and those its manifest names (``listed``).
+
+    Raises:
+        NothingToResume: a part before the last one seen is missing or unfinished, or a shard
+            the manifest names that is not a part is.
+    """
+    from .manifest import missing_parts, part_number
+
+    numbers = numbers | {k for k in (part_number(out, p) for p in listed) if k is not None}
+    finished = {k for k in numbers if _finished(shard_path(out, k))}
+    for k in sorted(numbers - finished):  # a run killed before its first checkpoint left a lock
+        with OutputLock(shard_path(out, k)):  # file (taken over and removed), or runs now (refused)
+            pass
+    missing = [k for k in range(max(numbers) + 1) if k not in finished] if numbers else []
+    if missing:
+        raise NothingToResume(f"{out}: {missing_parts(out, missing)}")
+    gone = [p for p in listed if part_number(out, p) is None and not _finished(p)]
+    if gone:
+        raise NothingToResume(f"{out}: {gone[0]}, a shard the dataset names, is missing or unfinished")
+    return finished
 
 
 def _finished(path: str | os.PathLike[str]) -> bool:
