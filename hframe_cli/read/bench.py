@@ -261,6 +261,22 @@ def _decode_all(datas: Sequence[bytes]) -> None:
             img.load()
 
 
+def _check_options(pack: str | os.PathLike[str], mode: str, method: str, memory_map: bool, workers: int | None) -> None:
+    """Refuse options that do not go together, before the pack is opened."""
+    if mode not in ("cold", "warm"):
+        raise InputError(f"mode must be cold or warm, not {mode!r}")
+    if mode == "warm" and method != "auto":
+        raise InputError("--method applies to bench-cold only")
+    if mode == "cold" and memory_map:
+        raise InputError("--memory-map applies to bench-warm only (mapped pages cannot be evicted)")
+    if memory_map and is_remote(pack):
+        raise InputError("--memory-map applies to local packs only")
+    if method not in CACHE_METHODS:
+        raise InputError(f"unknown --method {method!r} (methods: {', '.join(CACHE_METHODS)})")
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers must be at least 1 (got {workers})")
+
+
 def run_bench(
     pack: str | os.PathLike[str],
     *,
@@ -296,18 +312,7 @@ def run_bench(
 
     With ``md5``, mismatches are counted in the result (``to_dict()["ok"]`` is then false).
     """
-    if mode not in ("cold", "warm"):
-        raise InputError(f"mode must be cold or warm, not {mode!r}")
-    if mode == "warm" and method != "auto":
-        raise InputError("--method applies to bench-cold only")
-    if mode == "cold" and memory_map:
-        raise InputError("--memory-map applies to bench-warm only (mapped pages cannot be evicted)")
-    if memory_map and is_remote(pack):
-        raise InputError("--memory-map applies to local packs only")
-    if method not in CACHE_METHODS:
-        raise InputError(f"unknown --method {method!r} (methods: {', '.join(CACHE_METHODS)})")
-    if workers is not None and workers < 1:
-        raise InputError(f"--workers must be at least 1 (got {workers})")
+    _check_options(pack, mode, method, memory_map, workers)
     path = os.fspath(pack)
     with open_pack(path, coalesce_gap=coalesce_gap, max_read=max_read, memory_map=memory_map) as reader:
         ids_per_batch = sample_batches(len(reader), frames, batches, sampler, seed, block_size)
