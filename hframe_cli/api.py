@@ -17,13 +17,13 @@ import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from .errors import PackLocked
-from .locations import is_remote
+from .errors import InputError, Interrupted, NothingToResume, PackLocked
+from .locations import is_remote, shown_url
 from .names import checkpoint_name, partial_name, plan_list_name, previous_checkpoint_name
-from .sources.inputs import DEFAULT_MAX_FRAME_BYTES
+from .sources.inputs import DEFAULT_MAX_FRAME_BYTES, collect_sources
 from .write.guard import writer_run
 
 if TYPE_CHECKING:
@@ -138,19 +138,13 @@ def pack(
         opts = PackOptions(**{**{f.name: getattr(opts, f.name) for f in fields(PackOptions)}, **kw})
     out = os.fspath(output)
     if opts.dry_run and not opts.update:
-        from .errors import InputError
-
         raise InputError("--dry-run only applies with --update (on a pack that does not exist, every file is new)")
     if is_remote(out):
         return _pack_remote([os.fspath(p) for p in paths], out, opts)
     if os.path.isdir(out):  # before the lock: OUT.lock, .partial and the rest would sit beside it
-        from .errors import InputError
-
         raise InputError(f"{out}: is a folder; -o names the pack file to write (e.g. -o {out.rstrip('/')}/NAME.hframe)")
     target = out
     if opts.shard_of is not None and (opts.update or opts.plan_only):
-        from .errors import InputError
-
         raise InputError(
             f"--shard-of packs a new part; it cannot be combined with {'--update' if opts.update else '--plan-only'}"
         )
@@ -201,10 +195,7 @@ def _pack_remote(paths: list[str], url: str, opts: PackOptions) -> PackOutcome:
     """``pack`` to an object store: build in the staging folder (locked as a local output),
     then publish (``upload.py``). Without ``--update`` or ``--force`` a pack already published
     there is refused, as a local one is."""
-    from dataclasses import replace
 
-    from .errors import InputError
-    from .locations import shown_url
     from .storage.objectstore import check_bucket
     from .storage.policy import RequestPolicy
     from .write.upload import fetch_for_update, finish_interrupted_publish, publish, published_version, staging_path
@@ -246,8 +237,6 @@ def _pack_remote(paths: list[str], url: str, opts: PackOptions) -> PackOutcome:
 def _remote_interruptions(url: str) -> Iterator[None]:
     """A signal during a build or upload for ``url``, told in its terms (not the staging
     folder's): what readers see there and that ``resume`` goes on."""
-    from .errors import Interrupted
-    from .locations import shown_url
 
     try:
         yield
@@ -264,10 +253,7 @@ def _resume_remote(url: str, on_event: EventFn | None, **kw: Any) -> ResumeResul
     """``resume`` of an object-store output: finish the staged build if it was interrupted,
     then publish what is not at the location yet (an interrupted upload goes on where it
     stopped, pack by pack)."""
-    from dataclasses import replace
 
-    from .errors import NothingToResume
-    from .locations import shown_url
     from .read.dataset import manifest_location
     from .write.run import ResumeResult
     from .write.upload import publish, staging_path
@@ -304,8 +290,6 @@ def plan_location(output: str) -> str:
 
 
 def _media_and_sources(paths: list[str], out: str, opts: PackOptions) -> tuple[MediaOptions, SourceList]:
-    from .errors import InputError
-    from .sources.inputs import collect_sources
     from .sources.media import MediaOptions
 
     media = opts.media or MediaOptions()
@@ -334,7 +318,6 @@ def _media_and_sources(paths: list[str], out: str, opts: PackOptions) -> tuple[M
 
 def _pack_locked(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
     """``pack`` holding the lock: list the sources, then the one mode that applies."""
-    from .errors import InputError
 
     media, srcs = _media_and_sources(paths, out, opts)
     if opts.plan_only:

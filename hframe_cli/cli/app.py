@@ -25,7 +25,7 @@ from ..errors import (
 )
 from ..locations import redact
 from ..signals import pending_signal
-from ..units import count
+from ..units import count, parse_created, parse_size
 from ..version import __version__
 from . import render
 
@@ -393,7 +393,6 @@ def pack(
     from ..api import PackOptions
     from ..api import pack as pack_files
     from ..sources.media import MediaOptions
-    from ..units import parse_created, parse_size
 
     policy = _checkpoint_policy(checkpoint_every, checkpoint_bytes, checkpoint_seconds, no_checkpoint)
     if resume:
@@ -460,7 +459,6 @@ def _one_plan(sources: list[str]) -> str:
 
 
 def _checkpoint_policy(every: int, every_bytes: str, seconds: float, off: bool) -> Any:
-    from ..units import parse_size
     from ..write.checkpoint import CheckpointPolicy
 
     return CheckpointPolicy(every, parse_size(every_bytes, "--checkpoint-bytes"), seconds, not off)
@@ -687,7 +685,6 @@ def _bench_command(mode: str) -> Any:
         json_out: JsonOpt = False,
     ) -> None:
         from ..read.bench import run_bench
-        from ..units import parse_size
 
         result = run_bench(
             pack,

@@ -24,7 +24,7 @@ from ..errors import InputError
 from ..locations import redact, shown_url
 from ..names import manifest_name
 from ..units import count, format_bytes
-from .rows import cell_text, field_text
+from .rows import cell_text, default_hint, field_text, table_columns, write_rows
 
 __all__ = ["dump_header", "error", "index_rows", "interactive", "pack_summary", "progress"]
 
@@ -383,7 +383,6 @@ def index_rows(table: pa.Table, fmt: str | None, *, header: bool = True, columns
 
     The table without ``columns_given`` shows ``rows.TABLE_COLUMNS`` and says on stderr how to
     see the rest; every other format prints every column (pipes keep the full TSV)."""
-    from .rows import default_hint, table_columns, write_rows
 
     if fmt is None:
         fmt = "table" if interactive(sys.stdout) else "tsv"

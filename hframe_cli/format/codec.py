@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DictionaryUnavailable, FormatError, InputError, OutOfMemory
-from .layout import CODEC_IDS, RECORD_FLAG_DICT
+from .layout import CODEC_IDS, MAX_EXTRA_BYTES, RECORD_FLAG_DICT
 
 __all__ = [
     "Compression",
@@ -317,8 +317,6 @@ def check_dictionary(data: bytes, level: int, where: str) -> None:
         InputError: naming ``where`` and the reason.
     """
     import zstandard as zstd
-
-    from .layout import MAX_EXTRA_BYTES
 
     if len(data) > MAX_EXTRA_BYTES - 64:
         raise InputError(f"{where}: {len(data)} bytes; a stored dictionary is at most {MAX_EXTRA_BYTES - 64} bytes")

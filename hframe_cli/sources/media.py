@@ -16,8 +16,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..errors import InputError
-from ..format.codec import Compression, parse_compress
+from ..errors import FormatError, InputError
+from ..format.codec import Compression, check_dictionary, parse_compress
 from ..format.labels import LabelPolicy, parse_split, split_of
 from ..format.layout import KIND_IDS, SNIFF_BYTES, sniff_media_type
 from .imagehead import image_info
@@ -58,8 +58,6 @@ class MediaOptions:
         if self.zstd_dict != "none" and level is None:
             raise InputError("--zstd-dict needs --compress zstd[:LEVEL]")
         if self.zstd_dict not in ("auto", "none") and level is not None:
-            from ..format.codec import check_dictionary
-
             try:
                 with open(self.zstd_dict, "rb") as f:
                     check_dictionary(f.read(), level, f"--zstd-dict {self.zstd_dict}")
@@ -190,7 +188,6 @@ _PLAIN_MODES = frozenset({"I;16", "I;16B", "I;16L", "I;16N", "BGR;15", "BGR;16",
 
 
 def decode_meta(data: bytes, where: str) -> dict[str, Any]:
-    from ..errors import FormatError
 
     try:
         meta = json.loads(data)

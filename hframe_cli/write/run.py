@@ -22,8 +22,8 @@ from typing import Any
 
 from ..errors import FormatError, InputError, IntegrityError, Interrupted, NothingToResume
 from ..faults import fault_point
-from ..format.index import get_index_path
-from ..format.layout import HEADER_SIZE
+from ..format.index import current_format_version, get_index_path
+from ..format.layout import HEADER_SIZE, KIND_IDS, SNIFF_BYTES, sniff_media_type
 from ..names import checkpoint_paths, index_name, partial_name
 from ..processes import usable_cpus
 from ..sources.media import FramePrep, MediaOptions
@@ -93,7 +93,6 @@ class PackResult:
     warnings: list[Rejected] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
-        from ..format.index import current_format_version
 
         return {
             "ok": True,
@@ -289,7 +288,6 @@ def _dictionary_for(sources: SourceList, media: MediaOptions, on_event: EventFn 
             raise InputError(f"--zstd-dict {media.zstd_dict}: cannot read: {e.strerror}") from None
         return data  # MediaOptions.check has made sure zstd can use it
     from ..format.codec import sample_for_dictionary, train_dictionary
-    from ..format.layout import SNIFF_BYTES, sniff_media_type
 
     srcs = [s for s in sources.sources if s.size <= STREAM_ABOVE]
     if media.video_frames is not None:  # videos become JPEG/PNG frames: nothing to learn from them
@@ -639,7 +637,6 @@ def _add_video(
     Raises:
         InputError: not a video (by its extension), or damaged, without ``skip_bad``.
     """
-    from ..format.layout import KIND_IDS
     from ..sources.video import VideoFrames, frame_name, has_video_extension, parse_frame_format, parse_video_frames
 
     src = item.source

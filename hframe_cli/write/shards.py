@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from ..durable import write_atomically
-from ..errors import FormatError, InputError, NothingToResume
+from ..errors import FormatError, HframeError, InputError, NothingToResume
 from ..faults import fault_point
 from ..format.index import get_index_path
 from ..format.layout import HEADER_SIZE, RECORD_FIXED, TRAILER_SIZE
 from ..names import checkpoint_paths
 from ..parts import balanced_part
-from ..read.dataset import get_manifest_path, shard_path
+from ..read.dataset import Manifest, get_manifest_path, shard_path
 from ..sources.media import MediaOptions
 from ..sources.sourcelist import Source, SourceList
 from .checkpoint import (
@@ -38,7 +38,7 @@ from .checkpoint import (
     source_list_created,
 )
 from .lock import OutputLock
-from .manifest import write_manifest
+from .manifest import missing_parts, part_number, part_traces, write_manifest
 from .run import CheckpointPolicy, EventFn, PackResult, ProgressFn, ResumeResult, note, pack_sources, resume_pack
 
 __all__ = [
@@ -423,8 +423,6 @@ def _shards_of(out: str) -> list[str]:
     """The shard files of ``out``'s own naming (``NAME-NNNNN.hframe`` beside it) that the
     manifest at ``out`` names now: packs a ``--merge`` gathered from elsewhere are never
     counted (none without a readable manifest)."""
-    from ..errors import HframeError
-    from ..read.dataset import Manifest
 
     mpath = get_manifest_path(out)
     if not mpath.exists():
@@ -527,8 +525,6 @@ def resume_parts(
         NothingToResume: a part is missing (the line names it and the command that packs it),
             or there is nothing to resume and no manifest (the line says to merge).
     """
-    from ..read.dataset import Manifest
-    from .manifest import part_number, part_traces
 
     mpath = get_manifest_path(out)
     traces = part_traces(out)
@@ -582,7 +578,6 @@ def _finished_parts(out: str, numbers: set[int], listed: list[str]) -> set[int]:
         NothingToResume: a part before the last one seen is missing or unfinished, or a shard
             the manifest names that is not a part is.
     """
-    from .manifest import missing_parts, part_number
 
     numbers = numbers | {k for k in (part_number(out, p) for p in listed) if k is not None}
     finished = {k for k in numbers if _finished(shard_path(out, k))}

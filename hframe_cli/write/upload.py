@@ -24,11 +24,11 @@ import hashlib
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import HframeError, InputError, PackReplaced, StorageError
+from ..errors import FormatError, HframeError, InputError, PackReplaced, StorageError
 from ..locations import scheme_family, shown_url
 from ..names import partial_name
 from ..storage.put import copy_object, delete_object, put_objects
@@ -87,7 +87,6 @@ class PublishReport:
 
     def remote_result(self, result: Any) -> Any:
         """A staged pack's ``PackResult`` with the remote locations in place of the staged paths."""
-        from dataclasses import replace
 
         where = {k: shown_url(v) for k, v in self.locations.items()}
         return replace(
@@ -142,7 +141,6 @@ def _pairs(stage: str, url: str) -> tuple[list[tuple[str, str]], tuple[str, str]
 
 def _remote_uuid(url: str) -> tuple[str, int] | None:
     """(UUID, size) of the pack at ``url``, or None when there is none (or not a readable one)."""
-    from ..errors import FormatError
     from ..read.snapshot import read_pack_info
     from ..storage.access import open_storage
 
@@ -252,7 +250,6 @@ def _finish_interrupted(url: str, pack: tuple[str, int] | None, on_event: EventF
 
 def _index_pack_uuid(url: str) -> str | None:
     """The pack UUID an index at ``url`` belongs to (None: no readable index there)."""
-    from ..errors import FormatError
     from ..format.index import read_index_meta
     from ..storage.access import open_storage
 

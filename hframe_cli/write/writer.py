@@ -42,6 +42,7 @@ from ..format.index import (
     IndexMeta,
     format_time_us,
     get_index_path,
+    read_index_meta,
     write_index,
 )
 from ..format.layout import (
@@ -881,7 +882,6 @@ def half_done_publish(path: str | os.PathLike[str]) -> bool:
     partial = partial_name(index_name(pack))
     if not (os.path.exists(partial) and os.path.isfile(pack)):
         return False
-    from ..format.index import read_index_meta
 
     try:
         with open(pack, "rb") as f:
