@@ -14,7 +14,7 @@ pack and index must equal a clean run's byte for byte, and no checkpoint or lock
 ``--workers N`` packs with N forked workers (``hframe_cli/write/parallel.py``), whose periodic
 checkpoints are committed on a thread while they go on.
 Prints one line per kill and a summary; exits 1 on the first mismatch. The suite runs 20+ of
-these in tests/test_resume.py; this script runs as many as you like.
+these in tests/write/test_resume.py; this script runs as many as you like.
 """
 
 from __future__ import annotations

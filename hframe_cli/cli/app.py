@@ -79,7 +79,7 @@ KindOpt = Annotated[
 ]
 
 
-# 1-3 real examples per command, shown at the end of its --help (tests/test_docs.py checks that
+# 1-3 real examples per command, shown at the end of its --help (tests/cli/test_docs.py checks that
 # every flag they use exists). No square brackets: rich would read them as markup.
 EXAMPLES = {
     "pack": [

@@ -4,7 +4,7 @@ JPEG (the SOF segment) and PNG (the IHDR chunk) are read here directly: they are
 gets packed, and Pillow's Python-level header parsing costs ~50-80 µs per image, enough to
 slow packing of small JPEGs by a third. Anything else, or anything these parsers are not sure
 about, goes to Pillow (``Image.open``, which also reads only the header), so the answers are
-Pillow's modes in every case (``tests/test_media.py`` compares them).
+Pillow's modes in every case (``tests/sources/test_media.py`` compares them).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 
 import hframe_cli as h
 
-V1 = Path(__file__).parent / "data" / "v1" / "golden.hframe"
+V1 = Path(__file__).resolve().parents[1] / "data" / "v1" / "golden.hframe"
 
 
 def test_v1_pack_file_is_unchanged():
@@ -44,7 +44,7 @@ def test_v1_index_rebuilds_to_the_same_rows(tmp_path):
         assert p.table.column("mode").null_count == 4 and p.table.num_rows == 4
 
 
-V11 = Path(__file__).parent / "data" / "v1" / "golden-1.1.hframe"
+V11 = Path(__file__).resolve().parents[1] / "data" / "v1" / "golden-1.1.hframe"
 
 
 def test_v1_1_pack_file_is_unchanged():

@@ -335,7 +335,7 @@ def test_a_gcs_store_that_stops_answering_mid_read_fails_the_attempt_at_the_requ
     HFRAME_IO_REQUEST_TIMEOUT, as over S3 and HTTP, and the read with exit 3's error."""
     for k, v in GCS_FAST.items():
         monkeypatch.setenv(k, v)
-    proxy_code = Path(__file__).with_name("range_server.py")
+    proxy_code = Path(__file__).resolve().parents[1] / "range_server.py"
     with gcs_emulator(tmp_path / "gcs", "gbkt") as endpoint:
         # (the proxy in a process of its own, as a store is: nothing it does waits for this one)
         proxy = subprocess.Popen([sys.executable, str(proxy_code), "stall-proxy", endpoint], stdout=subprocess.PIPE)

@@ -11,7 +11,7 @@ from hframe_cli import errors
 from hframe_cli.cli.app import app
 from hframe_cli.format.index import COLUMNS, IndexMeta
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MAN1 = (ROOT / "man" / "hframe.1").read_text()
 MAN5 = (ROOT / "man" / "hframe.5").read_text()
 README = (ROOT / "README.md").read_text()

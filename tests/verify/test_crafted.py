@@ -395,7 +395,7 @@ def test_the_flip_campaign_script_runs_and_finds_everything(tmp_path):
     import subprocess
     import sys
 
-    script = Path(__file__).parent.parent / "scripts" / "flip_campaign.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "flip_campaign.py"
     args = ["--flips", "15", "--index-flips", "5", "--footer-flips", "10", "--first-record-bytes", "16", "--seed", "3"]
     r = subprocess.run(
         [sys.executable, str(script), str(tmp_path / "w"), *args], capture_output=True, text=True, timeout=300

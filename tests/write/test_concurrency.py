@@ -385,7 +385,7 @@ def test_kill_9_during_update_leaves_the_published_pack_and_the_next_run_recover
 def test_stress_readers_see_no_wrong_bytes_and_no_failed_opens_while_updates_publish(tmp_path):
     """scripts/stress_publish.py, small: 2 writers (some killed with SIGKILL) publish 50 times
     while a reader process opens and reads, and forks and spawns workers across repacks."""
-    script = Path(__file__).resolve().parents[1] / "scripts" / "stress_publish.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "stress_publish.py"
     r = subprocess.run(
         [sys.executable, str(script), "--publishes", "50", "--readers", "1", "--writers", "2", "--kill-rate", "0.1"]
         + ["--files", "40", "--max-seconds", "300", "--dir", str(tmp_path)],

@@ -18,7 +18,7 @@ from conftest import run_bin
 
 from hframe_cli.cli.app import EXAMPLES, app
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def commands() -> dict:
