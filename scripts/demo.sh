@@ -20,12 +20,12 @@ set +e; step hframe verify sample/photos.hframe sample/damaged.hframe; rc=$?; se
 [[ $rc == 1 ]] || { echo "expected exit 1 from verify, got $rc" >&2; exit 1; }
 step hframe dump-header sample/photos.hframe
 step hframe dump-header sample/photos.hframe --frame 0 --bytes 16
-step hframe index sample/photos.hframe --columns frame_id,name,offset,length,md5,media_type,label --name 'cats/*'
+step hframe index sample/photos.hframe --columns frame_id,name,offset,length,md5,media_type,label --match 'cats/*'
 step hframe get sample/photos.hframe cats/000.png -o sample/cats-000.png
 step cmp sample/cats-000.png sample/photos/cats/000.png
 echo "get: bytes identical to the source" >&2
 # the index alone is enough to read a frame with plain tools: offset and length, then dd
-read -r off len < <(hframe index sample/photos.hframe -c offset,length --name cats/001.jpg --no-header)
+read -r off len < <(hframe index sample/photos.hframe -c offset,length --match cats/001.jpg --no-header)
 dd if=sample/photos.hframe bs=1 skip="$off" count="$len" status=none | cmp - sample/photos/cats/001.jpg
 echo "dd at the indexed offset: bytes identical to the source" >&2
 rm sample/photos.hframe.index.parquet
@@ -37,7 +37,7 @@ step python -c "import hframe_cli as h; p = h.open_pack('sample/photos.hframe');
 if python -c "import torch" 2>/dev/null; then
     step python -W ignore -c "
 from torch.utils.data import DataLoader
-from hframe_cli.training.dataset import FrameDataset
+from hframe_cli.training import FrameDataset
 ds = FrameDataset('sample/photos.hframe', decode='pil', transform=lambda im: im.size)
 sizes, labels = next(iter(DataLoader(ds, batch_size=8, shuffle=True, num_workers=2)))
 print(len(ds), 'frames,', 'classes', ds.classes, '; a batch of labels:', labels.tolist())"
@@ -46,7 +46,7 @@ else
 fi
 # media: videos cut into frames, per-frame zstd with a trained dictionary, hashed splits
 step hframe pack sample/clips -o sample/clips.hframe --video-frames fps:2 --frame-format jpeg:90 --split train=0.8,val=0.2
-step hframe index sample/clips.hframe --columns name,source,frame_index,pts_s,keyframe,width,height,split --name 'clip000*'
+step hframe index sample/clips.hframe --columns name,source,frame_index,pts_s,keyframe,width,height,split --match 'clip000*'
 step hframe get sample/clips.hframe 'clip000.mp4#frame=5' -o sample/clip000-5.jpg
 step hframe pack sample/records -o sample/records.hframe --compress zstd:3 --zstd-dict auto
 step hframe verify sample/records.hframe
