@@ -193,7 +193,7 @@ def _dry_run(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
 
 def _pack_remote(paths: list[str], url: str, opts: PackOptions) -> PackOutcome:
     """``pack`` to an object store: build in the staging folder (locked as a local output),
-    then publish (``upload.py``). Without ``--update`` or ``--force`` a pack already published
+    then publish (``write/upload.py``). Without ``--update`` or ``--force`` a pack already published
     there is refused, as a local one is."""
 
     from .storage.objectstore import check_bucket
@@ -386,7 +386,7 @@ def resume_pack(
 ) -> ResumeResult:
     """Continue an interrupted ``pack`` of ``output`` (``hframe resume``): a sharded run from its
     saved plan (``shards.resume_sharded``), the interrupted parts of a job array
-    (``shards.resume_parts``), a single pack from its checkpoint (``packing.resume_pack``). With
+    (``shards.resume_parts``), a single pack from its checkpoint (``run.resume_pack``). With
     ``shard_of`` (``pack --shard-of I/N --resume``), part I alone. The lock is taken before
     anything is read; with ``skip_if_locked`` a run that finds it held returns status
     ``skipped`` (``notes`` says whose).

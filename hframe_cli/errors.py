@@ -22,7 +22,7 @@ Our exception hierarchy::
     ├── NothingToResume              exit 5: resume found no partial pack, checkpoint or pack
     └── Interrupted                  exit 130: SIGINT/SIGTERM; a checkpoint was written
 
-The CLI maps every ``HframeError`` to its ``exit_code`` in one place (``cli.main``).
+The CLI maps every ``HframeError`` to its ``exit_code`` in one place (``cli.app.main``).
 
 No message holds a password: a URL's ``user:password@`` is shown as ``user:***@`` in every
 ``HframeError`` (``locations.redact``), whoever builds it and whatever location it names, so

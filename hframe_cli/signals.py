@@ -3,7 +3,7 @@
 Raising is not enough: CPython runs a handler wherever the main thread is, and one that raises
 inside a callback (a weakref callback of the import system, met while a module loads) is printed
 as "Exception ignored" and lost. So the handler also records the signal, and
-``guard.stop_signals`` and ``cli.main`` look at the record when they take over or finish; and
+``guard.stop_signals`` and ``cli.app.main`` look at the record when they take over or finish; and
 such a lost ``KeyboardInterrupt`` is not printed (its "Exception ignored ... Traceback" would be
 the one traceback of a run that ends with its one line and exit 130). Imports nothing: the
 console script installs this on its first line.

@@ -1,7 +1,7 @@
 """The ``hframe`` console script's first lines: SIGINT and SIGTERM mean "stop" from the start.
 
 Until a command installs its own handling (``guard.stop_signals``), both raise
-``KeyboardInterrupt`` (``signals.install_early``), which ``cli.main`` turns into one line and
+``KeyboardInterrupt`` (``signals.install_early``), which ``cli.app.main`` turns into one line and
 exit 130; a signal that arrives while the command's modules are still being imported ends the
 process the same way, not with a traceback (SIGINT) or a bare -15 (SIGTERM).
 """

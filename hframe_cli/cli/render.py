@@ -189,7 +189,7 @@ def resume_summary(outcome: Any, output: str, as_json: bool, quiet: bool) -> Non
 
 
 def pack_outcome(outcome: Any, as_json: bool, quiet: bool) -> None:
-    """What ``pack`` did, in the form its mode calls for (``commands.PackOutcome``); for an
+    """What ``pack`` did, in the form its mode calls for (``api.PackOutcome``); for an
     object-store output, what was uploaded (JSON: ``published``; else one more line)."""
     published = getattr(outcome, "published", None)
     extra = {"published": published.to_dict()} if published is not None else None

@@ -195,7 +195,7 @@ class ZstdDecoder:
         return [seg.tobytes() for seg in result]
 
 
-#: Codec id (``format.CODEC_IDS``, the on-disk number) → decoder class. A new codec registers its
+#: Codec id (``layout.CODEC_IDS``, the on-disk number) → decoder class. A new codec registers its
 #: decoder here (``register_decoder``); readers, verify and ``get`` find it through ``Decompressor``.
 _DECODERS: dict[int, Callable[[bytes | None, str], Any]] = {ZSTD: ZstdDecoder}
 

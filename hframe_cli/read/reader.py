@@ -206,7 +206,7 @@ class PackReader:
         self._pool_lock = threading.Lock()
 
     def storage_counters(self) -> Any:
-        """The pack's request counters (``remote.Counters``) when it is remote, else None."""
+        """The pack's request counters (``policy.Counters``) when it is remote, else None."""
         return getattr(self._storage, "counters", None)
 
     @property

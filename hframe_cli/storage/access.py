@@ -5,7 +5,7 @@
 reader created before ``fork()`` (PyTorch DataLoader workers) never shares a descriptor with its
 parent, and never reads a newer file that a publish renamed over the path. Remote schemes plug in
 here (``register_scheme``): ``http(s)://``, ``s3://``, ``gs://`` and ``hdfs://`` open a
-``remote.RemoteFile``; Azure (``abfs://``, ``az://``) is refused clearly.
+``http.RemoteFile``; Azure (``abfs://``, ``az://``) is refused clearly.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Remote packs: every read one bounded ``Range`` GET, under one request policy.
 
-``RemoteFile`` is the ``Storage`` (see ``storage.py``) of a pack or index behind a URL. It is
+``RemoteFile`` is the ``Storage`` (see ``access.py``) of a pack or index behind a URL. It is
 built on a *backend* that does one ranged GET and nothing else (``HttpBackend`` here: stdlib
 ``http.client``, keep-alive connections per thread); everything a user relies on is decided
 here, once, the same for every backend (``man/hframe.1``, REMOTE PACKS):

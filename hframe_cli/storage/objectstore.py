@@ -3,7 +3,7 @@
 pyarrow brings what hframe should not write again: the AWS and Google credential chains
 (environment, config files, instance metadata, workload identity), request signing, and HDFS.
 What it does not bring is hframe's request policy, so its own retry loops are turned off here
-(S3: one attempt; GCS: no retry time) and ``remote.RemoteFile`` retries, times out and counts
+(S3: one attempt; GCS: no retry time) and ``http.RemoteFile`` retries, times out and counts
 every request, the same on every backend (``man/hframe.1``, REMOTE PACKS).
 
 Locations: ``s3://BUCKET/KEY``, ``gs://BUCKET/KEY`` (or ``gcs://``), ``hdfs://HOST:PORT/PATH``.
@@ -21,7 +21,7 @@ up ends by itself, in the background.
 
 A ranged read through pyarrow cannot carry ``If-Match``. GCS reads are pinned anyway (pyarrow
 asks for the object's generation); S3 and HDFS reads are not, so ``pinned`` is False for them
-and the reader checks every frame it returns against the index's md5 (``reader.py``).
+and the reader checks every frame it returns against the index's md5 (``read/reader.py``).
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def object_at(location: str, policy: RequestPolicy) -> tuple[Any, str]:
 
 
 class ObjectBackend:
-    """Ranged reads of one object through ``pyarrow.fs``, for ``remote.RemoteFile``.
+    """Ranged reads of one object through ``pyarrow.fs``, for ``http.RemoteFile``.
 
     The object is opened once per process (one metadata request: size and ETag or generation);
     each ``get`` is one ranged GET on that handle. ``pinned`` says whether those reads are tied

@@ -1,5 +1,5 @@
 """The request policy every remote backend is used under, and the words backends and
-``remote.RemoteFile`` share: ``Transient`` (retry), ``Permanent`` (do not), ``Response``.
+``http.RemoteFile`` share: ``Transient`` (retry), ``Permanent`` (do not), ``Response``.
 ``RequestPolicy.from_env`` reads the ``HFRAME_IO_*`` variables and ``--io-timeout``."""
 
 from __future__ import annotations

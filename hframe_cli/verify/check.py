@@ -117,7 +117,7 @@ class _TooManyProblems(Exception):
 
 
 _BLOB_KIND = KIND_IDS["blob"]
-_MAX_KIND = max(KIND_IDS.values())  # kind ids are 0..max (format.py): a higher one takes the careful path
+_MAX_KIND = max(KIND_IDS.values())  # kind ids are 0..max (format/layout.py): a higher one takes the careful path
 
 
 class _Window:

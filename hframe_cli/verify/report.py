@@ -2,7 +2,7 @@
 
 ``Problem`` is one finding (check, frame, where, expected vs found); ``PackReport`` is one
 pack's outcome; ``VerifyReport`` several packs'. Their ``to_dict`` forms are the ``--json``
-document (``man/hframe.1``, VERIFY REPORT). The walk that fills them lives in ``verify.py``.
+document (``man/hframe.1``, VERIFY REPORT). The walk that fills them lives in ``check.py``.
 """
 
 from __future__ import annotations

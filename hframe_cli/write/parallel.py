@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 
 
 class Settings(Protocol):
-    """The run's settings the workers' parent reads (``packing.RunSettings``)."""
+    """The run's settings the workers' parent reads (``run.RunSettings``)."""
 
     @property
     def skip_bad(self) -> bool: ...
@@ -79,7 +79,7 @@ class Settings(Protocol):
 
 
 class Run(Protocol):
-    """What the packing loop (``packing._Run``) shares with the workers' parent."""
+    """What the packing loop (``run._Run``) shares with the workers' parent."""
 
     writer: PackWriter
     sources: SourceList

@@ -1,6 +1,6 @@
 """``pack`` and ``resume``: sources in, a self-checked, published pack and index out.
 
-Sources are read, hashed and prepared on a small thread pool (``loading.py``) while the
+Sources are read, hashed and prepared on a small thread pool (``loading.py`` in this room) while the
 calling thread appends them in sorted order; frames larger than ``STREAM_ABOVE`` are streamed
 in chunks, and videos are cut into frames here (``_add_video``). The same loop (``run_loop``)
 serves a fresh run, a resumed one and an ``--update`` append; checkpoints are written as
@@ -761,7 +761,7 @@ def resume_pack(
     on_event: EventFn | None = None,
 ) -> ResumeResult:
     """Continue an interrupted ``pack`` of one pack from its last checkpoint (a sharded run is
-    ``commands.resume_pack``'s; the output lock is taken, or re-entered, first).
+    ``api.resume_pack``'s; the output lock is taken, or re-entered, first).
 
     The partial pack is cut back to the last committed offset, its rows are rebuilt from the
     record headers, the inputs are checked against the list saved at the start, and packing

@@ -5,7 +5,7 @@
 ``photos.hframe.dataset.json`` listing them in order. ``pack --shard-of i/N`` packs only part
 ``i`` of the sorted inputs as ``photos-0000i.hframe`` (job arrays); ``hframe index photos.hframe
 --merge 'photos-*.hframe'`` writes the manifest afterwards. Reading datasets (the manifest,
-``DatasetReader``, ``open_pack``) is ``dataset.py``, below the reader's users; this driver sits
+``DatasetReader``, ``open_pack``) is ``read/dataset.py``, below the reader's users; this driver sits
 above packing.
 """
 

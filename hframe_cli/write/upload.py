@@ -15,7 +15,7 @@ A dataset's shards go first, each so, and its manifest last. A pack already at i
 URL``) where it stopped, shard by shard.
 
 Every object is written by a child process that completes the upload only after its last byte
-(``putobject.py`` says why): an interrupted or failed upload leaves nothing at the location.
+(``storage/put.py`` says why): an interrupted or failed upload leaves nothing at the location.
 """
 
 from __future__ import annotations
