@@ -560,11 +560,19 @@ def resume_parts(
             f"(hframe index {out} --merge {shlex.quote(_parts_glob(out))})"
         )
         return ResumeResult("resumed", resumed[-1], notes)
-    own = all(part_number(out, p) is not None for p in listed)
-    if resumed or (own and [os.path.abspath(p) for p in listed] != [os.path.abspath(p) for p in parts]):
-        manifest = write_manifest(out, parts if own else listed)
+    # the manifest is written again over the shards it lists, never over more: part files beside
+    # it that it does not list may be left by another job array (another N) and are only named
+    unlisted = sorted({os.path.abspath(p) for p in parts} - {os.path.abspath(p) for p in listed})
+    if unlisted:
+        notes.append(
+            f"{out}: {len(unlisted)} part file(s) beside the dataset are not in its manifest and were left "
+            f"out ({', '.join(os.path.basename(p) for p in unlisted[:3])}{', ...' if len(unlisted) > 3 else ''}); "
+            f"if they belong to it, merge again: hframe index {out} --merge {shlex.quote(_parts_glob(out))}"
+        )
+    if resumed:
+        manifest = write_manifest(out, listed, check_parts=False)
         note(on_event, f"{out}: wrote {mpath} again ({len(manifest.shards)} shards, {manifest.frame_count} frames)")
-        return ResumeResult("resumed", resumed[-1] if resumed else None, notes, manifest)
+        return ResumeResult("resumed", resumed[-1], notes, manifest)
     note(on_event, f"{out}: dataset already complete ({mpath}); nothing to resume")
     remove_checkpoint_files(out)  # what a sharded run killed after its manifest left (its source list)
     return ResumeResult("already_complete", None, notes)

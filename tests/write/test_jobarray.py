@@ -195,3 +195,35 @@ def test_a_part_run_again_as_another_part_starts_over(photos, tmp_path):
     assert run_bin([*args, str(clean)]).returncode == 0
     assert same_pack(shard_path(out, 2), shard_path(clean, 2))
     assert listing(out.parent) == listing(clean.parent)
+
+
+def test_resume_never_adds_part_files_the_manifest_does_not_list(photos, tmp_path):
+    """A folder that held a job array of 8 parts, repacked as 4 and merged by name: the 4 old
+    part files beside it are finished packs, but not the dataset's. resume used to write the
+    manifest again over all 8 (duplicated, stale frames; exit 0)."""
+    out = tmp_path / "d.hframe"
+    for i in range(8):
+        assert run_bin(["pack", str(photos), "-o", str(out), "--shard-of", f"{i}/8", "-q"]).returncode == 0
+    for i in range(4):
+        assert run_bin(["pack", str(photos), "-o", str(out), "--shard-of", f"{i}/4", "--force", "-q"]).returncode == 0
+    parts = [str(shard_path(out, i)) for i in range(4)]
+    assert run_bin(["index", str(out), *(a for p in parts for a in ("--merge", p))]).returncode == 0
+    with h.open_pack(out) as ds:
+        assert len(ds) == 30
+    manifest = Path(f"{out}.dataset.json").read_bytes()
+    r = run_bin(["resume", str(out)])
+    assert r.returncode == 0 and b"already complete" in r.stderr, r.stderr
+    assert b"4 part file(s) beside the dataset are not in its manifest" in r.stderr
+    assert Path(f"{out}.dataset.json").read_bytes() == manifest
+    # an interrupted listed part is resumed and the manifest written again over the same 4
+    killed = run_bin(
+        ["pack", str(photos), "-o", str(out), "--shard-of", "1/4", "--force", "--checkpoint-every", "1"],
+        env={"HFRAME_FAULT": "after-frame:3"},
+    )
+    assert killed.returncode == -signal.SIGKILL
+    r = run_bin(["resume", str(out)])
+    assert r.returncode == 0, r.stderr
+    with h.open_pack(out) as ds:
+        assert len(ds) == 30 and sorted(ds.table.column("name").to_pylist()) == sorted(
+            str(p.relative_to(photos)) for p in photos.rglob("*") if p.is_file()
+        )
