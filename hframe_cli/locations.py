@@ -35,12 +35,12 @@ SCHEMES: dict[str, str] = {
 }
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
-#: ``scheme://userinfo@`` anywhere in a text (the userinfo runs to the last ``@`` before a ``/``),
-#: or a remote scheme's ``scheme:/userinfo@``: a URL taken for a local path (``Path`` folds ``//``)
+#: a URL with an ``@`` in it anywhere in a text (its user info is found by ``_userinfo_end``), or a
+#: remote scheme's ``scheme:/userinfo@``: a URL taken for a local path (``Path`` folds ``//``)
 _USERINFO = re.compile(
     r"\b([A-Za-z][A-Za-z0-9+.-]*://|(?:"
     + "|".join(sorted({s for s in SCHEMES if s != "file"} | {"abfss"}))
-    + r"):/)([^/\s'\"<>]*)@",
+    + r"):/)([^\s'\"<>]*@[^\s'\"<>]*)",
     re.IGNORECASE,
 )
 
@@ -74,8 +74,24 @@ def _split(url: str) -> tuple[str, str, str] | None:
     scheme, sep, rest = url.partition("://")
     if not sep or not _SCHEME.fullmatch(scheme):
         return None
-    authority, slash, path = rest.partition("/")
-    return scheme, authority, slash + path
+    at = _userinfo_end(rest)
+    authority, slash, path = rest[at + 1 :].partition("/")
+    return scheme, rest[: at + 1] + authority, slash + path
+
+
+def _userinfo_end(rest: str) -> int:
+    """Where the user info of a URL ends (the index of its ``@`` in ``rest``, what follows
+    ``scheme://``), or -1 when it has none. A password holding an unencoded ``/`` (common in
+    AWS secret keys; not valid, but typed) is told from a path holding an ``@`` by what stands
+    after the first colon: a port is digits, a password is not."""
+    head = re.split(r"[?#\s'\"<>]", rest, maxsplit=1)[0]
+    authority = head.partition("/")[0]
+    user, colon, password = authority.partition(":")
+    if colon and user and not password.isdigit() and "@" in head:
+        return head.rindex("@")  # (a path holding an @ after a password is hidden with it: safe)
+    if "@" in authority:
+        return authority.rindex("@")
+    return -1
 
 
 def _hidden_userinfo(userinfo: str) -> str:
@@ -109,7 +125,13 @@ def shown_url(url: str) -> str:
 def redact(text: str) -> str:
     """``text`` with the user name and password of every URL in it hidden, as ``shown_url``
     hides them (a last guard for what is printed; messages name locations by ``shown_url``)."""
-    return _USERINFO.sub(lambda m: f"{m.group(1)}{_hidden_userinfo(m.group(2))}@", text)
+
+    def hide(m: re.Match[str]) -> str:
+        rest = m.group(2)
+        at = _userinfo_end(rest)
+        return m.group(0) if at < 0 else f"{m.group(1)}{_hidden_userinfo(rest[:at])}{rest[at:]}"
+
+    return _USERINFO.sub(hide, text)
 
 
 def with_suffix(location: str | os.PathLike[str], suffix: str) -> str:
