@@ -16,6 +16,7 @@ import os
 import shlex
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -233,7 +234,11 @@ def _continue_part(path: Path, part: SourceList, i: int, n: int, options: dict[s
     (``pack_part``); None when it is not (then the part is packed again)."""
     on_event = options.get("on_event")
     ckpt, _ = load_checkpoint(path)
-    media = options.get("media") or MediaOptions()
+    media = replace(options.get("media") or MediaOptions())
+    try:
+        media.fix_label_csv()  # as the run being continued saw it: an absolute path and its SHA-256
+    except InputError:
+        pass  # (an unreadable labels CSV never matches: the part is packed again, which says why)
     want = {
         "alignment": options.get("alignment", 1),
         "skip_bad": options.get("skip_bad", False),

@@ -227,3 +227,38 @@ def test_resume_never_adds_part_files_the_manifest_does_not_list(photos, tmp_pat
         assert len(ds) == 30 and sorted(ds.table.column("name").to_pylist()) == sorted(
             str(p.relative_to(photos)) for p in photos.rglob("*") if p.is_file()
         )
+
+
+def test_a_killed_part_with_a_labels_csv_run_again_continues_it(photos, tmp_path):
+    """The checkpoint keeps the labels CSV as the run saw it (absolute path and SHA-256): the
+    rerun compares the same, not the relative path as typed (review: every rerun started over,
+    saying the part was "interrupted packing other sources or options")."""
+    (tmp_path / "labels.csv").write_text("cats/000.png,first\n")
+    plan = make_plan(photos, tmp_path / "plan")
+    clean = tmp_path / "clean" / "ds.hframe"
+    clean.parent.mkdir()
+    r = run_bin(
+        ["pack", "--plan", str(plan), "-o", str(clean), "--shard-of", "2/4", "--label-from", "../labels.csv", "-q"],
+        cwd=clean.parent,
+    )
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "run" / "ds.hframe"
+    out.parent.mkdir()
+    args = [
+        "pack",
+        "--plan",
+        str(plan),
+        "-o",
+        str(out),
+        "--shard-of",
+        "2/4",
+        "--label-from",
+        "../labels.csv",
+        "--checkpoint-every",
+        "1",
+    ]
+    r = run_bin(args, env={"HFRAME_FAULT": "after-frame:3"}, cwd=out.parent)
+    assert r.returncode == -signal.SIGKILL
+    r = run_bin(args, cwd=out.parent)
+    assert r.returncode == 0 and b"continuing the interrupted run" in r.stderr, r.stderr
+    assert same_pack(shard_path(out, 2), shard_path(clean, 2))
