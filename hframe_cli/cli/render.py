@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 from ..durable import replaced
-from ..errors import InputError
+from ..errors import InputError, StorageError
 from ..locations import redact, shown_url
 from ..names import manifest_name
 from ..units import count, format_bytes
@@ -519,8 +519,11 @@ def write_junit(report: Any, path: str) -> None:
     try:
         with replaced(path, durable=False) as tmp:  # a report: never torn, and a crash may lose it
             tree.write(tmp, encoding="utf-8", xml_declaration=True)
-    except OSError as e:
-        raise InputError(f"{path}: cannot write the JUnit report ({e.strerror})") from None
+    except OSError as e:  # a path that cannot name a file is bad input; a disk that fails is not
+        bad_path = e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EROFS)
+        raise (InputError if bad_path else StorageError)(
+            f"{path}: cannot write the JUnit report ({e.strerror})"
+        ) from None
 
 
 # -- bench ------------------------------------------------------------------------------------

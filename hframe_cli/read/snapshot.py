@@ -246,7 +246,13 @@ def pinned_index(storage: Storage, ipath: str, uuids: set[str]) -> tuple[Storage
                 index.close()
             return twin, twin_meta
         twin.close()
-    if not storage.is_at_path() or (index is not None and not index.is_at_path()):
+    try:  # (asking a store whether an object moved can fail: the index is closed either way)
+        moved = not storage.is_at_path() or (index is not None and not index.is_at_path())
+    except BaseException:
+        if index is not None:
+            index.close()
+        raise
+    if moved:
         if index is not None:
             index.close()
         raise Overtaken

@@ -60,10 +60,10 @@ def peek_lock(output: str | os.PathLike[str], *, wait: float = 0.0) -> str | Non
         except OSError:
             return None  # no lock file (or none we may read: nothing to say about it)
         try:
-            text = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
+                text = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()  # its holder wrote it
                 if time.monotonic() >= deadline:
                     raise PackLocked(
                         f"{os.fspath(output)}: locked by another hframe run ({text or 'unknown holder'}); "
@@ -76,6 +76,7 @@ def peek_lock(output: str | os.PathLike[str], *, wait: float = 0.0) -> str | Non
                 except FileNotFoundError:
                     same = False
                 # a holder deletes the file before letting go: a free lock on a deleted file is nobody's
+                text = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
                 return f"stale: {text or 'unknown holder'}" if same else None
         finally:
             os.close(fd)
