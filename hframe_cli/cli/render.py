@@ -19,10 +19,8 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-from ..durable import replaced
 from ..errors import InputError, StorageError
 from ..locations import redact, shown_url
-from ..names import manifest_name
 from ..units import count, format_bytes
 from .rows import cell_text, default_hint, field_text, table_columns, write_rows
 
@@ -277,6 +275,8 @@ def _plan_item(what: str, name: str, why: str | None) -> dict[str, Any]:
 def sharded_summary(
     manifest: Any, results: Any, output: str, as_json: bool, quiet: bool, extra: dict[str, Any] | None = None
 ) -> None:
+    from ..names import manifest_name  # (here: every command imports this module at start-up)
+
     if as_json:
         print_json(
             {
@@ -494,6 +494,8 @@ def verify_outcome(report: Any, *, junit: str | None, as_json: bool, as_jsonl: b
 def write_junit(report: Any, path: str) -> None:
     """A JUnit XML file with one testcase per pack (failure = problems, error = cannot verify)."""
     from xml.etree import ElementTree as ET
+
+    from ..durable import replaced  # (here: every command imports this module at start-up)
 
     d = report.to_dict()
     suite = ET.Element(
