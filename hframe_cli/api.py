@@ -30,7 +30,9 @@ if TYPE_CHECKING:
     from .read.dataset import Manifest
     from .sources.media import MediaOptions
     from .sources.sourcelist import SourceList
+    from .write.lock import OutputLock
     from .write.run import CheckpointPolicy, PackResult, ResumeResult
+    from .write.settings import PackSettings
     from .write.update import UpdatePlan
     from .write.upload import PublishReport
 
@@ -162,23 +164,24 @@ def pack(
             handle_signals=opts.handle_signals,
             on_event=opts.on_event,
             on_warning=opts.on_warning,
-        ):
-            return _pack_locked([os.fspath(p) for p in paths], out, opts)
+        ) as lock:
+            return _pack_locked([os.fspath(p) for p in paths], out, opts, lock)
     except PackLocked as e:
         if not opts.skip_if_locked:
             raise
         return PackOutcome("skipped", target, skipped=str(e))
 
 
-def _dry_run(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
+def _dry_run(paths: list[str], out: str, opts: PackOptions, *, held: bool = False) -> PackOutcome:
     """``pack --update --dry-run``: the update's plan without its lock or any write. A live run
     holding the output is reported as the update would report it (``PackLocked``, or "skipped");
-    a dead run's lock is described, not taken over."""
+    a dead run's lock is described, not taken over. ``held``: this run holds the lock (a remote
+    output's staged build), so there is no other holder to look for."""
     from .write.lock import peek_lock
     from .write.update import dry_run
 
     try:
-        holder = peek_lock(out, wait=opts.wait)
+        holder = None if held else peek_lock(out, wait=opts.wait)
     except PackLocked as e:
         if not opts.skip_if_locked:
             raise
@@ -213,7 +216,7 @@ def _pack_remote(paths: list[str], url: str, opts: PackOptions) -> PackOutcome:
                 handle_signals=opts.handle_signals,
                 on_event=opts.on_event,
                 on_warning=opts.on_warning,
-            ),
+            ) as lock,
         ):
             check_bucket(url, RequestPolicy.from_env())  # before anything is built for it
             if opts.update:
@@ -221,7 +224,11 @@ def _pack_remote(paths: list[str], url: str, opts: PackOptions) -> PackOutcome:
                 fetch_for_update(url, stage, opts.on_event)
             elif not opts.force and published_version(url):
                 raise InputError(f"{shown}: already exists (--force replaces it, --update adds to it)")
-            local = pack(paths, stage, replace(opts, force=opts.force or not opts.update, skip_if_locked=False))
+            staged = replace(opts, force=opts.force or not opts.update)
+            if opts.dry_run:
+                local = _dry_run(paths, stage, staged, held=True)
+            else:
+                local = _pack_locked(paths, stage, staged, lock)
             if local.mode in ("dry-run", "plan"):  # nothing built to publish (a plan stays staged)
                 return replace(local, output=shown)
             report = publish(stage, url, opts.on_event)
@@ -249,7 +256,7 @@ def _remote_interruptions(url: str) -> Iterator[None]:
         ) from None
 
 
-def _resume_remote(url: str, on_event: EventFn | None, **kw: Any) -> ResumeResult:
+def _resume_remote(url: str, settings: PackSettings, *, rescan: bool, wait: float) -> ResumeResult:
     """``resume`` of an object-store output: finish the staged build if it was interrupted,
     then publish what is not at the location yet (an interrupted upload goes on where it
     stopped, pack by pack)."""
@@ -262,12 +269,13 @@ def _resume_remote(url: str, on_event: EventFn | None, **kw: Any) -> ResumeResul
     stage = staging_path(url, create=False)
     if not os.path.isdir(os.path.dirname(stage)):
         raise NothingToResume(f"{shown}: nothing to resume (no build of it in {os.path.dirname(stage)})")
+    on_event = settings.on_event
     with (
         _remote_interruptions(url),
-        writer_run(stage, wait=kw.pop("wait"), handle_signals=kw["handle_signals"], on_event=on_event),
+        writer_run(stage, wait=wait, handle_signals=settings.handle_signals, on_event=on_event) as lock,
     ):
         try:
-            result = _resume_locked(stage, on_event=on_event, **kw)
+            result = _resume_locked(stage, settings, lock, rescan=rescan)
         except NothingToResume:
             result = None
         if result is None and not os.path.exists(stage) and not os.path.exists(manifest_location(stage)):
@@ -316,8 +324,10 @@ def _media_and_sources(paths: list[str], out: str, opts: PackOptions) -> tuple[M
     )
 
 
-def _pack_locked(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
-    """``pack`` holding the lock: list the sources, then the one mode that applies."""
+def _pack_locked(paths: list[str], out: str, opts: PackOptions, lock: OutputLock) -> PackOutcome:
+    """``pack`` holding ``lock`` (``out``'s; a part's shard with ``shard_of``): list the sources,
+    then the one mode that applies, with one ``PackSettings`` for the run."""
+    from .write.settings import PackSettings
 
     media, srcs = _media_and_sources(paths, out, opts)
     if opts.plan_only:
@@ -329,44 +339,38 @@ def _pack_locked(paths: list[str], out: str, opts: PackOptions) -> PackOutcome:
         # the plan fixes the creation time: every part, and every part run again, has the same header
         write_source_list(where, srcs, opts.created_us if opts.created_us is not None else time.time_ns() // 1000)
         return PackOutcome("plan", out, plan_file=where, planned=(len(srcs), srcs.total_bytes))
-    common: dict[str, Any] = dict(
+    if opts.checksum and not opts.update:
+        raise InputError("--checksum only applies with --update")
+    settings = PackSettings(
         alignment=opts.alignment,
         created_us=opts.created_us,
         skip_bad=opts.skip_bad,
+        media=media,
         workers=opts.workers,
-        checkpoints=opts.checkpoints,
         handle_signals=opts.handle_signals,
         on_event=opts.on_event,
-        media=media,
     )
     if opts.self_check_frames is not None:
-        common["self_check_frames"] = opts.self_check_frames
-    if opts.checksum and not opts.update:
-        raise InputError("--checksum only applies with --update")
+        settings = replace(settings, self_check_frames=opts.self_check_frames)
+    if opts.checkpoints is not None:
+        settings = replace(settings, checkpoints=opts.checkpoints)
     progress = opts.progress(len(srcs), srcs.total_bytes) if opts.progress else nullcontext(None)
     with progress as on_progress:
+        settings = replace(settings, on_progress=on_progress)
         if opts.update:
             from .write.update import update_pack
 
-            plan, maybe = update_pack(srcs, out, checksum=opts.checksum, on_progress=on_progress, **common)
+            plan, maybe = update_pack(srcs, out, settings, lock=lock, checksum=opts.checksum)
             return PackOutcome("update", out, [maybe] if maybe is not None else [], plan=plan)
         if opts.shard_of is not None:
             from .write.shards import pack_part
 
-            result = pack_part(
-                srcs, out, opts.shard_of, plan=opts.plan, force=opts.force, on_progress=on_progress, **common
-            )
+            result = pack_part(srcs, out, opts.shard_of, settings, lock=lock, plan=opts.plan, force=opts.force)
             return PackOutcome("part", out, [result])
         from .write.shards import DEFAULT_MAX_PACK_BYTES, pack_sharded
 
-        manifest, results = pack_sharded(
-            srcs,
-            out,
-            max_pack_bytes=opts.max_pack_bytes if opts.max_pack_bytes is not None else DEFAULT_MAX_PACK_BYTES,
-            force=opts.force,
-            on_progress=on_progress,
-            **common,
-        )
+        most = opts.max_pack_bytes if opts.max_pack_bytes is not None else DEFAULT_MAX_PACK_BYTES
+        manifest, results = pack_sharded(srcs, out, settings, lock=lock, max_pack_bytes=most, force=opts.force)
         return PackOutcome("sharded" if manifest is not None else "pack", out, results, manifest)
 
 
@@ -396,21 +400,19 @@ def resume_pack(
         InputError: the inputs changed (without ``rescan``), listing what changed.
         PackLocked: another run holds the output.
     """
+    from .write.settings import PackSettings
+
     out = part_output(os.fspath(output), shard_of)
+    settings = PackSettings(workers=workers, handle_signals=handle_signals, on_progress=on_progress, on_event=on_event)
+    if checkpoints is not None:
+        settings = replace(settings, checkpoints=checkpoints)
     try:
         if is_remote(out):
-            return _resume_remote(
-                out,
-                on_event,
-                rescan=rescan,
-                workers=workers,
-                checkpoints=checkpoints,
-                handle_signals=handle_signals,
-                on_progress=on_progress,
-                wait=wait,
-            )
-        with writer_run(out, wait=wait, handle_signals=handle_signals, on_event=on_event, on_warning=on_warning):
-            return _resume_locked(out, rescan, workers, checkpoints, handle_signals, on_progress, on_event)
+            return _resume_remote(out, settings, rescan=rescan, wait=wait)
+        with writer_run(
+            out, wait=wait, handle_signals=handle_signals, on_event=on_event, on_warning=on_warning
+        ) as lock:
+            return _resume_locked(out, settings, lock, rescan=rescan)
     except PackLocked as e:
         if not skip_if_locked:
             raise
@@ -430,52 +432,21 @@ def part_output(output: str, shard_of: str | None) -> str:
     return os.fspath(shard_path(output, parse_shard_of(shard_of)[0]))
 
 
-def _resume_locked(
-    out: str,
-    rescan: bool,
-    workers: int | None,
-    checkpoints: CheckpointPolicy | None,
-    handle_signals: bool,
-    on_progress: ProgressFn | None,
-    on_event: EventFn | None,
-) -> ResumeResult:
-    """``resume_pack`` holding the lock: a sharded run from its plan, else the single pack."""
+def _resume_locked(out: str, settings: PackSettings, lock: OutputLock, *, rescan: bool) -> ResumeResult:
+    """``resume_pack`` holding ``out``'s ``lock``: a sharded run from its plan, a dataset of
+    parts, else the single pack (each with the settings its run recorded; ``settings`` says how
+    this process runs it)."""
     from .write.checkpoint import load_checkpoint
-    from .write.run import resume_pack as resume_single
-    from .write.shards import load_plan, resume_sharded
+    from .write.run import resume_single
+    from .write.shards import load_plan, resume_parts, resume_sharded
 
     plan = load_plan(out)
     if plan is not None and load_checkpoint(out)[0] is None:  # an interrupted sharded run
-        return resume_sharded(
-            out,
-            plan,
-            workers=workers,
-            checkpoints=checkpoints,
-            handle_signals=handle_signals,
-            on_progress=on_progress,
-            on_event=on_event,
-        )
+        return resume_sharded(out, plan, settings, lock=lock)
     if plan is None and not any(
         os.path.exists(p) for p in (out, partial_name(out), checkpoint_name(out), previous_checkpoint_name(out))
     ):
-        from .write.shards import resume_parts
-
-        parts = resume_parts(  # a dataset of parts (job array) or shards: what is unfinished or missing
-            out,
-            workers=workers,
-            checkpoints=checkpoints,
-            handle_signals=handle_signals,
-            on_progress=on_progress,
-            on_event=on_event,
-        )
+        parts = resume_parts(out, settings, lock=lock)  # a dataset of parts (job array) or shards
         if parts is not None:
             return parts
-    return resume_single(
-        out,
-        rescan=rescan,
-        workers=workers,
-        checkpoints=checkpoints,
-        handle_signals=handle_signals,
-        on_progress=on_progress,
-        on_event=on_event,
-    )
+    return resume_single(out, settings, lock=lock, rescan=rescan)

@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..errors import FormatError, InputError
@@ -27,7 +27,7 @@ __all__ = ["FramePrep", "MediaOptions", "PreparedFrame"]
 _IMAGE, _BLOB = KIND_IDS["image"], KIND_IDS["blob"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class MediaOptions:
     """The media flags of a pack run (JSON-serialisable, kept in checkpoints)."""
 
@@ -71,11 +71,11 @@ class MediaOptions:
         if self.max_frames_per_video is not None and self.max_frames_per_video < 1:
             raise InputError("--max-frames-per-video must be at least 1")
 
-    def fix_label_csv(self) -> None:
-        """Make a ``--label-from CSV`` path absolute and record its SHA-256 (at run start), or
-        check it against the one recorded (on resume)."""
+    def with_label_csv_fixed(self) -> MediaOptions:
+        """These options with a ``--label-from CSV`` path made absolute and its SHA-256 recorded
+        (at run start), or checked against the one recorded (on resume)."""
         if self.label_from in ("parent", "none"):
-            return
+            return self
         path = os.path.abspath(self.label_from)
         try:
             with open(path, "rb") as f:
@@ -86,7 +86,7 @@ class MediaOptions:
             raise InputError(
                 f"{path}: the labels CSV changed since the run started; restore it, or start over with --force"
             )
-        self.label_from, self.label_csv_sha256 = path, digest
+        return replace(self, label_from=path, label_csv_sha256=digest)
 
     @property
     def level(self) -> int | None:

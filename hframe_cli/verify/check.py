@@ -81,6 +81,7 @@ from ..read.snapshot import pinned_index, read_pack_info, until_settled
 from ..sources.imagehead import pillow_message
 from ..sources.inputs import expand_globs
 from ..storage.access import Storage, evict_from_page_cache, open_storage, unpinned_and_moved
+from . import DEFAULT_SELF_CHECK
 from .columns import IndexCols, wrong_frame_ids, wrong_source_sizes
 from .report import PackReport, Problem, VerifyReport, parse_frames, parse_sample
 
@@ -96,7 +97,6 @@ __all__ = [
     "verify_packs",
 ]
 
-DEFAULT_SELF_CHECK = 20
 CHUNK_BYTES = 16 << 20
 SAMPLE_BLOCK_BYTES = 1 << 20  # sampled frames come in runs of neighbours about this many bytes long
 _IMAGE_TYPES = frozenset({"jpeg", "png", "gif", "webp", "bmp", "tiff"})

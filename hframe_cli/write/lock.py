@@ -49,9 +49,6 @@ def peek_lock(output: str | os.PathLike[str], *, wait: float = 0.0) -> str | Non
     sees as held, exactly as it would a dry run that locked.
     """
     path = lock_path(output)
-    held = _HELD.get((os.path.abspath(path), threading.get_ident()))
-    if held is not None and held[0] == os.getpid():
-        return None  # this thread's own run holds it (a remote output's staged build)
     deadline = time.monotonic() + max(0.0, wait)
     pause = 0.005
     while True:
@@ -84,14 +81,18 @@ def peek_lock(output: str | os.PathLike[str], *, wait: float = 0.0) -> str | Non
         pause = min(pause * 2, 0.1)
 
 
-#: Locks this process holds, by lock-file path and thread: nested acquisitions of the same output
-#: in one thread (a command that locks first, then calls core functions that lock too) share one
-#: ``flock``; another thread or process is locked out like any other run.
-_HELD: dict[tuple[str, int], list[int]] = {}  # (path, thread) -> [pid, fd, depth]
+#: The lock files this process holds, by path and thread, with the holder's pid (a forked child
+#: inherits the table, not the locks' ownership). The same thread taking one again is a bug of
+#: the layer that did; another thread or process is locked out like any other run.
+_HELD: dict[tuple[str, int], int] = {}
 
 
 class OutputLock:
-    """An exclusive lock on one output, naming its holder; re-entrant within a thread.
+    """An exclusive lock on one output, naming its holder.
+
+    One layer owns it: the run's front door (``api.pack``, ``api.resume_pack``; a shard's or a
+    part's driver for that shard) takes it once and passes the held lock down, and the layers
+    below ``require`` it. Taking a lock this process already holds raises ``RuntimeError``.
 
     Args:
         output: the output path; the lock file is ``OUTPUT.lock``.
@@ -131,11 +132,8 @@ class OutputLock:
             PackLocked: another run holds it.
             LockWaitStopped: ``should_stop()`` turned true while waiting (a signal came).
         """
-        held = _HELD.get(self._key)
-        if held is not None and held[0] == os.getpid():
-            held[2] += 1
-            self._fd = held[1]
-            return self
+        if _HELD.get(self._key) == os.getpid():
+            raise RuntimeError(f"{self.output}: its lock is already held by this thread (pass the held lock down)")
         t0 = time.monotonic()
         deadline = t0 + max(0.0, self.wait)
         pause = 0.005
@@ -166,7 +164,7 @@ class OutputLock:
             os.ftruncate(fd, 0)
             os.pwrite(fd, (info + "\n").encode(), 0)
             self._fd = fd
-            _HELD[self._key] = [os.getpid(), fd, 1]
+            _HELD[self._key] = os.getpid()
         except BaseException:
             _unlink_quietly(self.path)  # we hold it: nobody can be using the file
             os.close(fd)
@@ -211,19 +209,27 @@ class OutputLock:
         except OSError:
             return ""
 
+    def require(self, output: str | os.PathLike[str]) -> None:
+        """Check that this is ``output``'s lock and that this process holds it: what a layer that
+        writes ``output`` with a lock passed down from its caller does first.
+
+        Raises:
+            RuntimeError: it is not (a bug of the caller, never the user's).
+        """
+        if self._fd < 0 or _HELD.get(self._key) != os.getpid() or self._key[0] != os.path.abspath(lock_path(output)):
+            raise RuntimeError(
+                f"{os.fspath(output)}: written without holding its lock (the lock passed is {self.path})"
+            )
+
     def release(self) -> None:
-        """Let go (the outermost holder in this thread deletes the file, then unlocks)."""
-        held = _HELD.get(self._key)
-        if self._fd < 0 or held is None or held[0] != os.getpid():
-            self._fd = -1
-            return
-        held[2] -= 1
-        self._fd = -1
-        if held[2] > 0:
+        """Let go: delete the file while still holding it (nobody can take a half-released
+        lock), then unlock. A forked child's copy lets go of nothing: its parent holds the lock."""
+        fd, self._fd = self._fd, -1
+        if fd < 0 or _HELD.get(self._key) != os.getpid():
             return
         del _HELD[self._key]
-        _unlink_quietly(self.path)  # while still holding it: nobody can take a half-released lock
-        os.close(held[1])
+        _unlink_quietly(self.path)
+        os.close(fd)
 
     def __enter__(self) -> OutputLock:
         return self.acquire()

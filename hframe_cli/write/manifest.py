@@ -78,16 +78,25 @@ def unfinished_part(output: str | os.PathLike[str]) -> str | None:
 
 
 def write_manifest(
-    output: str | os.PathLike[str], shards: Sequence[str | os.PathLike[str]], *, check_parts: bool = True
+    output: str | os.PathLike[str],
+    shards: Sequence[str | os.PathLike[str]],
+    *,
+    check_parts: bool = True,
+    lock: OutputLock | None = None,
 ) -> Manifest:
     """Check every shard (header, trailer, index of that pack) and write the dataset manifest.
 
     ``shards`` may hold glob patterns (``hframe index OUT --merge 'NAME-*.hframe'``). With
     ``check_parts``, when they include parts of ``output`` (``NAME-0000I.hframe``), a part
     missing before the last one given, or any part of it still interrupted, is refused: a
-    dataset is never written without one of its parts.
+    dataset is never written without one of its parts. One writer of the manifest at a time:
+    ``lock`` is ``output``'s, held by the caller (a sharded run); without it, it is taken here
+    (``index --merge``).
     """
-    with OutputLock(output):  # one writer of the manifest at a time (re-entrant in a sharded run)
+    if lock is not None:
+        lock.require(output)
+        return _write_manifest(output, shards, check_parts)
+    with OutputLock(output):
         return _write_manifest(output, shards, check_parts)
 
 

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 
 
 class Settings(Protocol):
-    """The run's settings the workers' parent reads (``run.RunSettings``)."""
+    """The run's settings the workers' parent reads (``settings.PackSettings``)."""
 
     @property
     def skip_bad(self) -> bool: ...

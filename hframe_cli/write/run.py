@@ -17,7 +17,7 @@ import time
 import uuid as uuid_mod
 from collections.abc import Callable, Generator, Iterator
 from contextlib import closing, contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import FormatError, InputError, IntegrityError, Interrupted, NothingToResume
@@ -49,29 +49,28 @@ from .loading import (
     loaded_by_child,
     loaded_in_order,
 )
+from .lock import OutputLock
 from .parallel import fanout_workers, write_chunks
+from .settings import EventFn, PackSettings, ProgressFn
 from .writer import PackWriter, SealedPack, publish_partials
 
 __all__ = [
     "CheckpointPolicy",
     "PackResult",
     "ResumeResult",
-    "RunSettings",
     "abandon_on_bad_data",
     "finish_publishing",
     "note",
     "pack_sources",
     "parse_created",
-    "resume_pack",
+    "resume_single",
     "run_loop",
+    "write_pack",
 ]
 
 _THREADS_ABOVE_MEAN = 16 << 10
 #: With fewer small files than this, forking a loader costs more than it saves.
 _CHILD_ABOVE_FILES = 2000
-
-ProgressFn = Callable[[int, int], None]
-EventFn = Callable[[str], None]
 
 
 @dataclass
@@ -135,53 +134,68 @@ def pack_sources(
     pack_uuid: str | None = None,
     media: MediaOptions | None = None,
 ) -> PackResult:
-    """Write ``sources`` into a pack at ``output``, self-check it, and publish it.
-
-    Before the first frame the run records its intent (options, the sorted source list) beside
-    the output, then checkpoints as ``checkpoints`` says, so ``resume_pack`` can continue after a
-    crash and produce the same bytes as an uninterrupted run.
+    """Write ``sources`` into a pack at ``output``, self-check it, and publish it: the library's
+    keyword form of ``write_pack`` (the settings are ``PackSettings``' fields).
 
     Args:
         sources: from ``inputs.collect_sources`` (sorted, checked).
-        alignment: payload alignment in bytes (power of two).
-        created_us: fixed creation time (makes the output byte-for-byte reproducible).
         force: replace an existing pack (and abandon an interrupted run's partial pack).
-        skip_bad: leave out sources that vanish, change or cannot be read while packing.
-        self_check_frames: frames read back from disk and compared before publishing.
-        workers: reader threads (default: 2 when sources average 16 KiB or more, else 1).
-        checkpoints: checkpoint cadence (default ``CheckpointPolicy()``).
-        handle_signals: stop cleanly on SIGINT/SIGTERM with a checkpoint (main thread only).
-        on_progress: called with (frames_done, bytes_done) after each frame.
-        on_event: called with one line per event (start, checkpoint, skipped, done).
-        after_seal: called with the sealed, unpublished pack before the self-check
-            (fault injection in tests; monitoring).
         pack_uuid: a fixed pack UUID (``resume`` uses the one chosen when the run started).
-        media: compression, dictionary, video, image-metadata, label and split options.
+
+    Raises:
+        as ``write_pack``; PackLocked: another run is writing ``output``.
+    """
+    settings = PackSettings(
+        alignment=alignment,
+        created_us=created_us,
+        skip_bad=skip_bad,
+        self_check_frames=self_check_frames,
+        media=media or MediaOptions(),
+        workers=workers,
+        checkpoints=checkpoints or CheckpointPolicy(),
+        handle_signals=handle_signals,
+        on_progress=on_progress,
+        on_event=on_event,
+        after_seal=after_seal,
+    )
+    out = os.fspath(output)
+    with writer_run(out, handle_signals=handle_signals, on_event=on_event) as lock:
+        return write_pack(sources, out, settings, force=force, pack_uuid=pack_uuid, lock=lock)
+
+
+def write_pack(
+    sources: SourceList,
+    out: str,
+    settings: PackSettings,
+    *,
+    lock: OutputLock,
+    force: bool = False,
+    pack_uuid: str | None = None,
+) -> PackResult:
+    """Write ``sources`` into a pack at ``out`` (whose ``lock`` the caller holds), self-check it,
+    and publish it.
+
+    Before the first frame the run records its intent (``settings.to_dict()``, the sorted source
+    list) beside the output, then checkpoints as ``settings.checkpoints`` says, so ``resume``
+    can continue after a crash and produce the same bytes as an uninterrupted run.
 
     Raises:
         InputError: a bad source (without ``skip_bad``), an existing output, or an interrupted
-            run's partial pack (without ``force``: use ``resume_pack``).
+            run's partial pack (without ``force``: use ``resume``).
         IntegrityError: the self-check failed; nothing was published.
-        PackLocked: another run is writing ``output``.
         Interrupted: SIGINT/SIGTERM; a checkpoint was written.
     """
-    out = os.fspath(output)
-    with (
-        writer_run(out, handle_signals=handle_signals, on_event=on_event) as lock,
-        stop_signals(handle_signals) as stop,
-    ):
-        policy = checkpoints or CheckpointPolicy()
-        media = media or MediaOptions()
-        media.check()
-        media.fix_label_csv()
-        if not force and checkpoint_paths(out).checkpoint.exists():
-            if not os.path.exists(out):
-                raise InputError(
-                    f"{out}: an interrupted run left {partial_name(out)}; continue it with 'hframe resume {out}' "
-                    "or start over with --force"
-                )
-        if created_us is None:
-            created_us = time.time_ns() // 1000
+    lock.require(out)
+    with stop_signals(settings.handle_signals) as stop:
+        settings.media.check()
+        settings = replace(settings, media=settings.media.with_label_csv_fixed())
+        if not force and checkpoint_paths(out).checkpoint.exists() and not os.path.exists(out):
+            raise InputError(
+                f"{out}: an interrupted run left {partial_name(out)}; continue it with 'hframe resume {out}' "
+                "or start over with --force"
+            )
+        if settings.created_us is None:
+            settings = replace(settings, created_us=time.time_ns() // 1000)
             pack_uuid = pack_uuid or str(uuid_mod.uuid4())
         # with a fixed creation time and no fixed UUID, the UUID is derived from the frames at seal
         # time, so the same inputs give the same bytes
@@ -190,28 +204,21 @@ def pack_sources(
         ckpt = Checkpoint(
             output=out,
             phase="packing",
-            options={
-                "alignment": alignment,
-                "created_us": created_us,
-                "pack_uuid": pack_uuid,
-                "skip_bad": skip_bad,
-                "self_check_frames": self_check_frames,
-                "collect": sources.collect,  # how they were found: resume walks the folders again
-                "media": media.to_dict(),
-            },
+            # how they were found (collect): resume walks the folders again
+            options={**settings.to_dict(), "pack_uuid": pack_uuid, "collect": sources.collect},
             fingerprint=source_fingerprint(sources),
             source_count=len(sources),
             committed_bytes=HEADER_SIZE,
         )
-        dictionary = _dictionary_for(sources, media, on_event)  # a bad --zstd-dict fails before any file is made
-        if policy.enabled:  # the intent, on disk before the partial pack exists: both files or neither
+        dictionary = _dictionary_for(sources, settings)  # a bad --zstd-dict fails before any file is made
+        if settings.checkpoints.enabled:  # the intent, on disk before the partial pack exists: both or neither
             with stop.deferred():
                 save_sources(out, sources)
                 ckpt.save(out)
         writer = PackWriter(
-            output,
-            alignment=alignment,
-            created_us=created_us,
+            out,
+            alignment=settings.alignment,
+            created_us=settings.created_us,
             pack_uuid=pack_uuid,
             force=force,
             lock=lock,
@@ -220,10 +227,7 @@ def pack_sources(
         with writer:
             writer.commit()
             with abandon_on_bad_data(out):
-                settings = RunSettings(
-                    skip_bad, self_check_frames, workers, handle_signals, on_progress, on_event, after_seal, media
-                )
-                return run_loop(writer, sources, ckpt, policy, settings, skipped=list(sources.rejected))
+                return run_loop(writer, sources, ckpt, settings, skipped=list(sources.rejected))
 
 
 @contextmanager
@@ -259,24 +263,10 @@ def finish_publishing(out: str) -> None:
         remove_checkpoint_files(out)
 
 
-@dataclass
-class RunSettings:
-    """How the packing loop runs; one value passed from ``pack_sources``, ``resume_pack`` and
-    ``update_pack`` to ``run_loop``."""
-
-    skip_bad: bool = False
-    self_check_frames: int = DEFAULT_SELF_CHECK
-    workers: int | None = None
-    handle_signals: bool = False
-    on_progress: ProgressFn | None = None
-    on_event: EventFn | None = None
-    after_seal: Callable[[SealedPack], None] | None = None
-    media: MediaOptions = field(default_factory=MediaOptions)
-
-
-def _dictionary_for(sources: SourceList, media: MediaOptions, on_event: EventFn | None) -> bytes | None:
+def _dictionary_for(sources: SourceList, settings: PackSettings) -> bytes | None:
     """The zstd dictionary of a new pack: read from ``--zstd-dict PATH``, or trained (``auto``)
     on an even, deterministic sample of the inputs that are not already-compressed images."""
+    media = settings.media
     level = media.level
     if level is None or media.zstd_dict == "none":
         return None
@@ -307,10 +297,9 @@ def _dictionary_for(sources: SourceList, media: MediaOptions, on_event: EventFn 
     t0 = time.perf_counter()
     dictionary = train_dictionary(samples, level)
     if dictionary is None:
-        note(on_event, "zstd dictionary: too little data to train one; compressing without a dictionary")
+        settings.note("zstd dictionary: too little data to train one; compressing without a dictionary")
     else:
-        note(
-            on_event,
+        settings.note(
             f"zstd dictionary: {len(dictionary)} bytes trained on {len(samples)} inputs "
             f"in {time.perf_counter() - t0:.2f} s",
         )
@@ -321,17 +310,17 @@ def run_loop(
     writer: PackWriter,
     sources: SourceList,
     ckpt: Checkpoint,
-    policy: CheckpointPolicy,
-    settings: RunSettings,
+    settings: PackSettings,
     *,
     start_source: int = 0,
     skipped: list[Rejected],
     resumed_from: int | None = None,
 ) -> PackResult:
-    """The packing loop shared by ``pack_sources``, ``resume_pack`` and ``update_pack``: sources
-    appended in order, checkpoints, then seal, self-check and publish."""
+    """The packing loop shared by ``write_pack``, ``resume_single`` and ``update_pack``: sources
+    appended in order, checkpoints as ``settings.checkpoints`` says, then seal, self-check and
+    publish."""
     t0 = time.perf_counter()
-    run = _Run(writer, sources, ckpt, policy, settings, skipped)
+    run = _Run(writer, sources, ckpt, settings, skipped)
     try:
         with stop_signals(settings.handle_signals) as stop, stop.deferred(act_after=False):
             # a signal stops the loop after the current frame, with a checkpoint
@@ -382,11 +371,11 @@ class _Run:
         writer: PackWriter,
         sources: SourceList,
         ckpt: Checkpoint,
-        policy: CheckpointPolicy,
-        settings: RunSettings,
+        settings: PackSettings,
         skipped: list[Rejected],
     ) -> None:
-        self.writer, self.sources, self.ckpt, self.policy, self.settings = writer, sources, ckpt, policy, settings
+        self.writer, self.sources, self.ckpt, self.settings = writer, sources, ckpt, settings
+        self.policy = settings.checkpoints
         self.out = os.fspath(writer.path)
         self.skipped = skipped
         self.warnings: list[Rejected] = []
@@ -750,18 +739,11 @@ class ResumeResult:
     manifest: Any = None  # set when a sharded run was resumed
 
 
-def resume_pack(
-    output: str | os.PathLike[str],
-    *,
-    rescan: bool = False,
-    workers: int | None = None,
-    checkpoints: CheckpointPolicy | None = None,
-    handle_signals: bool = False,
-    on_progress: ProgressFn | None = None,
-    on_event: EventFn | None = None,
-) -> ResumeResult:
-    """Continue an interrupted ``pack`` of one pack from its last checkpoint (a sharded run is
-    ``api.resume_pack``'s; the output lock is taken, or re-entered, first).
+def resume_single(out: str, settings: PackSettings, *, lock: OutputLock, rescan: bool = False) -> ResumeResult:
+    """Continue an interrupted ``pack`` of the one pack ``out`` (whose ``lock`` the caller holds)
+    from its last checkpoint, with the recorded settings of the run (``settings`` gives how this
+    process runs it: threads, checkpoints, signals, callbacks). A sharded run or a dataset of
+    parts is ``shards.py``'s, chosen by ``api.resume_pack``.
 
     The partial pack is cut back to the last committed offset, its rows are rebuilt from the
     record headers, the inputs are checked against the list saved at the start, and packing
@@ -772,25 +754,10 @@ def resume_pack(
             inputs instead of refusing.
 
     Raises:
-        NothingToResume: no partial pack, checkpoint or finished pack at ``output``.
+        NothingToResume: no partial pack, checkpoint or finished pack at ``out``.
         InputError: the inputs changed (without ``rescan``), listing what changed.
-        PackLocked: another run holds the output.
     """
-    out = os.fspath(output)
-    with writer_run(out, handle_signals=handle_signals, on_event=on_event):
-        return _resume_locked(out, rescan, workers, checkpoints, handle_signals, on_progress, on_event)
-
-
-def _resume_locked(
-    out: str,
-    rescan: bool,
-    workers: int | None,
-    checkpoints: CheckpointPolicy | None,
-    handle_signals: bool,
-    on_progress: ProgressFn | None,
-    on_event: EventFn | None,
-) -> ResumeResult:
-    policy = checkpoints or CheckpointPolicy()
+    lock.require(out)
     ckpt, notes = load_checkpoint(out)  # notes (a torn checkpoint) are returned with the result
     partial = partial_name(out)
     if ckpt is None:
@@ -804,17 +771,17 @@ def _resume_locked(
         from ..read.dataset import get_manifest_path
 
         if not os.path.exists(out) and get_manifest_path(out).exists():
-            note(on_event, f"{out}: dataset already complete ({get_manifest_path(out)}); nothing to resume")
+            settings.note(f"{out}: dataset already complete ({get_manifest_path(out)}); nothing to resume")
             return ResumeResult("already_complete", None, notes)
         raise NothingToResume(f"{out}: nothing to resume (no partial pack, checkpoint or finished pack)")
-    opts = ckpt.options
     if ckpt.phase == "publishing":
         finish_publishing(out)
-        note(on_event, f"resume: finished publishing {out} (the pack was complete and self-checked)")
+        settings.note(f"resume: finished publishing {out} (the pack was complete and self-checked)")
         return ResumeResult("resumed", None, notes)
-    MediaOptions.from_dict(opts.get("media")).fix_label_csv()  # the labels CSV must be unchanged
+    settings = settings.restored(ckpt.options)
+    settings.media.with_label_csv_fixed()  # the labels CSV must be unchanged
     saved = load_sources(out)
-    saved.collect = opts.get("collect", {})
+    saved.collect = ckpt.options.get("collect", {})
     if source_fingerprint(saved) != ckpt.fingerprint:
         raise FormatError(f"{out}: the saved source list does not match the checkpoint; start over with --force")
     current = _current_sources(saved)
@@ -824,67 +791,44 @@ def _resume_locked(
             f"{out}: inputs changed since the run started: {'; '.join(changes)}; "
             "run 'hframe resume --rescan' to start over with the current inputs"
         )
+    pack_uuid = ckpt.options.get("pack_uuid")
 
     def start_over(srcs: SourceList, status: str, keep_identity: bool) -> ResumeResult:
-        res = pack_sources(
-            srcs,
-            out,
-            alignment=opts["alignment"],
-            force=True,
-            skip_bad=opts["skip_bad"],
-            self_check_frames=opts["self_check_frames"],
-            workers=workers,
-            checkpoints=policy,
-            handle_signals=handle_signals,
-            on_progress=on_progress,
-            on_event=on_event,
-            # the same run again keeps its creation time and UUID; new inputs keep only a fixed time
-            created_us=opts["created_us"] if keep_identity or opts["pack_uuid"] is None else None,
-            pack_uuid=opts["pack_uuid"] if keep_identity else None,
-            media=MediaOptions.from_dict(opts.get("media")),
-        )
+        # the same run again keeps its creation time and UUID; new inputs keep only a fixed time
+        again = settings if keep_identity or pack_uuid is None else replace(settings, created_us=None)
+        res = write_pack(srcs, out, again, lock=lock, force=True, pack_uuid=pack_uuid if keep_identity else None)
         res.resumed_from_frame = 0
         return ResumeResult(status, res, notes)
 
     if changes:
-        note(on_event, f"resume: inputs changed ({'; '.join(changes)}); starting over (--rescan)")
+        settings.note(f"resume: inputs changed ({'; '.join(changes)}); starting over (--rescan)")
         return start_over(SourceList(current, [], saved.collect), "restarted", keep_identity=False)
     if ckpt.frames == 0 or not os.path.exists(partial):
         # killed before the first frame was committed: the same run again from the saved list
-        note(on_event, f"resume: {out}: nothing committed yet; packing the saved source list from the start")
+        settings.note(f"resume: {out}: nothing committed yet; packing the saved source list from the start")
         return start_over(saved, "resumed", keep_identity=True)
     writer = PackWriter(
         out,
-        alignment=opts["alignment"],
-        created_us=opts["created_us"],
-        pack_uuid=opts["pack_uuid"],
+        alignment=settings.alignment,
+        created_us=settings.created_us,
+        pack_uuid=pack_uuid,
         resume_at=ckpt.committed_bytes,
+        lock=lock,
     )
     with writer:
         if len(writer) != ckpt.frames:
             raise FormatError(
                 f"{partial}: {len(writer)} frames before the committed offset, checkpoint says {ckpt.frames}"
             )
-        note(
-            on_event,
+        settings.note(
             f"resume: {out} from frame {ckpt.frames:,} (file {ckpt.next_source:,} of {ckpt.source_count:,}; "
             f"{format_bytes(ckpt.committed_bytes)} of the pack kept)",
         )
         with abandon_on_bad_data(out):
-            settings = RunSettings(
-                opts["skip_bad"],
-                opts["self_check_frames"],
-                workers,
-                handle_signals,
-                on_progress,
-                on_event,
-                media=MediaOptions.from_dict(opts.get("media")),
-            )
             res = run_loop(
                 writer,
                 saved,
                 ckpt,
-                policy,
                 settings,
                 start_source=ckpt.next_source,
                 skipped=ckpt.skipped_rejects,

@@ -28,7 +28,6 @@ from ..format.layout import HEADER_SIZE, RECORD_FIXED, TRAILER_SIZE
 from ..names import checkpoint_paths
 from ..parts import balanced_part
 from ..read.dataset import Manifest, get_manifest_path, shard_path
-from ..sources.media import MediaOptions
 from ..sources.sourcelist import Source, SourceList
 from .checkpoint import (
     load_checkpoint,
@@ -38,9 +37,11 @@ from .checkpoint import (
     source_fingerprint,
     source_list_created,
 )
+from .guard import writer_run
 from .lock import OutputLock
 from .manifest import missing_parts, part_number, part_traces, write_manifest
-from .run import CheckpointPolicy, EventFn, PackResult, ProgressFn, ResumeResult, note, pack_sources, resume_pack
+from .run import PackResult, ResumeResult, resume_single, write_pack
+from .settings import PackSettings
 
 __all__ = [
     "DEFAULT_MAX_PACK_BYTES",
@@ -195,31 +196,34 @@ def pack_part(
     sources: SourceList,
     output: str | os.PathLike[str],
     shard_of: str,
+    settings: PackSettings,
     *,
+    lock: OutputLock,
     plan: str | None = None,
     force: bool = False,
-    **options: Any,
 ) -> PackResult:
-    """``pack --shard-of I/N``: pack part I of N of the sorted sources as ``NAME-0000I.hframe``.
+    """``pack --shard-of I/N``: pack part I of N of the sorted sources as ``NAME-0000I.hframe``
+    (whose ``lock`` the caller holds).
 
     The task's command line run again after it was killed continues the part from its
-    checkpoint when the checkpoint is of this part (same sources and options), else packs the
+    checkpoint when the checkpoint is of this part (same sources and settings), else packs the
     part again from the start: either way the shard is the bytes of an uninterrupted part. A
-    ``plan`` (``--plan``) fixes the creation time unless ``created_us`` is given.
+    ``plan`` (``--plan``) fixes the creation time unless ``settings.created_us`` does.
     """
     i, n = parse_shard_of(shard_of)
+    path = os.fspath(shard_path(output, i))
+    lock.require(path)
     part = SourceList(split_for_worker(sources.sources, i, n), sources.rejected if i == 0 else [])
     if not part.sources:
         raise InputError(f"--shard-of {shard_of}: part {i} of {n} is empty ({len(sources.sources)} sources)")
-    if options.get("created_us") is None and plan is not None:
-        options["created_us"] = source_list_created(plan)
-    path = shard_path(output, i)
+    if settings.created_us is None and plan is not None:
+        settings = replace(settings, created_us=source_list_created(plan))
     if not force and _interrupted(path):
-        done = _continue_part(path, part, i, n, options)
+        done = _continue_part(path, part, i, n, settings, lock)
         if done is not None:
             return done
         force = True  # the interrupted run was not this part's: its partial pack goes
-    return pack_sources(part, path, force=force, **options)
+    return write_pack(part, path, settings, lock=lock, force=force)
 
 
 def _interrupted(path: str | os.PathLike[str]) -> bool:
@@ -229,39 +233,31 @@ def _interrupted(path: str | os.PathLike[str]) -> bool:
     return paths.checkpoint.exists() or paths.previous.exists()
 
 
-def _continue_part(path: Path, part: SourceList, i: int, n: int, options: dict[str, Any]) -> PackResult | None:
+def _continue_part(
+    path: str, part: SourceList, i: int, n: int, settings: PackSettings, lock: OutputLock
+) -> PackResult | None:
     """Resume the interrupted run of part ``i`` at ``path`` if its checkpoint is of this part
     (``pack_part``); None when it is not (then the part is packed again)."""
-    on_event = options.get("on_event")
     ckpt, _ = load_checkpoint(path)
-    media = replace(options.get("media") or MediaOptions())
     try:
-        media.fix_label_csv()  # as the run being continued saw it: an absolute path and its SHA-256
+        media = settings.media.with_label_csv_fixed()  # as the run being continued saw it: absolute, with its SHA-256
     except InputError:
-        pass  # (an unreadable labels CSV never matches: the part is packed again, which says why)
-    want = {
-        "alignment": options.get("alignment", 1),
-        "skip_bad": options.get("skip_bad", False),
-        "media": media.to_dict(),
-    }
-    if options.get("created_us") is not None:
-        want["created_us"] = options["created_us"]
+        media = settings.media  # (an unreadable labels CSV never matches: the part is packed again, which says why)
+    want = {"alignment": settings.alignment, "skip_bad": settings.skip_bad, "media": media.to_dict()}
+    if settings.created_us is not None:
+        want["created_us"] = settings.created_us
     if (
         ckpt is None
         or ckpt.fingerprint != source_fingerprint(part)
         or any(ckpt.options.get(k) != v for k, v in want.items())
     ):
-        note(on_event, f"part {i} of {n}: {path} was interrupted packing other sources or options; packing it again")
+        settings.note(f"part {i} of {n}: {path} was interrupted packing other sources or options; packing it again")
         return None
-    note(on_event, f"part {i} of {n}: continuing the interrupted run of {path}")
-    outcome = resume_pack(
-        path,
-        **{k: options[k] for k in ("workers", "checkpoints", "handle_signals", "on_progress") if k in options},
-        on_event=on_event,
-    )
+    settings.note(f"part {i} of {n}: continuing the interrupted run of {path}")
+    outcome = resume_single(path, settings, lock=lock)
     if outcome.result is not None:
         return outcome.result
-    return published_result(os.fspath(path), ckpt.frames)  # it was killed while publishing
+    return published_result(path, ckpt.frames)  # it was killed while publishing
 
 
 def published_result(path: str, resumed_from: int | None) -> PackResult:
@@ -290,9 +286,11 @@ def split_for_worker(sources: Sequence[Source], i: int, n: int) -> list[Source]:
     return list(sources[lo:hi])
 
 
-def save_plan(output: str | os.PathLike[str], ranges: list[tuple[int, int]], options: dict[str, Any]) -> None:
-    """The sharded run's intent: the shard ranges over the saved source list, and its options."""
-    write_atomically(checkpoint_paths(output).plan, json.dumps({"ranges": ranges, "options": options}, indent=1))
+def save_plan(output: str | os.PathLike[str], ranges: list[tuple[int, int]], settings: PackSettings) -> None:
+    """The sharded run's intent: the shard ranges over the saved source list, and its recorded
+    settings (``PackSettings.to_dict``)."""
+    doc = {"ranges": ranges, "options": settings.to_dict()}
+    write_atomically(checkpoint_paths(output).plan, json.dumps(doc, indent=1))
 
 
 def load_plan(output: str | os.PathLike[str]) -> tuple[list[tuple[int, int]], dict[str, Any]] | None:
@@ -318,34 +316,29 @@ def remove_plan(output: str | os.PathLike[str]) -> None:
 
 def pack_sharded(
     sources: SourceList,
-    output: str | os.PathLike[str],
+    out: str,
+    settings: PackSettings,
     *,
+    lock: OutputLock,
     max_pack_bytes: int,
-    alignment: int = 1,
-    created_us: int | None = None,
     force: bool = False,
-    on_event: EventFn | None = None,
-    **options: Any,
-) -> tuple[Any, list[PackResult]]:
+) -> tuple[Manifest | None, list[PackResult]]:
     """Pack ``sources`` as shards ``NAME-00000.hframe``... of at most ``max_pack_bytes`` each,
-    plus the manifest ``NAME.dataset.json``; one plain pack when everything fits.
+    plus the manifest ``NAME.dataset.json``; one plain pack when everything fits. The caller
+    holds ``out``'s ``lock``; each shard is written under its own.
 
     A sharded run saves its plan (the source list and shard ranges) first; if it is interrupted,
-    ``resume_pack(output)`` (``hframe resume``) keeps the finished shards, resumes the
-    interrupted one and packs the rest. Returns the manifest (None for a single pack) and the
-    shards' results.
+    ``resume_sharded`` (``hframe resume``) keeps the finished shards, resumes the interrupted one
+    and packs the rest. Returns the manifest (None for a single pack) and the shards' results.
     """
-
-    out = os.fspath(output)
-    ranges = plan_shards(sources, max_pack_bytes, alignment, *media_allowances(options.get("media")))
+    lock.require(out)
+    ranges = plan_shards(sources, max_pack_bytes, settings.alignment, *media_allowances(settings.media))
     mpath = get_manifest_path(out)
     if not force and (mpath.exists() if len(ranges) == 1 else os.path.exists(out)):
         other = "a dataset (its manifest)" if len(ranges) == 1 else "a single pack"
         raise InputError(f"{out}: already exists as {other} (use --force to replace it)")
     if len(ranges) == 1:
-        result = pack_sources(
-            sources, out, alignment=alignment, created_us=created_us, force=force, on_event=on_event, **options
-        )
+        result = write_pack(sources, out, settings, lock=lock, force=force)
         retire_other_form(out, dataset=False)  # a dataset it replaces (--force) would hide it
         return None, [result]
 
@@ -353,70 +346,51 @@ def pack_sharded(
         for p in [get_manifest_path(out), *(shard_path(out, k) for k in range(len(ranges)))]:
             if os.path.exists(p):
                 raise InputError(f"{p}: already exists (use --force to replace the dataset)")
-    if created_us is None:
-        created_us = time.time_ns() // 1000  # one creation time for every shard
-    with OutputLock(out):
-        save_sources(out, sources)
-        save_plan(
-            out,
-            ranges,
-            {
-                "alignment": alignment,
-                "created_us": created_us,
-                "force": force,
-                **{
-                    k: (v.to_dict() if k == "media" and v is not None else v)
-                    for k, v in options.items()
-                    if k in SHARD_OPTIONS
-                },
-            },
-        )
-        return run_shards(
-            out, sources, ranges, alignment=alignment, created_us=created_us, force=force, on_event=on_event, **options
-        )
-
-
-SHARD_OPTIONS = ("skip_bad", "self_check_frames", "media")
+    if settings.created_us is None:
+        settings = replace(settings, created_us=time.time_ns() // 1000)  # one creation time for every shard
+    save_sources(out, sources)
+    save_plan(out, ranges, settings)
+    return run_shards(out, sources, ranges, settings, lock=lock, force=force)
 
 
 def run_shards(
     out: str,
     sources: SourceList,
     ranges: list[tuple[int, int]],
+    settings: PackSettings,
     *,
-    on_event: EventFn | None,
+    lock: OutputLock,
     force: bool,
     resuming: bool = False,
-    **options: Any,
-) -> tuple[Any, list[PackResult]]:
-
+) -> tuple[Manifest, list[PackResult]]:
+    """Write (or resume, or keep) every shard of a sharded run's plan, each under its own lock,
+    then the manifest (under ``out``'s ``lock``, which the caller holds)."""
+    lock.require(out)
     # a shard holds a fixed part of the planned sources (a SourceList without ``collect``): on
     # resume its files are checked for changes, but folders are not walked again
     results = []
     paths = []
     for k, (a, b) in enumerate(ranges):
-        path = shard_path(out, k)
+        path = os.fspath(shard_path(out, k))
         paths.append(path)
         part = SourceList(sources.sources[a:b], list(sources.rejected) if k == 0 else [])
-        if checkpoint_paths(path).checkpoint.exists():
-            note(on_event, f"shard {k + 1} of {len(ranges)}: resuming {path}")
-            outcome = resume_pack(
-                path,
-                on_event=on_event,
-                **{x: options[x] for x in ("workers", "checkpoints", "handle_signals", "on_progress") if x in options},
-            )
-            if outcome.result is not None:
-                results.append(outcome.result)
-            continue
-        if resuming and os.path.exists(path) and get_index_path(path).exists():
-            note(on_event, f"shard {k + 1} of {len(ranges)}: {path} already complete")  # published by this plan
+        published = os.path.exists(path) and get_index_path(path).exists()
+        if resuming and published and not checkpoint_paths(path).checkpoint.exists():
+            settings.note(f"shard {k + 1} of {len(ranges)}: {path} already complete")  # published by this plan
             with OutputLock(path):  # a lock file its run left when it was killed goes with this one
                 pass
             continue
-        note(on_event, f"shard {k + 1} of {len(ranges)}: {b - a} sources -> {path}")
-        results.append(pack_sources(part, path, force=force or resuming, on_event=on_event, **options))
+        with writer_run(path, handle_signals=settings.handle_signals, on_event=settings.on_event) as shard_lock:
+            if checkpoint_paths(path).checkpoint.exists():
+                settings.note(f"shard {k + 1} of {len(ranges)}: resuming {path}")
+                outcome = resume_single(path, settings, lock=shard_lock)
+                if outcome.result is not None:
+                    results.append(outcome.result)
+                continue
+            settings.note(f"shard {k + 1} of {len(ranges)}: {b - a} sources -> {path}")
+            results.append(write_pack(part, path, settings, lock=shard_lock, force=force or resuming))
     stale = _shards_of(out)
-    manifest = write_manifest(out, paths, check_parts=False)  # (its own plan: stale shards may stand beside)
+    manifest = write_manifest(out, paths, check_parts=False, lock=lock)  # (its own plan: stale shards may stand beside)
     retire_other_form(out, dataset=True, stale_shards=[p for p in stale if p not in map(os.fspath, paths)])
     remove_plan(out)
     fault_point("after-manifest")  # a kill here leaves the source list; resume finds the dataset complete
@@ -476,49 +450,23 @@ def retire_other_form(out: str, *, dataset: bool, stale_shards: Sequence[str] = 
 
 
 def resume_sharded(
-    out: str,
-    plan: tuple[list[tuple[int, int]], dict[str, Any]],
-    *,
-    workers: int | None,
-    checkpoints: CheckpointPolicy | None,
-    handle_signals: bool,
-    on_progress: ProgressFn | None,
-    on_event: EventFn | None,
+    out: str, plan: tuple[list[tuple[int, int]], dict[str, Any]], settings: PackSettings, *, lock: OutputLock
 ) -> ResumeResult:
-    """Continue an interrupted sharded run from its saved plan (the caller holds the lock):
-    finished shards are kept, the interrupted one resumed, the rest packed."""
-    ranges, popts = plan
+    """Continue an interrupted sharded run from its saved plan with the settings it recorded
+    (``out``'s ``lock`` held by the caller): finished shards are kept, the interrupted one
+    resumed, the rest packed."""
+    ranges, recorded = plan
     saved_all = load_sources(out)
-    note(on_event, f"resume: sharded run of {out}: {len(ranges)} shards")
-    manifest, results = run_shards(
-        out,
-        saved_all,
-        ranges,
-        on_event=on_event,
-        force=False,
-        resuming=True,
-        alignment=popts["alignment"],
-        created_us=popts["created_us"],
-        **{k: (MediaOptions.from_dict(popts[k]) if k == "media" else popts[k]) for k in SHARD_OPTIONS if k in popts},
-        workers=workers,
-        checkpoints=checkpoints or CheckpointPolicy(),
-        handle_signals=handle_signals,
-        on_progress=on_progress,
-    )
+    settings.note(f"resume: sharded run of {out}: {len(ranges)} shards")
+    settings = settings.restored(recorded)
+    manifest, results = run_shards(out, saved_all, ranges, settings, lock=lock, force=False, resuming=True)
     return ResumeResult("resumed", results[-1] if results else None, [], manifest)
 
 
-def resume_parts(
-    out: str,
-    *,
-    workers: int | None,
-    checkpoints: CheckpointPolicy | None,
-    handle_signals: bool,
-    on_progress: ProgressFn | None,
-    on_event: EventFn | None,
-) -> ResumeResult | None:
+def resume_parts(out: str, settings: PackSettings, *, lock: OutputLock) -> ResumeResult | None:
     """``resume`` of a dataset whose parts are packed apart (a job array, ``--shard-of``), or a
-    finished sharded dataset: every part with a checkpoint is resumed (each under its own lock),
+    finished sharded dataset (``out``'s ``lock`` held by the caller): every part with a
+    checkpoint is resumed (each under its own lock, with the settings its checkpoint recorded),
     then the parts are checked. None when ``out`` has no parts and no manifest (not a dataset).
 
     A dataset is complete only when every part up to the last one seen (and every shard its
@@ -531,6 +479,7 @@ def resume_parts(
             or there is nothing to resume and no manifest (the line says to merge).
     """
 
+    lock.require(out)
     mpath = get_manifest_path(out)
     traces = part_traces(out)
     if not traces and not mpath.exists():
@@ -538,19 +487,13 @@ def resume_parts(
     resumed: list[PackResult] = []
     notes: list[str] = []
     for k in sorted(traces):
-        path = shard_path(out, k)
+        path = os.fspath(shard_path(out, k))
         if _interrupted(path):
-            note(on_event, f"part {k}: resuming the interrupted run of {path}")
-            outcome = resume_pack(
-                path,
-                workers=workers,
-                checkpoints=checkpoints,
-                handle_signals=handle_signals,
-                on_progress=on_progress,
-                on_event=on_event,
-            )
+            settings.note(f"part {k}: resuming the interrupted run of {path}")
+            with writer_run(path, handle_signals=settings.handle_signals, on_event=settings.on_event) as part_lock:
+                outcome = resume_single(path, settings, lock=part_lock)
             notes += outcome.notes
-            resumed.append(outcome.result or published_result(os.fspath(path), None))
+            resumed.append(outcome.result or published_result(path, None))
     listed = Manifest.load(mpath).shard_paths(mpath) if mpath.exists() else []
     finished = _finished_parts(out, set(traces), listed)
     parts = [os.fspath(shard_path(out, k)) for k in sorted(finished)]
@@ -575,10 +518,10 @@ def resume_parts(
             f"if they belong to it, merge again: hframe index {out} --merge {shlex.quote(_parts_glob(out))}"
         )
     if resumed:
-        manifest = write_manifest(out, listed, check_parts=False)
-        note(on_event, f"{out}: wrote {mpath} again ({len(manifest.shards)} shards, {manifest.frame_count} frames)")
+        manifest = write_manifest(out, listed, check_parts=False, lock=lock)
+        settings.note(f"{out}: wrote {mpath} again ({len(manifest.shards)} shards, {manifest.frame_count} frames)")
         return ResumeResult("resumed", resumed[-1], notes, manifest)
-    note(on_event, f"{out}: dataset already complete ({mpath}); nothing to resume")
+    settings.note(f"{out}: dataset already complete ({mpath}); nothing to resume")
     remove_checkpoint_files(out)  # what a sharded run killed after its manifest left (its source list)
     return ResumeResult("already_complete", None, notes)
 

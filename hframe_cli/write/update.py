@@ -12,7 +12,7 @@ import os
 import time
 import uuid as uuid_mod
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -23,14 +23,13 @@ from ..format.index import get_index_path
 from ..names import index_name, partial_name
 from ..sources.media import MediaOptions
 from ..sources.sourcelist import Source, SourceList
-from ..verify.check import DEFAULT_SELF_CHECK
 from .checkpoint import Checkpoint, CheckpointPolicy, load_checkpoint, remove_checkpoint_files
-from .guard import writer_run
+from .settings import PackSettings
 
 if TYPE_CHECKING:  # the packer is imported when there is something to pack: a no-op run (cron's
     # usual one) starts faster without it
     from .lock import OutputLock
-    from .run import EventFn, PackResult, ProgressFn, RunSettings
+    from .run import PackResult
 
 __all__ = ["UpdatePlan", "decide", "dry_run", "plan_update", "update_pack"]
 
@@ -263,21 +262,15 @@ def _has_dictionary(pack: str) -> bool:
 
 def update_pack(
     sources: SourceList,
-    output: str | os.PathLike[str],
+    out: str,
+    settings: PackSettings,
     *,
+    lock: OutputLock,
     checksum: bool = False,
-    alignment: int = 1,
-    created_us: int | None = None,
-    skip_bad: bool = False,
-    self_check_frames: int = DEFAULT_SELF_CHECK,
-    workers: int | None = None,
-    checkpoints: CheckpointPolicy | None = None,
-    handle_signals: bool = False,
-    on_progress: ProgressFn | None = None,
-    on_event: EventFn | None = None,
-    media: MediaOptions | None = None,
 ) -> tuple[UpdatePlan, PackResult | None]:
-    """Bring a published pack up to date with ``sources`` (``pack --update``).
+    """Bring the published pack ``out`` (whose ``lock`` the caller holds: the plan is made under
+    it, as a pack that another run is about to replace would republish a stale plan) up to date
+    with ``sources`` (``pack --update``).
 
     Policy (``man/hframe.1``, UPDATE): nothing changed ⇒ nothing is written; only new files ⇒ a
     new pack with the existing records copied verbatim (same frame ids and offsets) and the new
@@ -287,50 +280,25 @@ def update_pack(
     """
     from ..read.dataset import get_manifest_path
 
-    out = os.fspath(output)
-    # the lock first: planning against a pack that another run is about to replace would
-    # republish a stale plan (frames vanish, ids shift)
-    with writer_run(out, handle_signals=handle_signals, on_event=on_event) as lock:
-        if not os.path.exists(out) and get_manifest_path(out).exists():
-            raise InputError(f"{out}: --update of a sharded dataset is not supported yet; repack it with --force")
-        _settle_interrupted_run(out, on_event)
-        media = media or MediaOptions()
-        plan = decide(plan_update(sources, out, checksum=checksum, videos=media.video_frames is not None), out, media)
-        fault_point("after-plan")
-        if plan.status == "up_to_date":
-            return plan, None
-        from .run import RunSettings, note, pack_sources
+    lock.require(out)
+    if not os.path.exists(out) and get_manifest_path(out).exists():
+        raise InputError(f"{out}: --update of a sharded dataset is not supported yet; repack it with --force")
+    _settle_interrupted_run(out, settings)
+    videos = settings.media.video_frames is not None
+    plan = decide(plan_update(sources, out, checksum=checksum, videos=videos), out, settings.media)
+    fault_point("after-plan")
+    if plan.status == "up_to_date":
+        return plan, None
+    from .run import write_pack
 
-        if plan.status in ("new", "repack"):
-            if plan.status == "repack":
-                note(on_event, f"update: {plan.summary()}: full repack")
-            res = pack_sources(
-                sources,
-                out,
-                alignment=alignment,
-                created_us=created_us,
-                force=True,
-                skip_bad=skip_bad,
-                self_check_frames=self_check_frames,
-                workers=workers,
-                checkpoints=checkpoints,
-                handle_signals=handle_signals,
-                on_progress=on_progress,
-                on_event=on_event,
-                media=media,
-            )
-            return plan, res
-        return plan, _append(
-            plan,
-            sources,
-            out,
-            lock,
-            created_us,
-            RunSettings(skip_bad, self_check_frames, workers, handle_signals, on_progress, on_event, media=media),
-        )
+    if plan.status in ("new", "repack"):
+        if plan.status == "repack":
+            settings.note(f"update: {plan.summary()}: full repack")
+        return plan, write_pack(sources, out, settings, lock=lock, force=True)
+    return plan, _append(plan, sources, out, lock, settings)
 
 
-def _settle_interrupted_run(out: str, on_event: EventFn | None) -> None:
+def _settle_interrupted_run(out: str, settings: PackSettings) -> None:
     """What an earlier, interrupted run of this output left (called holding the lock).
 
     A run that died while publishing is finished (its pack was sealed and self-checked). A run
@@ -340,17 +308,17 @@ def _settle_interrupted_run(out: str, on_event: EventFn | None) -> None:
     state = _interrupted_run(out)
     if state is None:
         return
-    from .run import finish_publishing, note
+    from .run import finish_publishing
 
     if state == "publishing":
         finish_publishing(out)
-        note(on_event, f"update: finished publishing {out}, left by an interrupted run")
+        settings.note(f"update: finished publishing {out}, left by an interrupted run")
     elif state == "packing":
         remove_checkpoint_files(out)
         for leftover in (partial_name(out), partial_name(index_name(out))):
             with suppress(FileNotFoundError):
                 os.unlink(leftover)
-        note(on_event, f"update: discarded the partial pack of an interrupted run; {out} is unchanged")
+        settings.note(f"update: discarded the partial pack of an interrupted run; {out} is unchanged")
 
 
 def _interrupted_run(out: str) -> str | None:
@@ -368,18 +336,20 @@ def _append(
     sources: SourceList,
     out: str,
     lock: OutputLock,
-    created_us: int | None,
-    settings: RunSettings,
+    settings: PackSettings,
 ) -> PackResult:
-    """A new pack: the published records copied verbatim (ids and offsets kept), then the new files."""
-    from .run import abandon_on_bad_data, note, run_loop
+    """A new pack: the published records copied verbatim (ids and offsets kept), then the new
+    files (no checkpoints: an interrupted append is run again)."""
+    from .run import abandon_on_bad_data, run_loop
     from .writer import PackWriter
 
     pack_uuid = None
+    created_us = settings.created_us
     if created_us is None:
         created_us = time.time_ns() // 1000
         pack_uuid = str(uuid_mod.uuid4())
-    note(settings.on_event, f"update: appending {len(plan.added)} new files to {plan.frames} existing frames")
+    settings = replace(settings, checkpoints=CheckpointPolicy(enabled=False))
+    settings.note(f"update: appending {len(plan.added)} new files to {plan.frames} existing frames")
     added = SourceList(plan.added, list(sources.rejected))
     ckpt = Checkpoint(output=out, phase="packing", options={}, fingerprint="", source_count=len(plan.added))
     writer = PackWriter(
@@ -388,6 +358,4 @@ def _append(
     with writer:
         writer.copy_records_from(out, plan.data_end)
         with abandon_on_bad_data(out):
-            return run_loop(
-                writer, added, ckpt, CheckpointPolicy(enabled=False), settings, skipped=list(sources.rejected)
-            )
+            return run_loop(writer, added, ckpt, settings, skipped=list(sources.rejected))

@@ -222,13 +222,15 @@ class PackWriter:
         self.close()
 
     def open(self) -> None:
-        """Take the lock; start a new partial pack, or reopen one to resume."""
+        """Take the lock (or check the one passed in); start a new partial pack, or reopen one to resume."""
         if self.resume_at is None and self.path.exists() and not self.force:
             raise InputError(f"{self.path}: already exists (use --force to replace it)")
         if not self.path.parent.is_dir():
             raise InputError(f"{self.path}: folder {self.path.parent} does not exist")
         if self.own_lock:
             self.lock.acquire()
+        else:
+            self.lock.require(self.path)
         try:
             flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
             try:
