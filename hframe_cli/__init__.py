@@ -9,6 +9,9 @@ The library is the product; the ``hframe`` command is a thin layer over it::
         batch = p.read_many([3, 1, 4])    # parallel, coalesced range reads
 
 Importing this package loads neither typer, rich, tqdm nor torch.
+
+Imports inside functions: ``importlib`` in ``__getattr__``, which loads a public name's module
+on first use (``import hframe_cli`` stays cheap).
 """
 
 from __future__ import annotations
@@ -54,11 +57,11 @@ _LAZY = {
     "ReadStats": "read.reader",
     "open_pack": "read.dataset",
     "rebuild_index": "write.rebuild",
-    "PackReport": "verify.check",
-    "VerifyReport": "verify.check",
-    "self_check": "verify.check",
+    "PackReport": "verify.report",
+    "VerifyReport": "verify.report",
+    "self_check": "verify.selfcheck",
     "verify_pack": "verify.check",
-    "verify_packs": "verify.check",
+    "verify_packs": "verify.many",
     "PackWriter": "write.writer",
     "FrameDataset": "training.dataset",
 }
@@ -83,7 +86,10 @@ if TYPE_CHECKING:
     from .sources.inputs import collect_sources
     from .sources.media import MediaOptions
     from .training.dataset import FrameDataset
-    from .verify.check import PackReport, VerifyReport, self_check, verify_pack, verify_packs
+    from .verify.check import verify_pack
+    from .verify.many import verify_packs
+    from .verify.report import PackReport, VerifyReport
+    from .verify.selfcheck import self_check
     from .write.rebuild import rebuild_index
     from .write.run import CheckpointPolicy, PackResult, pack_sources
     from .write.writer import PackWriter

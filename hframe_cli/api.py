@@ -9,12 +9,17 @@ its own shard); otherwise ``shards.pack_sharded`` (one plain pack when everythin
 The CLI builds a ``PackOptions`` from its flags, calls one of these and renders the outcome; a
 Python caller gets the same decisions. This module imports nothing heavy at load time, so a run
 that finds its output locked gives up before pyarrow is loaded.
+
+Imports inside functions: every ``write``/``read``/``storage`` module a mode needs, in that mode
+only; a run that finds its output locked gives up before pyarrow is loaded
+(``tests/test_structure.py`` checks it).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, fields, replace
@@ -331,8 +336,6 @@ def _pack_locked(paths: list[str], out: str, opts: PackOptions, lock: OutputLock
 
     media, srcs = _media_and_sources(paths, out, opts)
     if opts.plan_only:
-        import time
-
         from .write.checkpoint import write_source_list
 
         where = plan_location(out)

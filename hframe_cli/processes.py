@@ -3,7 +3,10 @@ safe here, forking without a signal in between (``signals_held``), making the ch
 that holds nothing of the parent's and dies with it (``become_helper``), and the pipe chores
 every forked helper shares (write or read all of a message, reap the child). Used by the
 listing (``listing``), the pack loader (``loading``), verify's parallel parts, the uploader
-and the reader."""
+and the reader.
+
+Imports inside functions: ctypes, only where a C call is made (``mallopt``, ``prctl``).
+"""
 
 from __future__ import annotations
 

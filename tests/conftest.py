@@ -40,6 +40,24 @@ def make_image(path: Path, size: tuple[int, int], mode: str, seed: int) -> None:
         img.convert(mode if mode in ("RGB", "L") else "RGB").save(path, quality=80)
 
 
+def make_records(root: Path, n: int = 120, seed: int = 0) -> Path:
+    """JSON annotation records of 0.5-3 KB (compressible structure), a BMP, and a JPEG."""
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        rec = {
+            "image_id": i,
+            "category_id": rng.randint(1, 80),
+            "bbox": [round(rng.random() * 640, 2) for _ in range(4)],
+            "iscrowd": 0,
+            "segmentation": [[round(rng.random() * 640, 1) for _ in range(rng.randint(20, 200))]],
+        }
+        (root / f"ann{i:04d}.json").write_text(json.dumps(rec))
+    Image.new("RGB", (40, 30), (10, 200, 30)).save(root / "flat.bmp")
+    make_image(root / "photo.jpg", (64, 48), "RGB", seed=3)
+    return root
+
+
 def make_photos(root: Path, count: int = 30) -> Path:
     """An ImageFolder-style tree: root/<class>/<nnn>.(jpg|png), several sizes and modes."""
     sizes = ((16, 16), (48, 32), (120, 90), (200, 150))

@@ -117,6 +117,36 @@ def test_no_module_imports_another_modules_private_names():
     assert private == []
 
 
+def function_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    return [
+        sub
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for sub in ast.walk(node)
+        if isinstance(sub, (ast.Import, ast.ImportFrom))
+    ]
+
+
+def test_an_import_inside_a_function_is_never_a_repeat_and_its_module_says_why():
+    """A module that imports inside functions states its rule once, in its docstring; none
+    imports there a module it already imports at the top."""
+    unstated, repeated = [], []
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text())
+        inside = function_level_imports(tree)
+        if not inside:
+            continue
+        if "Imports inside functions:" not in (ast.get_docstring(tree) or ""):
+            unstated.append(name)
+        top = {ast.unparse(n).split(" import ")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))}
+        repeated += [
+            f"{name}:{n.lineno}"
+            for n in inside
+            if isinstance(n, ast.ImportFrom) and ast.unparse(n).split(" import ")[0] in top
+        ]
+    assert unstated == [] and repeated == []
+
+
 def test_the_library_pack_does_what_the_command_does(photos, tmp_path, cli):
     """Sharding, updates and job-array parts from hframe_cli.pack, as from hframe pack."""
     lib, cmd = tmp_path / "lib.hframe", tmp_path / "cmd.hframe"

@@ -1,4 +1,8 @@
-"""The ``hframe`` command: typer options → one core call → render. Errors → exit codes in ``main``."""
+"""The ``hframe`` command: typer options → one core call → render. Errors → exit codes in ``main``.
+
+Imports inside functions: each command imports the core it calls, so that ``hframe -V``,
+``--help`` and a locked run start fast (start-up is measured by ``scripts/bench_perframe.py``).
+"""
 
 # No ``from __future__ import annotations`` here: typer would then eval every option's annotation
 # string at start-up (about 50 ms on every command).
@@ -581,7 +585,8 @@ def verify(
     quiet: QuietOpt = False,
 ) -> None:
     """Check packs: header, trailer, index, layout and every frame's md5 (exit 1 on any problem)."""
-    from ..verify.check import merge_reports, parse_frames, parse_sample, verify_packs
+    from ..verify.many import merge_reports, verify_packs
+    from ..verify.report import parse_frames, parse_sample
 
     if merge:
         if sample or frames or decode or no_index or workers or shard_of or max_errors:

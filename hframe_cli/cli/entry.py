@@ -4,6 +4,9 @@ Until a command installs its own handling (``guard.stop_signals``), both raise
 ``KeyboardInterrupt`` (``signals.install_early``), which ``cli.app.main`` turns into one line and
 exit 130; a signal that arrives while the command's modules are still being imported ends the
 process the same way, not with a traceback (SIGINT) or a bare -15 (SIGTERM).
+
+Imports inside functions: the app, once the early signal handlers are in place (a signal during
+its imports then ends the process as described above).
 """
 
 from __future__ import annotations

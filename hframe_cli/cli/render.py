@@ -3,6 +3,10 @@
 Data goes to stdout, everything else (progress, summaries, errors) to stderr. Whether a
 stream is an interactive terminal is decided in one place, ``interactive()``, which the
 ``HFRAME_TTY`` environment variable (``1``/``0``) overrides for tests and scripts.
+
+Imports inside functions: rich, tqdm and ElementTree when something is drawn or a JUnit report
+written; ``names``/``durable`` where a sharded summary or a report needs them (start-up of every
+command).
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ appear at once and a reader that stops early (``| head``) costs nothing more. Th
 aligned text (as ``ls -l`` prints), widths taken from the whole selection up front with Arrow
 compute, the name last and never cut. Without ``--columns`` it shows ``TABLE_COLUMNS`` (those
 with any value in the selection) and says on stderr how to see the rest.
+
+Imports inside functions: pyarrow, only where rows are rendered from a table (start-up of
+commands that print none).
 """
 
 from __future__ import annotations

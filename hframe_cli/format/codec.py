@@ -5,6 +5,8 @@ the frames it reads. A frame that does not shrink (JPEG, PNG, already-compressed
 stored raw and recorded as codec ``none``. A dictionary trained on a deterministic sample of
 the inputs lets small records compress well; it is stored in the pack (record 0's extra field,
 ``man/hframe.5``) so the pack stays self-contained.
+
+Imports inside functions: zstandard, only for compressed packs.
 """
 
 from __future__ import annotations

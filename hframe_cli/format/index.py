@@ -3,6 +3,9 @@
 This module is the one place that knows the index columns (``man/hframe.5`` documents them).
 Rows are accumulated in compact typed arrays (``IndexBuilder``), never as one Python
 object per frame, so memory grows by tens of bytes per frame, not kilobytes.
+
+Imports inside functions: ``pyarrow.compute``, only where a column is computed (readers that
+never filter skip it).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Honesty rules (BRIEF): the sampler is seeded once; cold runs evict the page cach
 batch and say how (``drop_caches`` as root, else ``posix_fadvise(DONTNEED)`` on every file
 read, else they say the numbers are not cold); warm runs read each batch once untimed before
 timing it. Reads go through ``PackReader.read_many``, the same code training jobs use.
+
+Imports inside functions: Pillow, only for the decode benchmark.
 """
 
 from __future__ import annotations

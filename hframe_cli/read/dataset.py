@@ -5,6 +5,8 @@ and format), ``DatasetReader`` (the ``PackReader`` API over global frame ids), a
 ``open_pack``, which opens a pack or, where a manifest stands instead, a dataset. How datasets
 are *packed* (planning shards, job-array parts, the sharded run, writing the manifest) is
 ``write/shards.py`` and ``write/manifest.py``.
+
+Imports inside functions: the HTTP client, only for a remote manifest's shards.
 """
 
 from __future__ import annotations

@@ -1,10 +1,14 @@
-"""``get`` with filters: write every selected frame to a folder, under its name in the pack."""
+"""``get`` with filters: write every selected frame to a folder, under its name in the pack.
+
+Imports inside functions: tarfile, only for ``get --tar``.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import os
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -12,6 +16,7 @@ from typing import Any, BinaryIO
 from ..errors import InputError, NotFound
 from ..format.index import describe_filters, select_rows
 from ..names import partial_name
+from .dataset import open_pack
 
 __all__ = ["extract_frames", "write_frame"]
 
@@ -104,8 +109,6 @@ def get_frames(
         globs = [k for k in keys if isinstance(k, str) and any(c in k for c in "*?[")]
         if not globs or "no frame named" not in str(e):
             raise
-        import shlex
-
         raise NotFound(
             f"{e} (a FRAME is an exact name; to select by a glob use --match {shlex.quote(globs[0])})"
         ) from None
@@ -121,7 +124,6 @@ def _get_one(
 ) -> None:
     if output is not None and no_clobber and os.path.lexists(output):
         raise InputError(f"{os.fspath(output)}: already exists (--no-clobber)")
-    from .dataset import open_pack
 
     with open_pack(pack) as reader:
         data = reader.read_stored(key) if stored else reader.read(key)
@@ -164,7 +166,6 @@ def _write_tar(
     no_clobber: bool,
 ) -> int:
     """The frames as one tar stream to ``stdout``, or atomically into the file ``output``."""
-    from .dataset import open_pack
 
     with open_pack(pack) as reader:
         ids, raw_names = _selected(reader, keys, match, equal, os.fspath(pack))
@@ -264,7 +265,6 @@ def extract_frames(
             (``a`` and ``a/b``), a symlink inside the folder that points out of it, or with
             ``no_clobber`` a file that exists.
     """
-    from .dataset import open_pack
 
     with open_pack(pack) as reader:
         ids, raw_names = _selected(reader, keys, name_glob, equal, os.fspath(pack))

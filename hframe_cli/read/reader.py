@@ -6,6 +6,9 @@ Every read is bounds-checked against the end of the pack's data before it is iss
 ``read_many`` sorts the wanted ranges, coalesces neighbours that lie within
 ``coalesce_gap`` bytes, splits reads larger than ``max_read``, and runs them on a bounded
 thread pool (``os.pread`` has no shared file position, so threads never race).
+
+Imports inside functions: ``pyarrow.compute``, only for lookups by name and bounds checks of
+large indexes (``verify`` and ``dump-header`` never need it).
 """
 
 from __future__ import annotations
@@ -111,8 +114,9 @@ class PackReader:
             with one ``pread`` whatever its size (a read cut short goes the checked way, in
             ranges).
         memory_map: read a local pack through one read-only memory map instead of a ``pread``
-            per frame: a warm small frame costs a copy instead of a system call (2.6 KB frames:
-            1.3-2.3x a bare ``pread`` loop; ``scripts/bench_read.py``). The catch: a pack
+            per frame: a warm small frame costs a copy instead of a system call (faster than a
+            bare ``pread`` loop for small frames: ``scripts/bench_read.py`` measures by how
+            much on this machine). The catch: a pack
             file truncated in place while mapped (never by hframe, which publishes by rename;
             ``truncate``, or ``cp`` over it), or a read error of the disk under it, kills the
             process with SIGBUS where ``pread`` would give an error. A map holds a descriptor of
@@ -359,8 +363,8 @@ class PackReader:
     def read(self, key: FrameKey) -> bytes:
         """The exact bytes of one frame (decompressed if it is stored compressed)."""
         # the fast path, for ``p[i]`` loops of small frames: every test and attribute here
-        # costs about 2 % of a warm 2.6 KB read (``scripts/bench_read.py``: getitem); a call
-        # through a ``functools.partial`` costs 3 %, a pid compared 5 %: so neither
+        # shows in a warm small read (``scripts/bench_read.py``: getitem), a call through a
+        # ``functools.partial`` or a pid compared more so: so neither
         if type(key) is int and key >= 0:
             fd = self._fast_fd
             if fd >= 0:
@@ -733,7 +737,7 @@ class PackReader:
         # frames in the same slot of ``reach`` bytes are close; a close pair across two slots is
         # missed half the time (hence 32, not 16): half the cost of sorting, at every batch
         reach = max(1, self.coalesce_gap + longest)  # (empty frames and no gap: 0)
-        near = len(offs) - len(set(map(operator.floordiv, offs, repeat(reach))))  # (a method-wrapper: +30 %)
+        near = len(offs) - len(set(map(operator.floordiv, offs, repeat(reach))))  # (faster than a method-wrapper)
         return near * 32 <= len(offs)
 
     def _read_first(self, offset: int, length: int) -> tuple[bytes | None, bool]:
@@ -966,8 +970,8 @@ _pread = os.pread
 
 def _each(pread: Callable[[int, int], bytes], lens: list[int], offs: list[int]) -> Iterator[bytes]:
     """``map(pread, lens, offs)``; a ``pread`` bound to a descriptor (``Storage.preader``) is
-    called as ``os.pread`` itself: a call through the ``functools.partial`` costs 3 % of a warm
-    2.6 KB read."""
+    called as ``os.pread`` itself: a call through the ``functools.partial`` shows in a warm
+    small read (``scripts/bench_read.py``)."""
     if type(pread) is functools.partial and pread.func is _pread and len(pread.args) == 1 and not pread.keywords:
         return map(_pread, repeat(pread.args[0]), lens, offs)
     return map(pread, lens, offs)
@@ -982,8 +986,8 @@ def _disarm_forked() -> None:
     """In a forked child, before any of its code runs: no reader reads an id through the
     descriptor number it inherited (the child may close it, and the number then name another
     file). The careful path reattaches (``LocalFile.fileno``) and arms the reader again. This
-    hook, not a pid compared at every ``p[i]``, since that compare cost ~5 % of a warm 2.6 KB
-    read; a child forked in C without Python's at-fork hooks keeps the parent's number, which
+    hook, not a pid compared at every ``p[i]``, since that compare shows in a warm small read
+    (``scripts/bench_read.py``); a child forked in C without Python's at-fork hooks keeps the parent's number, which
     reads the same file until the child closes it."""
     for reader in list(_readers):
         reader._fast_fd, reader._fast_map = -1, None

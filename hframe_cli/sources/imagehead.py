@@ -5,6 +5,8 @@ gets packed, and Pillow's Python-level header parsing costs ~50-80 µs per image
 slow packing of small JPEGs by a third. Anything else, or anything these parsers are not sure
 about, goes to Pillow (``Image.open``, which also reads only the header), so the answers are
 Pillow's modes in every case (``tests/sources/test_media.py`` compares them).
+
+Imports inside functions: Pillow, only when a header must be decoded (start-up of listing).
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@
 CLI through ``pack``, ``resume``, shards and checkpoints. ``FramePrep`` applies them to one
 frame: it runs on the reader threads, so Pillow header parsing and zstd (both release the GIL
 for their heavy parts) overlap with writing.
+
+Imports inside functions: ``video`` (and through it PyAV), only with ``--video-frames``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ decoders are bit-exact; Pillow's encoders are deterministic).
 
 A video that breaks part-way (corrupt data, truncated file) yields the frames decoded before the
 damage, then ``VideoFrames.damage`` says what went wrong; PyAV is imported only here.
+
+Imports inside functions: PyAV, only when a video is cut (slow to load).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ reader created before ``fork()`` (PyTorch DataLoader workers) never shares a des
 parent, and never reads a newer file that a publish renamed over the path. Remote schemes plug in
 here (``register_scheme``): ``http(s)://``, ``s3://``, ``gs://`` and ``hdfs://`` open a
 ``http.RemoteFile``; Azure (``abfs://``, ``az://``) is refused clearly.
+
+Imports inside functions: the remote clients (``http``) and pyarrow, only when a remote location
+or a stream is opened.
 """
 
 from __future__ import annotations

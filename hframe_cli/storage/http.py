@@ -18,6 +18,8 @@ here, once, the same for every backend (``man/hframe.1``, REMOTE PACKS):
   once the command has a SIGINT/SIGTERM (``signals.pending_signal``), no request is started and
   no thread waits for one (a reader's threads would keep a batch's queued reads going);
 * **counters**: requests, bytes, retries, throttles (``bench``, ``verify --json``).
+
+Imports inside functions: pyarrow, only for an object store's stream.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any, TypeVar
 from ..errors import InputError, PackReplaced, StorageError
 from ..locations import scheme_family, shown_url
 from ..signals import pending_signal
+from .objectstore import ObjectBackend, join
 from .policy import Budget, Counters, Permanent, RequestPolicy, Response, Transient
 
 __all__ = ["Counters", "HttpBackend", "RemoteFile", "RequestPolicy", "remote_url"]
@@ -63,8 +66,6 @@ def remote_url(base: str, relative: str) -> str:
     if "://" in relative:
         return _same_origin_credentials(base, relative)
     if scheme_family(base) != "http":
-        from .objectstore import join
-
         return join(base, relative)
     return urllib.parse.urljoin(base, relative)
 
@@ -104,7 +105,6 @@ def backend_for(location: str) -> Callable[[str, RequestPolicy], Any]:
     ``pyarrow.fs`` one (``objectstore.ObjectBackend``)."""
     if scheme_family(location) == "http":
         return HttpBackend
-    from .objectstore import ObjectBackend
 
     return ObjectBackend
 

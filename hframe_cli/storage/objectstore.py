@@ -22,6 +22,8 @@ up ends by itself, in the background.
 A ranged read through pyarrow cannot carry ``If-Match``. GCS reads are pinned anyway (pyarrow
 asks for the object's generation); S3 and HDFS reads are not, so ``pinned`` is False for them
 and the reader checks every frame it returns against the index's md5 (``read/reader.py``).
+
+Imports inside functions: ``pyarrow.fs``, only when an object store is opened.
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ from ..errors import HframeError, InputError, StorageError
 from ..faults import fault_point
 from ..locations import is_remote, shown_url
 from ..processes import die_with_parent
+from .objectstore import object_at
+from .policy import RequestPolicy
 
 __all__ = ["copy_object", "delete_object", "put_objects"]
 
@@ -36,8 +38,6 @@ _CHUNK = 8 << 20
 
 def _store(url: str) -> tuple[Any, str]:
     """(pyarrow filesystem, path) of an object-store location."""
-    from .objectstore import object_at
-    from .policy import RequestPolicy
 
     return object_at(url, RequestPolicy.from_env())
 
@@ -72,7 +72,6 @@ def put_objects(files: list[tuple[str, str]]) -> None:
     docstring), with the request policy's attempts and backoff: a failed attempt goes on from
     the first object not yet complete. Stopped (a signal, an exception), the child is killed and
     the object it was writing never appears."""
-    from .policy import RequestPolicy
 
     policy = RequestPolicy.from_env()
     started = time.monotonic()

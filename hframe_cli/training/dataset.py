@@ -26,6 +26,8 @@ pickles as its path (spawn). torch itself is optional here: the class derives fr
 ``torch.utils.data.Dataset`` when torch is installed and from ``object`` otherwise (a map-style
 dataset is ``__len__`` plus ``__getitem__``), and importing ``hframe_cli`` never imports this
 module.
+
+Imports inside functions: Pillow, only when frames are decoded to images.
 """
 
 from __future__ import annotations

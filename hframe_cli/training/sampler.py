@@ -40,6 +40,9 @@ torchdata's ``StatefulDataLoader`` calls ``state_dict()`` and ``load_state_dict`
 the batch it hands out was drawn (so without the read-ahead): ``loader.state_dict()`` is all a
 checkpoint needs.
 torch is optional: the class derives from ``torch.utils.data.Sampler`` when torch is there.
+
+Imports inside functions: ``torch.distributed``, only to ask for the rank and world size (torch
+is optional).
 """
 
 from __future__ import annotations

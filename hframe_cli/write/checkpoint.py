@@ -14,6 +14,9 @@ Files beside ``OUT`` (``man/hframe.5``, CHECKPOINTS):
 Durability order for a checkpoint: pack data flushed and fsynced → checkpoint written to a temp
 file, fsynced → previous checkpoint renamed to ``.prev`` → temp renamed to ``OUT.ckpt`` →
 folder fsynced. At every instant at least one valid checkpoint describes bytes that are on disk.
+
+Imports inside functions: pyarrow, only for the saved source list: the lock and checkpoint files
+must not need it.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ program is, and ``with`` blocks unwind (the lock is released, partial files clos
 it is acted on when the section ends: the packing loop polls ``signum`` and stops after the
 current frame with a checkpoint; writing the run's intent (source list + first checkpoint) and
 publishing (two renames) finish first, so they are never left half done.
+
+Imports inside functions: ``writer``, only to finish a dead run's publish (it needs pyarrow; a
+locked run must not wait for it).
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from ..processes import (
 )
 from ..sources.media import FramePrep, PreparedFrame
 from ..sources.sourcelist import Source
+from ..sources.video import SNIFF_VIDEO_BYTES, has_video_extension, sniff_video
 
 if TYPE_CHECKING:
     from .writer import PackWriter
@@ -75,8 +76,6 @@ class Loaded:
 def load_prepared(src: Source, prep: FramePrep | None, videos: bool) -> Loaded:
     """``_load``, then (on the same reader thread) sniff videos and prepare the frame."""
     if videos:
-        from ..sources.video import SNIFF_VIDEO_BYTES, has_video_extension, sniff_video
-
         if has_video_extension(src.name):
             return Loaded(src, video=True)
         if src.size > STREAM_ABOVE:
@@ -88,8 +87,6 @@ def load_prepared(src: Source, prep: FramePrep | None, videos: bool) -> Loaded:
             return Loaded(src, video=True) if sniff_video(head) else Loaded(src, stream=True)
     item = _load(src)
     if item.data is not None and videos:
-        from ..sources.video import sniff_video
-
         if sniff_video(item.data[:200]):
             item.video = True  # confirmed (or refuted) when the container is opened
     if prep is not None and item.data is not None and not item.video:

@@ -26,8 +26,10 @@ from ..format.layout import (
     sniff_media_type,
 )
 from ..read.snapshot import PackInfo, read_pack_info
+from ..sources.media import decode_meta
 from ..storage.access import Storage, open_storage
 from ..version import __version__
+from .lock import OutputLock
 
 __all__ = ["ScannedRecord", "iter_records", "rebuild_index", "walk_records"]
 
@@ -97,7 +99,6 @@ def record_meta(h: RecordHeader, where: str) -> dict[str, Any] | None:
     """The per-frame metadata stored in a record header's extra field (None when there is none)."""
     if not h.extra:
         return None
-    from ..sources.media import decode_meta
 
     at = f"{where}: frame {h.frame_id}"
     entries = decode_extra(h.extra, at)
@@ -114,7 +115,6 @@ def rebuild_index(
     The result has the same rows as the index written by ``pack`` (the pack UUID, time and
     sizes come from the header and trailer; ``hframe_version`` is this release's).
     """
-    from .lock import OutputLock
 
     # the lock: a pack run publishing this output at the same time writes INDEX.partial too
     with OutputLock(pack_path), open_storage(pack_path) as storage:

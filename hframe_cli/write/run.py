@@ -22,14 +22,19 @@ from typing import Any
 
 from ..errors import FormatError, InputError, IntegrityError, Interrupted, NothingToResume
 from ..faults import fault_point
+from ..format.codec import sample_for_dictionary, train_dictionary
 from ..format.index import current_format_version, get_index_path
 from ..format.layout import HEADER_SIZE, KIND_IDS, SNIFF_BYTES, sniff_media_type
 from ..names import checkpoint_paths, index_name, partial_name
 from ..processes import usable_cpus
+from ..read.dataset import get_manifest_path
+from ..sources.inputs import collect_sources
 from ..sources.media import FramePrep, MediaOptions
 from ..sources.sourcelist import Rejected, Source, SourceList
+from ..sources.video import VideoFrames, frame_name, has_video_extension, parse_frame_format, parse_video_frames
 from ..units import count, format_bytes, format_duration, parse_created
-from ..verify.check import DEFAULT_SELF_CHECK, self_check
+from ..verify import DEFAULT_SELF_CHECK
+from ..verify.selfcheck import self_check
 from .checkpoint import (
     Checkpoint,
     CheckpointPolicy,
@@ -277,12 +282,9 @@ def _dictionary_for(sources: SourceList, settings: PackSettings) -> bytes | None
         except OSError as e:
             raise InputError(f"--zstd-dict {media.zstd_dict}: cannot read: {e.strerror}") from None
         return data  # MediaOptions.check has made sure zstd can use it
-    from ..format.codec import sample_for_dictionary, train_dictionary
 
     srcs = [s for s in sources.sources if s.size <= STREAM_ABOVE]
     if media.video_frames is not None:  # videos become JPEG/PNG frames: nothing to learn from them
-        from ..sources.video import has_video_extension
-
         srcs = [s for s in srcs if not has_video_extension(s.name)]
     samples = []
     for i in sample_for_dictionary([s.size for s in srcs]):
@@ -626,7 +628,6 @@ def _add_video(
     Raises:
         InputError: not a video (by its extension), or damaged, without ``skip_bad``.
     """
-    from ..sources.video import VideoFrames, frame_name, has_video_extension, parse_frame_format, parse_video_frames
 
     src = item.source
     media = prep.options
@@ -700,7 +701,6 @@ def _describe_changes(saved: list[Source], current: list[Source]) -> list[str]:
 def _current_sources(saved: SourceList) -> list[Source]:
     """The sources as they are now: folders walked again (as ``saved.collect`` says), listed
     files stat-ed again."""
-    from ..sources.inputs import collect_sources
 
     collect = saved.collect
     folders = [a for a in collect.get("folders", []) if os.path.isdir(a)]
@@ -768,7 +768,6 @@ def resume_single(out: str, settings: PackSettings, *, lock: OutputLock, rescan:
             )
         if os.path.exists(out) and get_index_path(out).exists():
             return ResumeResult("already_complete", None, notes)  # the caller says so, once
-        from ..read.dataset import get_manifest_path
 
         if not os.path.exists(out) and get_manifest_path(out).exists():
             settings.note(f"{out}: dataset already complete ({get_manifest_path(out)}); nothing to resume")

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
+import re
 import shlex
 import time
 from collections.abc import Sequence
@@ -23,11 +25,14 @@ from typing import Any
 from ..durable import write_atomically
 from ..errors import FormatError, HframeError, InputError, NothingToResume
 from ..faults import fault_point
+from ..format.codec import DICT_SIZE
 from ..format.index import get_index_path
+from ..format.labels import LabelPolicy, parse_split
 from ..format.layout import HEADER_SIZE, RECORD_FIXED, TRAILER_SIZE
 from ..names import checkpoint_paths
 from ..parts import balanced_part
 from ..read.dataset import Manifest, get_manifest_path, shard_path
+from ..read.reader import PackReader
 from ..sources.sourcelist import Source, SourceList
 from .checkpoint import (
     load_checkpoint,
@@ -67,8 +72,6 @@ def media_allowances(media: Any) -> tuple[int, int]:
     the metadata in record headers (longest label and split name), and a stored dictionary."""
     if media is None:
         return _META_ALLOWANCE, 0
-    from ..format.codec import DICT_SIZE
-    from ..format.labels import LabelPolicy, parse_split
 
     labels = LabelPolicy.parse(media.label_from)
     longest_label = max((len(v.encode()) for v in (labels.mapping or {}).values()), default=0)
@@ -262,7 +265,6 @@ def _continue_part(
 
 def published_result(path: str, resumed_from: int | None) -> PackResult:
     """A ``PackResult`` for a pack that is already published (its run finished by ``resume``)."""
-    from ..read.reader import PackReader
 
     with PackReader(path) as r:
         return PackResult(
@@ -416,9 +418,6 @@ def _shards_of(out: str) -> list[str]:
 def own_shard(out: str, path: str) -> bool:
     """Whether ``path`` is named as ``out``'s shards are (``shard_path``), in its folder (both
     local paths, or both URLs: compared without their queries)."""
-    import posixpath
-    import re
-
     if "://" in out:
         out, path = out.partition("?")[0], path.partition("?")[0]
         split, folder_of = posixpath.split, posixpath.dirname

@@ -3,6 +3,9 @@
 Policy (``man/hframe.1``, UPDATE): nothing changed => nothing is written; only new files => a new
 pack with the existing records copied verbatim (frame ids and offsets kept) and the new files
 appended in name order; any file changed or removed => a full repack.
+
+Imports inside functions: the packer (``run``, ``writer``, the reader), only when there is
+something to write: a no-op run (cron's usual one) starts faster without them.
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ URL``) where it stopped, shard by shard.
 
 Every object is written by a child process that completes the upload only after its last byte
 (``storage/put.py`` says why): an interrupted or failed upload leaves nothing at the location.
+
+Imports inside functions: the readers and object-store clients, where a step needs them: this
+module is imported before the staging folder's lock is taken, and a run that finds it locked
+gives up before pyarrow loads.
 """
 
 from __future__ import annotations

@@ -13,30 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from conftest import killed_and_resumed, make_image, run_bin, run_cli
-from PIL import Image
+from conftest import killed_and_resumed, make_records, run_bin, run_cli
 
 import hframe_cli as h
 from hframe_cli.errors import FormatError
 from hframe_cli.format.codec import MAX_RAW_BYTES, Decompressor
-
-
-def make_records(root: Path, n: int = 120, seed: int = 0) -> Path:
-    """JSON annotation records of 0.5-3 KB (compressible structure), a BMP, and a JPEG."""
-    rng = random.Random(seed)
-    root.mkdir(parents=True, exist_ok=True)
-    for i in range(n):
-        rec = {
-            "image_id": i,
-            "category_id": rng.randint(1, 80),
-            "bbox": [round(rng.random() * 640, 2) for _ in range(4)],
-            "iscrowd": 0,
-            "segmentation": [[round(rng.random() * 640, 1) for _ in range(rng.randint(20, 200))]],
-        }
-        (root / f"ann{i:04d}.json").write_text(json.dumps(rec))
-    Image.new("RGB", (40, 30), (10, 200, 30)).save(root / "flat.bmp")
-    make_image(root / "photo.jpg", (64, 48), "RGB", seed=3)
-    return root
 
 
 @pytest.fixture
@@ -194,15 +175,15 @@ def test_update_appends_with_the_packs_own_dictionary(records, tmp_path):
 
 def test_parallel_verify_parts_decompress_in_the_children(records, tmp_path, monkeypatch):
     from hframe_cli.verify import check as verify_mod
+    from hframe_cli.verify import parallel as parallel_mod
+    from hframe_cli.verify import walk as walk_mod
 
     out = tmp_path / "p.hframe"
     pack(records, out, "--compress", "zstd", "--zstd-dict", "auto")
-    monkeypatch.setattr(verify_mod, "_PART_MIN_BYTES", 1)  # walk even this small pack in parts
+    monkeypatch.setattr(parallel_mod, "PART_MIN_BYTES", 1)  # walk even this small pack in parts
     walks = []
-    real_walk = verify_mod._Verifier.walk
-    monkeypatch.setattr(
-        verify_mod._Verifier, "walk", lambda self, *a, **k: walks.append(a[1]) or real_walk(self, *a, **k)
-    )
+    real_walk = walk_mod.Verifier.walk
+    monkeypatch.setattr(walk_mod.Verifier, "walk", lambda self, *a, **k: walks.append(a[1]) or real_walk(self, *a, **k))
     rep = verify_mod.verify_pack(out, workers=2)
     assert rep.ok and rep.frames_checked == rep.frames_total == 122
     assert walks == [0]  # this process walked part 0 only: the child's part did not fail and come back
@@ -288,6 +269,7 @@ def test_shards_stay_under_max_pack_bytes_with_a_stored_dictionary(tmp_path):
 
 def test_a_damaged_record_at_a_chunk_boundary_does_not_taint_the_next_compressed_frame(tmp_path, monkeypatch):
     from hframe_cli.verify import check as verify_mod
+    from hframe_cli.verify import walk as walk_mod
 
     src = tmp_path / "src"
     src.mkdir()
@@ -299,7 +281,7 @@ def test_a_damaged_record_at_a_chunk_boundary_does_not_taint_the_next_compressed
     out = tmp_path / "c.hframe"
     pack(src, out, "--compress", "zstd:1")
     chunk = 64 << 10
-    monkeypatch.setattr(verify_mod, "CHUNK_BYTES", chunk)  # small reads: many chunk boundaries
+    monkeypatch.setattr(walk_mod, "CHUNK_BYTES", chunk)  # small reads: many chunk boundaries
     rows = pq.read_table(f"{out}.index.parquet").to_pylist()
     i = max(k for k, r in enumerate(rows) if r["record_offset"] < 128 + chunk)  # straddles the first boundary
     raw = bytearray(out.read_bytes())

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_cli
-from test_compress import make_records
+from conftest import make_records, run_cli
 
 import hframe_cli as h
 from hframe_cli.read.reader import ReadStats

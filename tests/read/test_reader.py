@@ -360,7 +360,7 @@ def test_read_many_into_fills_one_reused_buffer_with_what_read_many_gives(packed
 
 
 def test_read_many_into_a_compressed_pack_and_a_dataset(tmp_path, photos, cli):
-    from test_compress import make_records
+    from conftest import make_records
 
     rec = make_records(tmp_path / "rec")
     for out, extra in (

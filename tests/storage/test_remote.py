@@ -352,7 +352,7 @@ def test_writing_to_a_url_is_refused_clearly(srv, served, args, tmp_path):
 def test_verify_progress_of_a_remote_pack_has_its_totals(srv, served):
     import contextlib
 
-    import hframe_cli.verify.check as verify_mod
+    import hframe_cli.verify.many as verify_mod
 
     _, local = served
     seen: list[tuple[int, int]] = []

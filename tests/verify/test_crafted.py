@@ -329,7 +329,7 @@ def test_verify_checks_frame_id_kind_and_mtime_columns(tmp_path, cli):
 
 
 def dictionary_pack(tmp_path: Path, cli) -> Path:
-    from test_compress import make_records
+    from conftest import make_records
 
     src = make_records(tmp_path / "rec", n=200)
     pack = tmp_path / "d.hframe"
@@ -425,13 +425,14 @@ def test_max_errors_keeps_the_earliest_problem_across_chunk_boundaries(tmp_path,
     from conftest import make_photos
 
     from hframe_cli.verify import check as V
+    from hframe_cli.verify import walk as walk_mod
 
     photos = make_photos(tmp_path / "photos", 24)
     pack = tmp_path / "p.hframe"
     h.pack([photos], pack)
     rows = pq.read_table(f"{pack}.index.parquet").to_pylist()
     good = pack.read_bytes()
-    monkeypatch.setattr(V, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(walk_mod, "CHUNK_BYTES", 4096)
     for k in range(len(rows) - 1):
         bad = bytearray(good)
         bad[rows[k]["offset"] + rows[k]["length"] // 2] ^= 0x01

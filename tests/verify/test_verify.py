@@ -375,14 +375,15 @@ def _damage(pack: Path, kind: str, rng: random.Random) -> set[int]:
 def test_parallel_parts_and_small_chunks_report_exactly_what_one_walk_does(tmp_path, photos, monkeypatch, kind, seed):
     """A full verify is split into parts (each converting only its own index rows) and read in
     chunks that sound records must lie wholly inside: neither may change what is found."""
-    import hframe_cli.verify.check as verify_mod
+    import hframe_cli.verify.parallel as parallel_mod
+    import hframe_cli.verify.walk as walk_mod
 
     pack = make_pack(tmp_path, photos, blobs=200)
     damaged = _damage(pack, kind, random.Random(seed))
     one = verify_pack(pack, workers=1)
     assert set(one.bad_frames) == damaged, one.problems
-    monkeypatch.setattr(verify_mod, "_PART_MIN_BYTES", 1)
-    monkeypatch.setattr(verify_mod, "CHUNK_BYTES", 5000)  # frames straddle chunk ends all the time
+    monkeypatch.setattr(parallel_mod, "PART_MIN_BYTES", 1)
+    monkeypatch.setattr(walk_mod, "CHUNK_BYTES", 5000)  # frames straddle chunk ends all the time
     for workers in (1, 2, 3):
         rep = verify_pack(pack, workers=workers)
         assert [(p.check, p.frame_id, p.message) for p in rep.problems] == [
@@ -415,7 +416,7 @@ def _problems(rep) -> list[tuple]:
 def test_parallel_parts_at_damaged_seams_match_one_walk(tmp_path, monkeypatch, damage):
     """Damage where one part ends and the next begins: the parallel report (names, offsets,
     messages, counts) is exactly one walk's; no placeholder rows, no frame reported twice."""
-    import hframe_cli.verify.check as verify_mod
+    import hframe_cli.verify.parallel as parallel_mod
 
     pack, rs = _small_big_small(tmp_path)
     if damage == "cut_in_record_header":
@@ -434,7 +435,7 @@ def test_parallel_parts_at_damaged_seams_match_one_walk(tmp_path, monkeypatch, d
         )
     one = verify_pack(pack, workers=1)
     assert one.problems and all(p.name != "" for p in one.problems)
-    monkeypatch.setattr(verify_mod, "_PART_MIN_BYTES", 1)
+    monkeypatch.setattr(parallel_mod, "PART_MIN_BYTES", 1)
     for workers in (2, 3):
         rep = verify_pack(pack, workers=workers)
         assert _problems(rep) == _problems(one), workers
@@ -473,12 +474,12 @@ def test_max_errors_counts_only_frames_really_hashed(tmp_path):
 
 
 def test_max_errors_gives_the_same_problems_whatever_the_workers(tmp_path, monkeypatch):
-    import hframe_cli.verify.check as verify_mod
+    import hframe_cli.verify.parallel as parallel_mod
 
     pack, rs = _small_big_small(tmp_path)
     flip(pack, rs[3]["offset"] + 5)
     flip(pack, rs[15]["record_offset"] + 9)
-    monkeypatch.setattr(verify_mod, "_PART_MIN_BYTES", 1)
+    monkeypatch.setattr(parallel_mod, "PART_MIN_BYTES", 1)
     for n in (1, 2):
         reps = [verify_pack(pack, workers=w, max_errors=n) for w in (1, 2, 3)]
         assert len({(tuple(_problems(r)), r.frames_checked, r.bytes_checked) for r in reps}) == 1, n
@@ -487,7 +488,7 @@ def test_max_errors_gives_the_same_problems_whatever_the_workers(tmp_path, monke
 def test_a_frame_shorter_than_its_magic_is_judged_on_its_own_bytes(tmp_path, monkeypatch):
     """A 3-byte frame the index calls a PNG (8 magic bytes): the bytes found are its own, never
     the next record's header, in one walk and in parts."""
-    import hframe_cli.verify.check as verify_mod
+    import hframe_cli.verify.parallel as parallel_mod
 
     src = tmp_path / "zeros"
     src.mkdir()
@@ -503,7 +504,7 @@ def test_a_frame_shorter_than_its_magic_is_judged_on_its_own_bytes(tmp_path, mon
         t.set_column(t.schema.get_field_index("media_type"), field, pa.array(media, field.type)),
         f"{pack}.index.parquet",
     )
-    monkeypatch.setattr(verify_mod, "_PART_MIN_BYTES", 1)
+    monkeypatch.setattr(parallel_mod, "PART_MIN_BYTES", 1)
     for workers in (1, 3):
         rep = verify_pack(pack, workers=workers)
         assert [(p.check, p.frame_id, p.found) for p in rep.problems] == [("magic", 7, "61 62 63")], workers
@@ -578,9 +579,10 @@ def test_progress_has_the_right_total_for_globs_datasets_samples_and_parallel_pa
     tmp_path, photos, monkeypatch, workers
 ):
     """The bar showed '0/0 frames' on datasets and globs and the file size as total with --sample."""
-    import hframe_cli.verify.check as verify_mod
+    import hframe_cli.verify.many as many_mod
+    import hframe_cli.verify.parallel as parallel_mod
 
-    monkeypatch.setattr(verify_mod, "_PART_MIN_BYTES", 1)  # big packs' parts report from forked walkers
+    monkeypatch.setattr(parallel_mod, "PART_MIN_BYTES", 1)  # big packs' parts report from forked walkers
     a = make_pack(tmp_path, photos, "a.hframe", blobs=300)
     b = make_pack(tmp_path, photos, "b.hframe", blobs=10)
     h.pack([photos], tmp_path / "ds.hframe", max_pack_bytes=20_000)
@@ -591,7 +593,7 @@ def test_progress_has_the_right_total_for_globs_datasets_samples_and_parallel_pa
     shard_bytes = sum(sum(r["length"] for r in rows(s)) for s in shards)
 
     bar = _Bar()
-    rep = verify_mod.verify_packs(
+    rep = many_mod.verify_packs(
         [str(tmp_path / "?.hframe"), str(tmp_path / "ds.hframe")], workers=workers, progress=bar
     )
     assert rep.exit_code == 0 and len(rep.packs) == 2 + len(shards)
@@ -607,15 +609,15 @@ def test_progress_has_the_right_total_for_globs_datasets_samples_and_parallel_pa
     assert rep1.frames_checked == len(rows(a)) and all(f >= 0 and n >= 0 for f, n in deltas)
 
     bar = _Bar()
-    rep = verify_mod.verify_packs([str(a)], sample=("count", 50), seed=3, progress=bar)
+    rep = many_mod.verify_packs([str(a)], sample=("count", 50), seed=3, progress=bar)
     assert bar.total is not None and bar.total[0] == rep.packs[0].frames_checked >= 50  # runs of neighbours
     assert bar.updates[-1] == bar.total
     bar = _Bar()
-    verify_mod.verify_packs([str(a)], frames=(10, 30), progress=bar)
+    many_mod.verify_packs([str(a)], frames=(10, 30), progress=bar)
     assert bar.total is not None and bar.total[0] == 20  # its bytes are estimated from the mean frame
     assert bar.updates[-1] == bar.total
     bar = _Bar()
-    verify_mod.verify_packs([str(a)], use_index=False, workers=workers, progress=bar)
+    many_mod.verify_packs([str(a)], use_index=False, workers=workers, progress=bar)
     assert bar.total is not None and bar.total[0] == len(rows(a)) and bar.updates[-1] == bar.total
 
 
@@ -630,13 +632,13 @@ def test_a_glob_that_matches_nothing_says_so_once(cli, tmp_path):
 
 
 def test_progress_of_a_truncated_pack_without_index_still_moves(tmp_path, photos):
-    import hframe_cli.verify.check as verify_mod
+    import hframe_cli.verify.many as many_mod
 
     pack = make_pack(tmp_path, photos, blobs=200)
     cut = tmp_path / "cut.hframe"
     cut.write_bytes(pack.read_bytes()[: pack.stat().st_size * 2 // 3])  # no trailer
     bar = _Bar()
-    rep = verify_mod.verify_packs([str(cut)], use_index=False, progress=bar)
+    rep = many_mod.verify_packs([str(cut)], use_index=False, progress=bar)
     assert rep.exit_code == 1 and rep.packs[0].frames_checked > 0
     assert bar.total == (0, cut.stat().st_size - HEADER_SIZE)  # frames unknown, bytes bounded by the file
     assert bar.updates[-1][0] == rep.packs[0].frames_checked and bar.updates[-1][1] > 0
@@ -647,7 +649,7 @@ def test_a_pack_is_split_into_parts_of_at_least_8_mib(tmp_path, monkeypatch, fra
     """Parts pay from 16 MiB of data on (forking a walker costs what hashing a few MiB does):
     a 7 MiB pack is walked in one process, 17 MiB in two parts, and never more parts than
     workers; every frame is checked either way."""
-    import hframe_cli.verify.check as verify_mod
+    import hframe_cli.verify.parallel as parallel_mod
 
     pack = tmp_path / "p.hframe"
     rng = random.Random(frames)
@@ -663,7 +665,7 @@ def test_a_pack_is_split_into_parts_of_at_least_8_mib(tmp_path, monkeypatch, fra
         calls.append(1)
         return real_fork()
 
-    monkeypatch.setattr(verify_mod.os, "fork", fork)
+    monkeypatch.setattr(parallel_mod.os, "fork", fork)
     rep = verify_pack(pack, workers=2)
     assert not rep.problems and rep.frames_checked == frames
     assert len(calls) == forks
