@@ -56,6 +56,8 @@ class PackOptions:
     returns a context manager that yields the per-frame progress callback (or None).
     """
 
+    #: ``tar`` or ``zip``: every path is such an archive, and its members are the sources
+    archives: str | None = None
     include: Sequence[str] = ()
     exclude: Sequence[str] = ()
     base: str | None = None
@@ -315,8 +317,16 @@ def _media_and_sources(paths: list[str], out: str, opts: PackOptions) -> tuple[M
         if not os.path.isfile(opts.plan):
             raise InputError(f"{opts.plan}: no such plan (write one with 'hframe pack SOURCE... -o OUT --plan-only')")
         return media, read_source_list(opts.plan, "the plan")
+    if opts.archives is not None:
+        if media.video_frames is not None:
+            raise InputError(
+                f"--video-frames with --from {opts.archives}: not supported yet (videos in archives are packed as files)"
+            )
+        if opts.base is not None:
+            raise InputError(f"--base with --from {opts.archives}: members are named by their paths in the archive")
     return media, collect_sources(
         paths,
+        archives=opts.archives,
         stdin=opts.stdin,
         null_separated=opts.null_separated,
         include=opts.include,

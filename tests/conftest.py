@@ -58,6 +58,15 @@ def make_records(root: Path, n: int = 120, seed: int = 0) -> Path:
     return root
 
 
+def real_media(limit: int = 120) -> list[Path]:
+    """Images made by others: shipped inside the installed Python packages and Debian's."""
+    found: list[Path] = []
+    for root in (Path(sys.prefix), Path("/usr/share")):
+        for ext in ("png", "jpg", "jpeg", "gif", "webp"):
+            found += sorted(root.rglob(f"*.{ext}"))[:limit]
+    return [p for p in found if p.is_file() and 0 < p.stat().st_size < 4 << 20][:limit]
+
+
 def make_photos(root: Path, count: int = 30) -> Path:
     """An ImageFolder-style tree: root/<class>/<nnn>.(jpg|png), several sizes and modes."""
     sizes = ((16, 16), (48, 32), (120, 90), (200, 150))

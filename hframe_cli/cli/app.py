@@ -201,6 +201,15 @@ def pack(
         ),
     ],
     output: Annotated[str, typer.Option("--output", "-o", metavar="FILE", help="The pack to write (.hframe).")],
+    from_archive: Annotated[
+        Optional[str],
+        typer.Option(
+            "--from",
+            metavar="tar|zip",
+            help="Every SOURCE is an archive (globs and {000..099} ranges expanded): pack its members, "
+            "read in place, as if it were extracted.",
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing pack.")] = False,
     align: Annotated[
         int,
@@ -424,6 +433,7 @@ def pack(
         strict_images=strict_images,
     )
     options = PackOptions(
+        archives=from_archive,
         include=include or (),
         exclude=exclude or (),
         base=base,

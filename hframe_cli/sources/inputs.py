@@ -13,6 +13,7 @@ import fnmatch
 import glob
 import operator
 import os
+import re
 import stat
 import sys
 from collections.abc import Iterable, Sequence
@@ -22,10 +23,11 @@ from typing import Any, BinaryIO
 from ..errors import InputError
 from ..locations import shown_url
 from ..names import partial_name
+from .archives import ARCHIVE_KINDS, list_archive, shown
 from .listing import Folder, sorted_entries, walk_in_parallel
 from .sourcelist import Rejected, SourceList
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "expand_globs", "collect_sources"]
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "collect_sources", "expand_braces", "expand_globs"]
 
 DEFAULT_MAX_FRAME_BYTES = 1 << 30  # 1 GiB: 4K wallpapers and raw arrays of tens of MB are normal
 
@@ -124,6 +126,39 @@ class _Collector:
             self.reject(path, f"{st.st_size} bytes is larger than --max-frame-bytes {self.max_frame_bytes}")
             return
         self.out.add(path, os.fsencode(name), st.st_size, st.st_mtime_ns)
+
+    def add_archive(self, path: str, kind: str) -> None:
+        """Add the regular members of the archive ``path`` (``archives.list_archive``), named by
+        their paths in it. Links, devices and names with ``..`` are skipped with a line each (as
+        ``tar xf`` would not make them files); of two members with one name the later one is
+        kept, as extracting the archive keeps it."""
+        if os.path.realpath(path) in self.forbidden:
+            raise InputError(f"{path}: is the output being written")
+        seen: dict[bytes, int] = {}
+        paths, names, sizes, mtimes = self.out.columns()
+        for e in list_archive(path, kind):
+            if e.problem is not None:
+                if e.problem:
+                    self.out.rejected.append(Rejected(shown(e.path), e.problem))
+                continue
+            if not self.wanted(e.name):
+                continue
+            if e.size == 0 and not self.allow_empty:
+                self.reject(shown(e.path), "zero-byte member (use --allow-empty to pack it)")
+                continue
+            if e.size > self.max_frame_bytes:
+                self.reject(shown(e.path), f"{e.size} bytes is larger than --max-frame-bytes {self.max_frame_bytes}")
+                continue
+            name = os.fsencode(e.name)
+            k = seen.get(name)
+            if k is not None:
+                self.out.rejected.append(
+                    Rejected(shown(paths[k]), "replaced by a later member of the same name (as tar xf does)")
+                )
+                paths[k], sizes[k], mtimes[k] = e.path, e.size, e.mtime_ns
+                continue
+            seen[name] = len(names)
+            self.out.add(e.path, name, e.size, e.mtime_ns)
 
     def add_tree(self, root: str, base: str) -> None:
         """Add the files under ``root``, named relative to ``base``: a depth-first walk following
@@ -243,12 +278,15 @@ def collect_sources(
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     allow_empty: bool = False,
     require_some: bool = True,
+    archives: str | None = None,
 ) -> SourceList:
     """Expand sources into a sorted list of files to pack.
 
     Args:
         args: files, folders (walked recursively, following symlinks), or ``-`` for a list
-            on ``stdin``.
+            on ``stdin``; with ``archives``, archive files (globs and ``{000..099}`` ranges
+            expanded) whose members are the sources.
+        archives: ``tar`` or ``zip``: every argument is such an archive (``pack --from``).
         null_separated: the stdin list is NUL-separated (``find -print0``).
         include, exclude: shell globs matched against the name in the pack.
         base: name every file relative to this folder.
@@ -268,6 +306,10 @@ def collect_sources(
         allow_empty=allow_empty,
         forbidden=forbidden,
     )
+    if archives is not None:
+        return _collect_archives(
+            col, list(args), archives, include, exclude, allow_empty, max_frame_bytes, output, require_some
+        )
     files: list[str] = []
     folders: list[str] = []
     for arg in args:
@@ -312,6 +354,66 @@ def collect_sources(
     return col.out
 
 
+def _collect_archives(
+    col: _Collector,
+    args: list[str],
+    kind: str,
+    include: Sequence[str],
+    exclude: Sequence[str],
+    allow_empty: bool,
+    max_frame_bytes: int,
+    output: str | None,
+    require_some: bool,
+) -> SourceList:
+    """``collect_sources`` with ``archives``: the members of every archive, sorted by name (a
+    name in two archives is refused, as a name in two folders is)."""
+    if kind not in ARCHIVE_KINDS:
+        raise InputError(f"--from {kind}: hframe reads {' and '.join(ARCHIVE_KINDS)} archives")
+    found: list[str] = []
+    for arg in args:
+        if arg == "-":
+            raise InputError(f"--from {kind} -: an archive on standard input is not read yet; save it to a file first")
+        for path in expand_globs(expand_braces(arg)):
+            if not os.path.lexists(path):
+                raise InputError(f"{shown_url(path)}: no such file")
+            if os.path.isdir(path):
+                raise InputError(f"{path}: is a folder; --from {kind} packs the members of {kind} files")
+            found.append(os.path.abspath(path))
+    for path in found:
+        col.add_archive(path, kind)
+    _sort_by_name(col)
+    col.out.collect = {
+        "archives": found,
+        "archive_kind": kind,
+        "folders": [],
+        "include": list(include),
+        "exclude": list(exclude),
+        "allow_empty": allow_empty,
+        "max_frame_bytes": max_frame_bytes,
+        "output": os.path.abspath(output) if output else None,
+    }
+    if not len(col.out) and require_some:
+        raise InputError(f"nothing to pack: no regular members in {' '.join(args)}")
+    return col.out
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """WebDataset's shard ranges: ``train-{000000..000099}.tar`` (zero-padded as written) and
+    ``{a,b}`` lists, expanded as a shell would, left to right; anything else stays as it is."""
+    m = re.search(r"\{(\d+)\.\.(\d+)\}|\{([^{}]*,[^{}]*)\}", pattern)
+    if m is None:
+        return [pattern]
+    head, tail = pattern[: m.start()], pattern[m.end() :]
+    if m.group(3) is not None:
+        items = m.group(3).split(",")
+    else:
+        lo, hi = m.group(1), m.group(2)
+        width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
+        step = 1 if int(hi) >= int(lo) else -1
+        items = [str(i).zfill(width) for i in range(int(lo), int(hi) + step, step)]
+    return [x for item in items for x in expand_braces(head + item + tail)]
+
+
 def _sort_by_name(col: _Collector) -> None:
     """Put the sources in name order (stable: of two files with one name, the first found is
     kept, the other rejected), on the columns: a sort of positions by name, and each column
@@ -334,9 +436,9 @@ def _sort_by_name(col: _Collector) -> None:
                 first = j
                 continue
             col.reject(
-                paths[j],
+                shown(paths[j]),
                 f"name {names[j].decode('utf-8', 'backslashreplace')!r} appears twice "
-                f"(also {paths[first]}); use --base or separate packs",
+                f"(also {shown(paths[first])}); use --base or separate packs",
             )
             keep[j] = False
         _reorder(columns, [j for j, k in enumerate(keep) if k])

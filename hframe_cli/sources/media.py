@@ -141,15 +141,20 @@ class FramePrep:
             meta["split"] = split_of(key, self.splits)
         return meta
 
-    def prepare(self, name: bytes, data: bytes, md5: bytes | None = None) -> PreparedFrame | None:
-        """Sniff, describe and (maybe) compress one frame held in memory; None when it is a
-        blob stored as it is with nothing to record (the writer's plain path)."""
+    def prepare(
+        self, name: bytes, data: bytes, md5: bytes | None = None, source: str | None = None
+    ) -> PreparedFrame | None:
+        """Sniff, describe and (maybe) compress one frame held in memory (``source``: where it
+        came from, an archive member's ``archives.provenance``); None when it is a blob stored
+        as it is with nothing to record (the writer's plain path)."""
         media = sniff_media_type(data[:SNIFF_BYTES])
-        if media == "unknown" and self.plain_blobs:
+        if media == "unknown" and self.plain_blobs and source is None:
             return None
         if md5 is None:
             md5 = hashlib.md5(data).digest()
         meta = self.group_meta(name)
+        if source is not None:
+            meta["source"] = source
         warning = None
         kind = _BLOB
         if media != "unknown":

@@ -195,10 +195,12 @@ _LIST_SLICE = 32768  # sources in one row group of a saved source list
 
 
 def _fsencoded(paths: list[str]) -> list[bytes]:
-    """``[os.fsencode(p) for p in paths]``, encoded as one string (no path holds a NUL)."""
+    """``[os.fsencode(p) for p in paths]``, encoded as one string (no file's path holds a NUL; an
+    archive member's locator does, ``archives.py``: then one by one)."""
     if not paths:
         return []
-    return "\0".join(paths).encode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()).split(b"\0")
+    out = "\0".join(paths).encode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()).split(b"\0")
+    return out if len(out) == len(paths) else [os.fsencode(p) for p in paths]
 
 
 def read_source_list(path: str | os.PathLike[str], what: str = "the source list") -> SourceList:

@@ -38,6 +38,7 @@ from ..processes import (
     signals_held,
     usable_cpus,
 )
+from ..sources.archives import MemberChanged, is_member, open_source, provenance, read_member
 from ..sources.media import FramePrep, PreparedFrame
 from ..sources.sourcelist import Source
 from ..sources.video import SNIFF_VIDEO_BYTES, has_video_extension, sniff_video
@@ -80,7 +81,7 @@ def load_prepared(src: Source, prep: FramePrep | None, videos: bool) -> Loaded:
             return Loaded(src, video=True)
         if src.size > STREAM_ABOVE:
             try:
-                with open(src.path, "rb") as f:
+                with open_source(src.path, src.size) as f:
                     head = f.read(SNIFF_VIDEO_BYTES)
             except OSError:
                 head = b""
@@ -90,7 +91,9 @@ def load_prepared(src: Source, prep: FramePrep | None, videos: bool) -> Loaded:
         if sniff_video(item.data[:200]):
             item.video = True  # confirmed (or refuted) when the container is opened
     if prep is not None and item.data is not None and not item.video:
-        item.frame = prep.prepare(src.name, item.data, item.md5)
+        # (a member of an archive is told where it came from: is_member is a cheap test first)
+        source = provenance(src.path) if is_member(src.path) else None
+        item.frame = prep.prepare(src.name, item.data, item.md5, source)
     return item
 
 
@@ -121,6 +124,8 @@ def _load(src: Source) -> Loaded:
         return Loaded(src, stream=True)
     try:
         fd = os.open(src.path, _O_READ)
+    except ValueError:  # a NUL in the path: a member of an archive (sources/archives.py)
+        return _load_member(src)
     except FileNotFoundError:
         return Loaded(src, error="vanished while packing")
     except OSError as e:
@@ -147,6 +152,19 @@ def _load(src: Source) -> Loaded:
         os.close(fd)
     if len(data) != src.size or st.st_size != src.size or st.st_mtime_ns != src.mtime_ns:
         return Loaded(src, error=f"changed while packing (listed {src.size} bytes, read {len(data)})")
+    return Loaded(src, data, hashlib.md5(data).digest())
+
+
+def _load_member(src: Source) -> Loaded:
+    """Read and hash one archive member where it sits (``archives.read_member``)."""
+    try:
+        data = read_member(src.path, src.size)
+    except MemberChanged as e:
+        return Loaded(src, error=str(e))
+    except FileNotFoundError:
+        return Loaded(src, error="its archive vanished while packing")
+    except OSError as e:
+        return Loaded(src, error=f"cannot read its archive: {e.strerror}")
     return Loaded(src, data, hashlib.md5(data).digest())
 
 

@@ -54,6 +54,7 @@ from ..processes import (
     signals_held,
     usable_cpus,
 )
+from ..sources.archives import shown
 from ..sources.sourcelist import Rejected, Source
 from .loading import STREAM_ABOVE, WITHOUT_SIZE, add_loaded, load_prepared
 from .writer import ChunkWriter, PackWriter, WrittenChunk
@@ -267,7 +268,7 @@ def _take_in(
     run.writer.append_chunk(chunk)
     for k, is_error, problem in sized.problems:
         if is_error:
-            run.skipped.append(Rejected(sources.paths[k], problem))
+            run.skipped.append(Rejected(shown(sources.paths[k]), problem))
         else:
             run.warn(sources.source(k), problem, WITHOUT_SIZE)
     run.done_bytes += sum(sources.sizes[first:end])

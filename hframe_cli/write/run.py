@@ -28,6 +28,7 @@ from ..format.layout import HEADER_SIZE, KIND_IDS, SNIFF_BYTES, sniff_media_type
 from ..names import checkpoint_paths, index_name, partial_name
 from ..processes import usable_cpus
 from ..read.dataset import get_manifest_path
+from ..sources.archives import MemberChanged, archive_of, is_member, member_unchanged, open_source, provenance, shown
 from ..sources.inputs import collect_sources
 from ..sources.media import FramePrep, MediaOptions
 from ..sources.sourcelist import Rejected, Source, SourceList
@@ -289,7 +290,7 @@ def _dictionary_for(sources: SourceList, settings: PackSettings) -> bytes | None
     samples = []
     for i in sample_for_dictionary([s.size for s in srcs]):
         try:
-            with open(srcs[i].path, "rb") as f:
+            with open_source(srcs[i].path, srcs[i].size) as f:
                 data = f.read()
         except OSError:
             continue  # reported when the file itself is packed
@@ -430,7 +431,7 @@ class _Run:
             if item.error is not None:
                 if not settings.skip_bad:
                     raise self.bad_input(item.source.path, item.error)
-                self.skipped.append(Rejected(item.source.path, item.error))  # listed in the summary
+                self.skipped.append(Rejected(shown(item.source.path), item.error))  # listed in the summary
             self.done_bytes += item.source.size  # a skipped source is done too: the rest is what is left
             if settings.on_progress is not None:
                 settings.on_progress(len(self.writer), self.done_bytes)
@@ -445,7 +446,7 @@ class _Run:
     def bad_input(path: str, error: str) -> InputError:
         """The error that ends a run (without ``--skip-bad``) at a source it cannot pack."""
         hint = "" if "--skip-bad" in error else " (use --skip-bad to leave it out)"
-        return InputError(f"{path}: {error}{hint}")
+        return InputError(f"{shown(path)}: {error}{hint}")
 
     def add(self, k: int, item: Loaded, stop: StopSignals) -> None:
         """Write source ``k`` (loaded as ``item``): a video's frames, a streamed large file, or
@@ -466,9 +467,11 @@ class _Run:
             return  # its frames are in (or item.error says why not)
         if item.stream:
             try:
-                with open(src.path, "rb") as f:
-                    writer.add_stream(src.name, f, src.size, mtime_ns=src.mtime_ns)
-            except InputError as e:
+                with open_source(src.path, src.size) as f:
+                    source = provenance(src.path)
+                    meta = {"source": source} if source is not None else None
+                    writer.add_stream(src.name, f, src.size, mtime_ns=src.mtime_ns, meta=meta)
+            except (InputError, MemberChanged) as e:
                 item.error = str(e)
             except FileNotFoundError:
                 item.error = "vanished while packing"
@@ -482,8 +485,8 @@ class _Run:
             self.warn(src, warning, WITHOUT_SIZE)
 
     def warn(self, src: Source, problem: str, consequence: str) -> None:
-        self.warnings.append(Rejected(src.path, problem))
-        note(self.settings.on_event, f"warning: {src.path}: {problem}{consequence}")
+        self.warnings.append(Rejected(shown(src.path), problem))
+        note(self.settings.on_event, f"warning: {shown(src.path)}: {problem}{consequence}")
 
     def checkpoint_due(self) -> bool:
         self.settle(done=False)  # a checkpoint committed on its thread is reported here
@@ -688,7 +691,12 @@ def _describe_changes(saved: list[Source], current: list[Source]) -> list[str]:
     new = {s.name: s for s in current}
     added = sorted(set(new) - set(old))
     removed = sorted(set(old) - set(new))
-    changed = sorted(n for n in set(old) & set(new) if (old[n].size, old[n].mtime_ns) != (new[n].size, new[n].mtime_ns))
+    changed = sorted(
+        n
+        for n in set(old) & set(new)
+        if (old[n].size, old[n].mtime_ns) != (new[n].size, new[n].mtime_ns)
+        or (old[n].path != new[n].path and is_member(old[n].path))  # moved inside a rewritten archive
+    )
     lines = []
     for label, names in (("added", added), ("removed", removed), ("changed", changed)):
         if names:
@@ -703,6 +711,18 @@ def _current_sources(saved: SourceList) -> list[Source]:
     files stat-ed again."""
 
     collect = saved.collect
+    if collect.get("archives"):  # listed again: a member's place may have moved with its archive
+        return collect_sources(
+            [a for a in collect["archives"] if os.path.isfile(a)],
+            archives=collect["archive_kind"],
+            include=collect.get("include", ()),
+            exclude=collect.get("exclude", ()),
+            skip_bad=True,
+            allow_empty=collect.get("allow_empty", False),
+            max_frame_bytes=collect.get("max_frame_bytes", 1 << 30),
+            output=collect.get("output"),
+            require_some=False,
+        ).sources
     folders = [a for a in collect.get("folders", []) if os.path.isdir(a)]
     found = collect_sources(
         folders,
@@ -720,6 +740,12 @@ def _current_sources(saved: SourceList) -> list[Source]:
     for s in saved.sources:
         if s.name in now or (walked and os.path.abspath(s.path).startswith(walked)):
             continue  # found again by the walk, or gone from a walked folder
+        if is_member(s.path):  # (a shard's part of a list of members: its archive is checked)
+            if member_unchanged(s.path):
+                now[s.name] = s
+            elif os.path.exists(archive_of(s.path)):
+                now[s.name] = Source(s.path, s.name, s.size, -1)  # its archive changed: so may it
+            continue
         try:
             st = os.stat(s.path)
         except OSError:

@@ -24,6 +24,7 @@ from ..errors import InputError
 from ..faults import fault_point
 from ..format.index import get_index_path
 from ..names import index_name, partial_name
+from ..sources.archives import open_source
 from ..sources.media import MediaOptions
 from ..sources.sourcelist import Source, SourceList
 from .checkpoint import Checkpoint, CheckpointPolicy, load_checkpoint, remove_checkpoint_files
@@ -187,7 +188,7 @@ def _why_changed(s: Source, size: int, us: int, md5: str | None, checksum: bool)
         return f"modified {_utc(us)} -> {_utc(s.mtime_ns // 1000)}"
     if checksum and md5 is not None:
         digest = hashlib.md5()
-        with open(s.path, "rb") as f:
+        with open_source(s.path, s.size) as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 digest.update(chunk)
         if digest.hexdigest() != md5:

@@ -579,8 +579,11 @@ class PackWriter:
         self._payload_bytes, self._digest = payload, digest
         self._compressed, self._extras = compressed, extras
 
-    def add_stream(self, name: bytes, stream: BinaryIO, size: int, *, mtime_ns: int = 0) -> int:
-        """Append one frame of ``size`` bytes copied from ``stream`` in chunks (bounded memory).
+    def add_stream(
+        self, name: bytes, stream: BinaryIO, size: int, *, mtime_ns: int = 0, meta: dict[str, Any] | None = None
+    ) -> int:
+        """Append one frame of ``size`` bytes copied from ``stream`` in chunks (bounded memory),
+        with per-frame ``meta`` (``index.FRAME_META_KEYS``) if any.
 
         Raises:
             InputError: the stream held more or fewer than ``size`` bytes; nothing is kept.
@@ -592,7 +595,8 @@ class PackWriter:
         self._flush()
         rec_off = self._pos
         # frame 0 carries the pack's dictionary, whichever way it is written
-        extra = encode_extra(None, self.dictionary) if not len(self._index) and self.dictionary else b""
+        dictionary = self.dictionary if not len(self._index) else None
+        extra = encode_extra(encode_meta(meta) if meta else None, dictionary) if meta or dictionary else b""
         hdr_size = record_header_size(rec_off, len(name), len(extra), self.alignment)
         digest = hashlib.md5()
         head = b""
@@ -623,7 +627,7 @@ class PackWriter:
         kind = _BLOB if media == "unknown" else _IMAGE
         frame_id = len(self._index)
         md5 = digest.digest()
-        self._append_row(name, rec_off, hdr_size, size, md5, mtime_ns, media, kind, extra=extra)
+        self._append_row(name, rec_off, hdr_size, size, md5, mtime_ns, media, kind, meta=meta, extra=extra)
         record = encode_record(hdr_size, frame_id, size, size, md5, mtime_ns, 0, kind, name, extra)
         os.pwrite(self._fd, record, rec_off)
         os.lseek(self._fd, rec_off + hdr_size + size, os.SEEK_SET)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import hframe_bin, make_image, open_files, run_bin
+from conftest import hframe_bin, make_image, open_files, real_media, run_bin
 from conftest import same_pack as same
 
 import hframe_cli as h
@@ -34,15 +34,6 @@ from hframe_cli.write.checkpoint import CheckpointPolicy
 from hframe_cli.write.writer import ChunkWriter, PackWriter
 
 CREATED = ["--created", "1700000000", "--allow-empty"]
-
-
-def real_media(limit: int = 120) -> list[Path]:
-    """Images made by others: shipped inside the installed Python packages and Debian's."""
-    found: list[Path] = []
-    for root in (Path(sys.prefix), Path("/usr/share")):
-        for ext in ("png", "jpg", "jpeg", "gif", "webp"):
-            found += sorted(root.rglob(f"*.{ext}"))[:limit]
-    return [p for p in found if p.is_file() and 0 < p.stat().st_size < 4 << 20][:limit]
 
 
 def mixed_tree(root: Path, n: int = 600, seed: int = 0) -> Path:
