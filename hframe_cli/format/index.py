@@ -448,6 +448,17 @@ class _MetaColumns:
             modes = values["mode"]
             codes["mode"].append(modes.setdefault(str(meta["mode"]), len(modes)))
             return
+        if len(meta) == 1 and "source" in meta:  # an archive member's blob (pack --from)
+            self.width.append(-1)
+            self.height.append(-1)
+            self.frame_index.append(-1)
+            self.pts_s.append(math.nan)
+            self.keyframe.append(-1)
+            codes, sources = self.codes, self.values["source"]
+            codes["split"].append(-1)
+            codes["mode"].append(-1)
+            codes["source"].append(sources.setdefault(str(meta["source"]), len(sources)))
+            return
 
         def num(key: str) -> Any:
             v = meta.get(key)

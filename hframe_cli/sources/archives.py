@@ -22,10 +22,10 @@ cannot take more memory than ``--max-frame-bytes``).
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import stat
 import struct
-import tarfile
 import time
 import zipfile
 import zlib
@@ -47,6 +47,7 @@ __all__ = [
     "open_source",
     "provenance",
     "read_member",
+    "read_member_and_source",
     "shown",
 ]
 
@@ -110,7 +111,10 @@ def provenance(path: str) -> str | None:
     the index's ``name`` column shows them). None for a file."""
     if _SEP not in path:
         return None
-    loc = _parse(path)
+    return _source_of(_parse(path))
+
+
+def _source_of(loc: _Locator) -> str:
     text = os.fsencode(f"{os.path.basename(loc.archive)}:{loc.member}")
     return text.decode("utf-8", "backslashreplace")  # (a name that is not UTF-8 shown as \\xNN)
 
@@ -249,7 +253,16 @@ def open_source(path: str, size: int) -> BinaryIO:
 def read_member(path: str, size: int) -> bytes:
     """A member's bytes, whole, checked as ``open_source`` says: the packing loop's path for
     every member up to ``loading.STREAM_ABOVE``, with one ``pread`` and no stream objects."""
+    return _read(_parse(path), size)
+
+
+def read_member_and_source(path: str, size: int) -> tuple[bytes, str]:
+    """``read_member`` and ``provenance`` of one member, its locator parsed once."""
     loc = _parse(path)
+    return _read(loc, size), _source_of(loc)
+
+
+def _read(loc: _Locator, size: int) -> bytes:
     fd = os.open(loc.archive, _O_READ)
     try:
         st = os.fstat(fd)
@@ -266,8 +279,10 @@ def read_member(path: str, size: int) -> bytes:
     if loc.method == _DEFLATED:
         inflate = zlib.decompressobj(-15)
         try:
-            data = inflate.decompress(raw, size)  # never more than the header says
-            more = inflate.decompress(inflate.unconsumed_tail, 1) if inflate.unconsumed_tail else b""
+            # never more than the header says (and a max_length of 0 would mean no limit at all)
+            data = inflate.decompress(raw, size) if size else b""
+            tail = inflate.unconsumed_tail if size else raw
+            more = inflate.decompress(tail, 1) if tail else b""
         except zlib.error as e:
             raise MemberChanged(f"cannot be inflated ({e}; damaged archive)") from None
         if len(data) < size:
@@ -334,61 +349,173 @@ def list_archive(path: str, kind: str) -> Iterator[ArchiveEntry]:
         raise InputError(f"--from {kind}: not a kind of archive hframe reads ({', '.join(ARCHIVE_KINDS)})")
 
 
-def _tar_mtime_ns(info: tarfile.TarInfo) -> int:
-    exact = info.pax_headers.get("mtime")
-    if exact is not None:
-        try:
-            return int(Decimal(exact) * 1_000_000_000)
-        except ArithmeticError:
-            pass
-    return int(info.mtime) * 1_000_000_000
-
-
-_TAR_KINDS: dict[bytes, str] = {
-    tarfile.SYMTYPE: "a symbolic link",
-    tarfile.LNKTYPE: "a hard link",
-    tarfile.CHRTYPE: "a character device",
-    tarfile.BLKTYPE: "a block device",
-    tarfile.FIFOTYPE: "a FIFO",
+_BLOCK = 512
+_REGULAR = frozenset(b"07\0")
+_TAR_KINDS: dict[int, str] = {
+    ord("1"): "a hard link",
+    ord("2"): "a symbolic link",
+    ord("3"): "a character device",
+    ord("4"): "a block device",
+    ord("6"): "a FIFO",
+    ord("S"): "a sparse member, not supported",
+    ord("V"): "a volume label",
+    ord("M"): "a multi-volume continuation, not supported",
 }
 
 
-def _list_tar(path: str, st: os.stat_result) -> Iterator[ArchiveEntry]:
+def _tar_number(field: bytes) -> int:
+    """An octal number field (NUL- or space-padded), or GNU's base-256 (high bit set)."""
+    if field[:1] and field[0] & 0x80:
+        value = int.from_bytes(field[1:], "big")
+        return value - (1 << (8 * len(field) - 8)) if field[0] & 0x40 else value
+    text = field.split(b"\0", 1)[0].strip()
+    return int(text, 8) if text else 0
+
+
+def _pax_records(data: bytes, where: str) -> dict[str, bytes]:
+    """A PAX extended header's ``LEN key=value\\n`` records."""
+    out: dict[str, bytes] = {}
+    i = 0
+    while i < len(data) and data[i : i + 1] != b"\0":
+        space = data.find(b" ", i)
+        try:
+            n = int(data[i:space]) if space > i else 0
+        except ValueError:
+            n = 0
+        if n <= space - i or i + n > len(data):
+            raise InputError(f"{where}: damaged PAX header")
+        key, eq, value = data[space + 1 : i + n - 1].partition(b"=")  # (without the newline)
+        if not eq:
+            raise InputError(f"{where}: damaged PAX header")
+        out[key.decode("utf-8", "replace")] = value
+        i += n
+    return out
+
+
+def _pax_mtime_ns(value: bytes) -> int:
     try:
-        tf = tarfile.open(path, "r:", errorlevel=2)
-    except tarfile.ReadError as e:
-        raise InputError(f"{path}: not a tar archive ({e})") from None
-    with tf:
+        return int(Decimal(value.decode()) * 1_000_000_000)
+    except (ArithmeticError, ValueError):
+        return 0
+
+
+def _list_tar(path: str, st: os.stat_result) -> Iterator[ArchiveEntry]:
+    """Walk the chain of 512-byte headers (ustar, GNU and PAX, as GNU tar and Python write
+    them), each checked against its checksum, without decoding more than a source needs: the
+    archive is mapped, and a member costs a few slices (``tarfile``'s objects cost several
+    times a folder's listing; ``scripts/bench_archives.py``)."""
+    size = st.st_size
+    if size < _BLOCK:
+        raise InputError(f"{path}: not a tar archive (shorter than one header)")
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        at = 0
+        long_name: bytes | None = None
+        pax: dict[str, bytes] = {}
+        glob_pax: dict[str, bytes] = {}
+        first = True
         while True:
+            if at + _BLOCK > size:
+                if first:
+                    raise InputError(f"{path}: not a tar archive")
+                raise InputError(f"{path}: truncated after {at} bytes (no end-of-archive blocks)")
+            header = mm[at : at + _BLOCK]
+            if header == _ZERO_BLOCK:
+                if first:
+                    raise InputError(f"{path}: not a tar archive (it starts with an empty block)")
+                return  # the end (two zero blocks; one is enough, as for tar)
+            if not _checksum_ok(header):
+                if first:
+                    raise InputError(f"{path}: not a tar archive")
+                raise InputError(f"{path}: damaged: the header at offset {at} does not match its checksum")
+            first = False
+            flag = header[156]
             try:
-                info = tf.next()
-            except tarfile.ReadError as e:
-                raise InputError(f"{path}: damaged or truncated after {tf.offset} bytes ({e})") from None
-            if info is None:
-                return
-            tf.members.clear()  # type: ignore[attr-defined]  # bounded memory for millions of members
-            yield _tar_entry(path, st, info)
+                length = _tar_number(header[124:136])
+            except ValueError:
+                raise InputError(f"{path}: damaged: the header at offset {at} has no readable size") from None
+            data_at = at + _BLOCK
+            nxt = data_at + -(-length // _BLOCK) * _BLOCK
+            if flag in (ord("L"), ord("K"), ord("x"), ord("g")):  # data for the next header
+                if data_at + length > size:
+                    raise InputError(f"{path}: truncated: an extended header at offset {at} ends past the end")
+                body = mm[data_at : data_at + length]
+                if flag == ord("L"):
+                    long_name = body.split(b"\0", 1)[0]
+                elif flag == ord("x"):
+                    pax = _pax_records(body, f"{path} (offset {at})")
+                elif flag == ord("g"):
+                    glob_pax.update(_pax_records(body, f"{path} (offset {at})"))
+                at = nxt
+                continue
+            fields = {**glob_pax, **pax}
+            raw = _tar_name(header, long_name, fields)
+            if "size" in fields:
+                try:
+                    length = int(fields["size"])
+                except ValueError:
+                    raise InputError(f"{path}: damaged PAX header at offset {at} (size)") from None
+                nxt = data_at + -(-length // _BLOCK) * _BLOCK
+            long_name, pax = None, {}
+            yield _tar_entry(path, st, raw, flag, data_at, length, header, fields)
+            at = nxt
 
 
-def _tar_entry(path: str, st: os.stat_result, info: tarfile.TarInfo) -> ArchiveEntry:
-    raw = info.name
-    name = member_name(raw)
+_ZERO_BLOCK = bytes(_BLOCK)
+
+
+def _checksum_ok(header: bytes) -> bool:
+    try:
+        want = _tar_number(header[148:156])
+    except ValueError:
+        return False
+    total = sum(header) - sum(header[148:156]) + 8 * 32
+    if total == want:
+        return True
+    signed = total - 2 * sum(b for b in header if b > 127) + 2 * sum(b for b in header[148:156] if b > 127)
+    return signed == want  # (some old tars summed signed bytes)
+
+
+def _tar_name(header: bytes, long_name: bytes | None, fields: dict[str, bytes]) -> str:
+    """The member's name as stored: PAX ``path``, else GNU's long name, else ustar's prefix and
+    name (decoded as ``os.fsdecode``: the exact bytes come back with ``os.fsencode``)."""
+    if "path" in fields:
+        return os.fsdecode(fields["path"])
+    if long_name is not None:
+        return os.fsdecode(long_name)
+    name = header[0:100].split(b"\0", 1)[0]
+    if header[257:263] == b"ustar\0":  # POSIX ustar: a prefix (GNU's "ustar  " uses the space otherwise)
+        prefix = header[345:500].split(b"\0", 1)[0]
+        if prefix:
+            name = prefix + b"/" + name
+    return os.fsdecode(name)
+
+
+def _tar_entry(
+    path: str,
+    st: os.stat_result,
+    raw: str,
+    flag: int,
+    data_at: int,
+    length: int,
+    header: bytes,
+    fields: dict[str, bytes],
+) -> ArchiveEntry:
     shown_at = f"{path}:{raw}"
-    if info.isdir():
+    if flag == ord("5") or (flag in _REGULAR and raw.endswith("/")):
         return ArchiveEntry(raw, shown_at, 0, 0, problem="")  # (a folder: nothing to say)
+    name = member_name(raw)
     if name is None:
         return ArchiveEntry(raw, shown_at, 0, 0, problem="member name contains '..' (skipped, as tar does)")
-    kind = _TAR_KINDS.get(info.type)
-    if kind is not None:
+    if flag not in _REGULAR:
+        kind = _TAR_KINDS.get(flag, "not a regular file")
         return ArchiveEntry(name, shown_at, 0, 0, problem=f"{kind} (skipped)")
-    if info.issparse():
-        return ArchiveEntry(name, shown_at, 0, 0, problem="a sparse member (not supported; skipped)")
-    if not info.isreg():
-        return ArchiveEntry(name, shown_at, 0, 0, problem="not a regular file (skipped)")
-    if info.offset_data + info.size > st.st_size:
+    if any(k.startswith("GNU.sparse") for k in fields):
+        return ArchiveEntry(name, shown_at, 0, 0, problem="a sparse member, not supported (skipped)")
+    if data_at + length > st.st_size:
         raise InputError(f"{path}: truncated: member {raw!r} ends past the end of the archive")
-    loc = _Locator(path, raw, info.offset_data, info.size, _STORED, -1, st.st_size, st.st_mtime_ns)
-    return ArchiveEntry(name, loc.encode(), info.size, _tar_mtime_ns(info))
+    mtime = _pax_mtime_ns(fields["mtime"]) if "mtime" in fields else _tar_number(header[136:148]) * 1_000_000_000
+    loc = _Locator(path, raw, data_at, length, _STORED, -1, st.st_size, st.st_mtime_ns)
+    return ArchiveEntry(name, loc.encode(), length, mtime)
 
 
 def _zip_raw_name(info: zipfile.ZipInfo) -> str:

@@ -38,7 +38,7 @@ from ..processes import (
     signals_held,
     usable_cpus,
 )
-from ..sources.archives import MemberChanged, is_member, open_source, provenance, read_member
+from ..sources.archives import MemberChanged, open_source, read_member_and_source
 from ..sources.media import FramePrep, PreparedFrame
 from ..sources.sourcelist import Source
 from ..sources.video import SNIFF_VIDEO_BYTES, has_video_extension, sniff_video
@@ -72,6 +72,8 @@ class Loaded:
     stream: bool = False
     video: bool = False
     frame: PreparedFrame | None = None
+    #: an archive member's ``archives.provenance`` (None for a file)
+    origin: str | None = None
 
 
 def load_prepared(src: Source, prep: FramePrep | None, videos: bool) -> Loaded:
@@ -91,9 +93,7 @@ def load_prepared(src: Source, prep: FramePrep | None, videos: bool) -> Loaded:
         if sniff_video(item.data[:200]):
             item.video = True  # confirmed (or refuted) when the container is opened
     if prep is not None and item.data is not None and not item.video:
-        # (a member of an archive is told where it came from: is_member is a cheap test first)
-        source = provenance(src.path) if is_member(src.path) else None
-        item.frame = prep.prepare(src.name, item.data, item.md5, source)
+        item.frame = prep.prepare(src.name, item.data, item.md5, item.origin)
     return item
 
 
@@ -158,14 +158,14 @@ def _load(src: Source) -> Loaded:
 def _load_member(src: Source) -> Loaded:
     """Read and hash one archive member where it sits (``archives.read_member``)."""
     try:
-        data = read_member(src.path, src.size)
+        data, origin = read_member_and_source(src.path, src.size)
     except MemberChanged as e:
         return Loaded(src, error=str(e))
     except FileNotFoundError:
         return Loaded(src, error="its archive vanished while packing")
     except OSError as e:
         return Loaded(src, error=f"cannot read its archive: {e.strerror}")
-    return Loaded(src, data, hashlib.md5(data).digest())
+    return Loaded(src, data, hashlib.md5(data).digest(), origin=origin)
 
 
 def _batches(sources: Sequence[Source]) -> Iterator[list[Source]]:

@@ -236,6 +236,13 @@ def test_a_zip_bomb_takes_no_more_memory_than_its_member_may_have(tmp_path):
     assert locs.sizes == [1024] and info.file_size == 64 << 20
     with pytest.raises(MemberChanged, match="more bytes than its header says|CRC-32"):
         read_member(locs.paths[0], 1024)
+    # one that says it is empty (zlib reads a limit of 0 as none at all)
+    data[cd + 24 : cd + 28] = bytes(4)
+    liar.write_bytes(bytes(data))
+    empty = collect_sources([str(liar)], archives="zip", allow_empty=True)
+    assert empty.sizes == [0]
+    with pytest.raises(MemberChanged, match="more bytes than its header says"):
+        read_member(empty.paths[0], 0)
 
 
 def test_an_archive_rewritten_after_listing_is_never_read_at_a_stale_offset(tmp_path):
@@ -359,3 +366,22 @@ def test_flipped_bytes_anywhere_in_an_archive_never_crash_and_never_give_wrong_z
                 assert got <= true, (at, got - true)
                 caught[kind] += bool(outcome.result.skipped)
     assert caught["zip"] >= 10  # (most flips land in deflated data: each is found)
+
+
+def test_git_archive_with_its_global_pax_header_packs_the_committed_files(tmp_path):
+    """``git archive`` writes a global PAX header (the commit id) before the members."""
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    repo = make_photos(tmp_path / "repo", 6)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+    env["GIT_COMMITTER_EMAIL"] = "t@t"
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "photos"]):
+        subprocess.run(["git", *cmd], cwd=repo, check=True, env=env, capture_output=True)
+    archive = tmp_path / "repo.tar"
+    subprocess.run(["git", "archive", "-o", str(archive), "HEAD"], cwd=repo, check=True)
+    assert b"pax_global_header" in archive.read_bytes()[:512]
+    out = tmp_path / "g.hframe"
+    r = run_bin(["pack", "--from", "tar", str(archive), "-o", str(out), "--json"])
+    assert r.returncode == 0, r.stderr
+    committed = sorted(p.relative_to(repo).as_posix() for p in repo.rglob("*") if p.is_file() and ".git" not in p.parts)
+    assert sorted(pq.read_table(f"{out}.index.parquet", columns=["name"]).column(0).to_pylist()) == committed
