@@ -291,6 +291,8 @@ def _read(loc: _Locator, size: int) -> bytes:
             raise MemberChanged("inflates to more bytes than its header says (damaged archive)")
     else:
         data = raw
+        if len(data) != size:
+            raise MemberChanged(f"holds {len(data)} bytes where its header says {size} (damaged archive)")
     if loc.crc32 >= 0 and zlib.crc32(data) != loc.crc32:
         raise MemberChanged("does not match its CRC-32 (damaged archive)")
     return data
@@ -369,6 +371,8 @@ def _tar_number(field: bytes) -> int:
         value = int.from_bytes(field[1:], "big")
         return value - (1 << (8 * len(field) - 8)) if field[0] & 0x40 else value
     text = field.split(b"\0", 1)[0].strip()
+    if text.strip(b"01234567"):  # (int() would also take "_", "+", "0o": tar does not)
+        raise ValueError(f"not an octal number: {text!r}")
     return int(text, 8) if text else 0
 
 
@@ -378,11 +382,9 @@ def _pax_records(data: bytes, where: str) -> dict[str, bytes]:
     i = 0
     while i < len(data) and data[i : i + 1] != b"\0":
         space = data.find(b" ", i)
-        try:
-            n = int(data[i:space]) if space > i else 0
-        except ValueError:
-            n = 0
-        if n <= space - i or i + n > len(data):
+        digits = data[i:space] if space > i else b""
+        n = int(digits) if digits.isdigit() else 0
+        if space <= i or n <= space - i or i + n > len(data) or data[i + n - 1 : i + n] != b"\n":
             raise InputError(f"{where}: damaged PAX header")
         key, eq, value = data[space + 1 : i + n - 1].partition(b"=")  # (without the newline)
         if not eq:
@@ -433,6 +435,13 @@ def _list_tar(path: str, st: os.stat_result) -> Iterator[ArchiveEntry]:
                 length = _tar_number(header[124:136])
             except ValueError:
                 raise InputError(f"{path}: damaged: the header at offset {at} has no readable size") from None
+            if length < 0:
+                raise InputError(f"{path}: damaged: the header at offset {at} gives a negative size")
+            if flag in (ord("S"), ord("M")):  # more headers of their own follow: never read past them blind
+                raise InputError(
+                    f"{path}: member at offset {at} is a GNU {'sparse' if flag == ord('S') else 'multi-volume'} "
+                    "member, which --from tar does not read; re-create the archive without --sparse"
+                )
             data_at = at + _BLOCK
             nxt = data_at + -(-length // _BLOCK) * _BLOCK
             if flag in (ord("L"), ord("K"), ord("x"), ord("g")):  # data for the next header
@@ -451,6 +460,8 @@ def _list_tar(path: str, st: os.stat_result) -> Iterator[ArchiveEntry]:
             raw = _tar_name(header, long_name, fields)
             if "size" in fields:
                 try:
+                    if not fields["size"].isdigit():
+                        raise ValueError(fields["size"])
                     length = int(fields["size"])
                 except ValueError:
                     raise InputError(f"{path}: damaged PAX header at offset {at} (size)") from None
@@ -501,6 +512,10 @@ def _tar_entry(
     fields: dict[str, bytes],
 ) -> ArchiveEntry:
     shown_at = f"{path}:{raw}"
+    if "\0" in raw:
+        return ArchiveEntry(
+            raw.replace("\0", "\\0"), shown_at.replace("\0", "\\0"), 0, 0, problem="name holds a NUL byte (skipped)"
+        )
     if flag == ord("5") or (flag in _REGULAR and raw.endswith("/")):
         return ArchiveEntry(raw, shown_at, 0, 0, problem="")  # (a folder: nothing to say)
     name = member_name(raw)
@@ -513,7 +528,12 @@ def _tar_entry(
         return ArchiveEntry(name, shown_at, 0, 0, problem="a sparse member, not supported (skipped)")
     if data_at + length > st.st_size:
         raise InputError(f"{path}: truncated: member {raw!r} ends past the end of the archive")
-    mtime = _pax_mtime_ns(fields["mtime"]) if "mtime" in fields else _tar_number(header[136:148]) * 1_000_000_000
+    try:
+        mtime = _pax_mtime_ns(fields["mtime"]) if "mtime" in fields else _tar_number(header[136:148]) * 1_000_000_000
+    except ValueError:
+        raise InputError(f"{path}: damaged: member {raw!r} has no readable time") from None
+    if not -(1 << 63) <= mtime < 1 << 63:
+        raise InputError(f"{path}: member {raw!r} has a time hframe cannot store (before 1678 or after 2262)")
     loc = _Locator(path, raw, data_at, length, _STORED, -1, st.st_size, st.st_mtime_ns)
     return ArchiveEntry(name, loc.encode(), length, mtime)
 
@@ -541,11 +561,25 @@ def _zip_mtime_ns(info: zipfile.ZipInfo) -> int:
 def _list_zip(path: str, st: os.stat_result) -> Iterator[ArchiveEntry]:
     try:
         zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, ValueError) as e:
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, IndexError, struct.error) as e:
         raise InputError(f"{path}: not a zip archive, or its directory is damaged ({e})") from None
+    ranges: list[tuple[int, int, str]] = []
     with zf, open(path, "rb") as f:
         for info in zf.infolist():
-            yield _zip_entry(path, st, f, info)
+            try:
+                entry = _zip_entry(path, st, f, info)
+            except (OSError, ValueError, NotImplementedError, IndexError, struct.error) as e:
+                raise InputError(f"{path}: damaged: member {info.filename!r} ({e})") from None
+            if entry.problem is None:
+                loc = _parse(entry.path)
+                ranges.append((loc.offset, loc.offset + loc.stored, loc.member))
+            yield entry
+    # members whose data overlap are a zip bomb's trick (unzip refuses them too): the pack
+    # would hold the same bytes again and again, far more than the archive
+    ranges.sort()
+    for (_, end, a), (start, _, b) in zip(ranges, ranges[1:]):
+        if start < end:
+            raise InputError(f"{path}: members {a!r} and {b!r} overlap in the archive (a zip bomb?); refused")
 
 
 def _zip_entry(path: str, st: os.stat_result, f: BinaryIO, info: zipfile.ZipInfo) -> ArchiveEntry:
@@ -560,6 +594,12 @@ def _zip_entry(path: str, st: os.stat_result, f: BinaryIO, info: zipfile.ZipInfo
         return ArchiveEntry(name, shown_at, 0, 0, problem="a symbolic link (skipped)")
     if info.flag_bits & 0x1:
         return ArchiveEntry(name, shown_at, 0, 0, problem="encrypted (skipped)")
+    if "\0" in raw:
+        return ArchiveEntry(name, shown_at.replace("\0", "\\0"), 0, 0, problem="name holds a NUL byte (skipped)")
+    if info.compress_type == _STORED and info.compress_size != info.file_size:
+        raise InputError(
+            f"{path}: damaged: stored member {raw!r} says {info.file_size} bytes but holds {info.compress_size}"
+        )
     if info.compress_type not in (_STORED, _DEFLATED):
         return ArchiveEntry(
             name, shown_at, 0, 0, problem=f"compressed with method {info.compress_type} (stored or deflated only)"

@@ -397,6 +397,9 @@ def _collect_archives(
     return col.out
 
 
+_MAX_BRACE_ITEMS = 1_000_000
+
+
 def expand_braces(pattern: str) -> list[str]:
     """WebDataset's shard ranges: ``train-{000000..000099}.tar`` (zero-padded as written) and
     ``{a,b}`` lists, expanded as a shell would, left to right; anything else stays as it is."""
@@ -410,6 +413,8 @@ def expand_braces(pattern: str) -> list[str]:
         lo, hi = m.group(1), m.group(2)
         width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
         step = 1 if int(hi) >= int(lo) else -1
+        if abs(int(hi) - int(lo)) >= _MAX_BRACE_ITEMS:
+            raise InputError(f"{pattern}: a range of more than {_MAX_BRACE_ITEMS:,} names")
         items = [str(i).zfill(width) for i in range(int(lo), int(hi) + step, step)]
     return [x for item in items for x in expand_braces(head + item + tail)]
 

@@ -385,3 +385,51 @@ def test_git_archive_with_its_global_pax_header_packs_the_committed_files(tmp_pa
     assert r.returncode == 0, r.stderr
     committed = sorted(p.relative_to(repo).as_posix() for p in repo.rglob("*") if p.is_file() and ".git" not in p.parts)
     assert sorted(pq.read_table(f"{out}.index.parquet", columns=["name"]).column(0).to_pylist()) == committed
+
+
+def test_crafted_headers_are_refused_in_one_line_never_looped_on_or_misread(tmp_path):
+    """Found in review: a negative size looped forever, a PAX record without a space too, a
+    GNU sparse member made the walk land inside data, a stored member's size was not enforced,
+    and members sharing their data (a bomb that unzip refuses) were packed again and again."""
+    one = tar_with(tmp_path / "one.tar", [member("a.bin", b"a" * 100)])
+    cases = {}
+    data = bytearray(one.read_bytes())
+    data[124:136] = b"\xff" * 12  # base-256 -1
+    data[148:156] = b"%06o\0 " % (sum(data[:148]) + 8 * 32 + sum(data[156:512]))
+    cases["neg.tar"] = (bytes(data), "negative size")
+    pax = tmp_path / "pax.tar"
+    with tarfile.open(pax, "w", format=tarfile.PAX_FORMAT) as tf:
+        info = tarfile.TarInfo("é" * 3)
+        info.size = 3
+        tf.addfile(info, io.BytesIO(b"abc"))
+    data = bytearray(pax.read_bytes())
+    at = data.index(b" path=")
+    data[at] = ord("x")  # the record's length and key run together: no space
+    cases["nospace.tar"] = (bytes(data), "damaged PAX header")
+    data = bytearray(one.read_bytes())
+    data[156] = ord("S")
+    data[148:156] = b"%06o\0 " % (sum(data[:148]) + 8 * 32 + sum(data[156:512]))
+    cases["sparse.tar"] = (bytes(data), "GNU sparse")
+    for name, (content, words) in cases.items():
+        (tmp_path / name).write_bytes(content)
+        r = run_bin(["pack", "--from", "tar", str(tmp_path / name), "-o", str(tmp_path / "o.hframe")])
+        assert r.returncode == 2 and words in r.stderr.decode(), (name, r.stderr)
+    two = tmp_path / "two.zip"
+    with zipfile.ZipFile(two, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("a.bin", b"a" * 100)
+        z.writestr("b.bin", b"b" * 100)
+    data = bytearray(two.read_bytes())
+    second = data.rfind(b"PK\x01\x02")
+    data[second + 42 : second + 46] = bytes(4)  # its local header: the first one's
+    overlap = tmp_path / "overlap.zip"
+    overlap.write_bytes(bytes(data))
+    r = run_bin(["pack", "--from", "zip", str(overlap), "-o", str(tmp_path / "o.hframe")])
+    assert r.returncode == 2 and "overlap" in r.stderr.decode(), r.stderr
+    data = bytearray(two.read_bytes())
+    first = data.find(b"PK\x01\x02")
+    data[first + 24 : first + 28] = (50).to_bytes(4, "little")  # stored, "50 bytes", holds 100
+    short = tmp_path / "short.zip"
+    short.write_bytes(bytes(data))
+    r = run_bin(["pack", "--from", "zip", str(short), "-o", str(tmp_path / "o.hframe")])
+    assert r.returncode == 2 and "says 50 bytes but holds 100" in r.stderr.decode(), r.stderr
+    assert not (tmp_path / "o.hframe").exists()
