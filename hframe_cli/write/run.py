@@ -66,7 +66,6 @@ __all__ = [
     "ResumeResult",
     "abandon_on_bad_data",
     "finish_publishing",
-    "note",
     "pack_sources",
     "parse_created",
     "resume_single",
@@ -115,11 +114,6 @@ class PackResult:
             "warnings": [{"path": r.path, "reason": r.reason} for r in self.warnings],
             "resumed_from_frame": self.resumed_from_frame,
         }
-
-
-def note(on_event: EventFn | None, message: str) -> None:
-    if on_event is not None:
-        on_event(message)
 
 
 def pack_sources(
@@ -486,7 +480,7 @@ class _Run:
 
     def warn(self, src: Source, problem: str, consequence: str) -> None:
         self.warnings.append(Rejected(shown(src.path), problem))
-        note(self.settings.on_event, f"warning: {shown(src.path)}: {problem}{consequence}")
+        self.settings.note(f"warning: {shown(src.path)}: {problem}{consequence}")
 
     def checkpoint_due(self) -> bool:
         self.settle(done=False)  # a checkpoint committed on its thread is reported here
@@ -541,7 +535,7 @@ class _Run:
             raise commit.error
         self.ckpt = commit.ckpt
         if commit.why != "all frames written":  # that one is followed at once by the summary line
-            note(self.settings.on_event, self.progress_line(commit.next_source, commit.why))
+            self.settings.note(self.progress_line(commit.next_source, commit.why))
 
     def progress_line(self, next_source: int, why: str) -> str:
         """``checkpoint: 1,200 of 5,000 files (24%), 3.2 GB of 13.1 GB, 12.4 MB/s, about 14 min
@@ -607,7 +601,7 @@ class _Run:
             writer.publish()
             remove_checkpoint_files(out)
         if stop.signum is not None:
-            note(self.settings.on_event, f"{out}: {stop.name} arrived while publishing; the pack was published first")
+            self.settings.note(f"{out}: {stop.name} arrived while publishing; the pack was published first")
         return sealed, checked
 
 
