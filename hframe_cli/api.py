@@ -29,6 +29,7 @@ from .errors import InputError, Interrupted, NothingToResume, PackLocked
 from .locations import is_remote, shown_url
 from .names import checkpoint_name, partial_name, plan_list_name, previous_checkpoint_name
 from .sources.inputs import DEFAULT_MAX_FRAME_BYTES, collect_sources
+from .sources.tables import TableColumns
 from .write.guard import writer_run
 
 if TYPE_CHECKING:
@@ -56,8 +57,10 @@ class PackOptions:
     returns a context manager that yields the per-frame progress callback (or None).
     """
 
-    #: ``tar`` or ``zip``: every path is such an archive, and its members are the sources
+    #: ``tar``, ``zip`` or ``parquet``: every path is such a file, and its members or rows are
+    #: the sources (``parquet`` needs ``table_columns``)
     archives: str | None = None
+    table_columns: TableColumns | None = None
     include: Sequence[str] = ()
     exclude: Sequence[str] = ()
     base: str | None = None
@@ -327,6 +330,7 @@ def _media_and_sources(paths: list[str], out: str, opts: PackOptions) -> tuple[M
     return media, collect_sources(
         paths,
         archives=opts.archives,
+        table_columns=opts.table_columns,
         stdin=opts.stdin,
         null_separated=opts.null_separated,
         include=opts.include,

@@ -205,9 +205,33 @@ def pack(
         Optional[str],
         typer.Option(
             "--from",
-            metavar="tar|zip",
-            help="Every SOURCE is an archive (globs and {000..099} ranges expanded): pack its members, "
-            "read in place, as if it were extracted.",
+            metavar="tar|zip|parquet",
+            help="Every SOURCE is an archive or a Parquet table (globs and {000..099} ranges expanded): pack its "
+            "members, read in place as if it were extracted, or its rows (with --column).",
+        ),
+    ] = None,
+    column: Annotated[
+        Optional[str],
+        typer.Option(
+            "--column",
+            metavar="COL",
+            help="--from parquet: the binary column of the frames' bytes (a struct's field as image.bytes).",
+        ),
+    ] = None,
+    name_column: Annotated[
+        Optional[str],
+        typer.Option(
+            "--name-column",
+            metavar="COL",
+            help="--from parquet: the column of the frames' names (default: TABLE/ROW-NUMBER).",
+        ),
+    ] = None,
+    label_column: Annotated[
+        Optional[str],
+        typer.Option(
+            "--label-column",
+            metavar="COL",
+            help="--from parquet: the column of the frames' labels (class numbers as their names, when the table says them).",
         ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing pack.")] = False,
@@ -406,6 +430,7 @@ def pack(
     from ..api import PackOptions
     from ..api import pack as pack_files
     from ..sources.media import MediaOptions
+    from ..sources.tables import TableColumns
 
     policy = _checkpoint_policy(checkpoint_every, checkpoint_bytes, checkpoint_seconds, no_checkpoint)
     if resume:
@@ -432,8 +457,11 @@ def pack(
         image_meta=not no_image_meta,
         strict_images=strict_images,
     )
+    if column is None and (name_column is not None or label_column is not None):
+        raise InputError("--name-column and --label-column go with --column (and --from parquet)")
     options = PackOptions(
         archives=from_archive,
+        table_columns=TableColumns(column, name_column, label_column) if column is not None else None,
         include=include or (),
         exclude=exclude or (),
         base=base,

@@ -35,6 +35,8 @@ from decimal import Decimal
 from typing import BinaryIO
 
 from ..errors import InputError
+from .locator import SEP as _SEP
+from .locator import SourceChanged
 
 __all__ = [
     "ARCHIVE_KINDS",
@@ -54,7 +56,6 @@ __all__ = [
 #: What ``--from`` accepts.
 ARCHIVE_KINDS = ("tar", "zip")
 
-_SEP = "\0"
 _STORED, _DEFLATED = 0, 8
 _O_READ = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 _ZIP_LOCAL = struct.Struct("<4s2B4HL2L2H")  # a zip local file header (30 bytes)
@@ -66,8 +67,8 @@ _COMPRESSED_MAGIC = {
 }
 
 
-class MemberChanged(OSError):
-    """The archive is not the file it was when the member was listed."""
+class MemberChanged(SourceChanged):
+    """The archive is not the file it was when the member was listed (or is damaged there)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +88,8 @@ class _Locator:
 
 
 def is_member(path: str) -> bool:
-    """Whether a source's path is a member's locator (not a file)."""
-    return _SEP in path
+    """Whether a source's path is an archive member's locator (``locator.kind_of``)."""
+    return _SEP in path and path.split(_SEP, 2)[1] != ""
 
 
 def _parse(path: str) -> _Locator:

@@ -21,15 +21,20 @@ from itertools import islice
 from typing import Any, BinaryIO
 
 from ..errors import InputError
-from ..locations import shown_url
+from ..locations import scheme_family, shown_url
 from ..names import partial_name
-from .archives import ARCHIVE_KINDS, list_archive, shown
+from .archives import ARCHIVE_KINDS, list_archive
+from .located import shown
+from .objects import list_prefix
+from .tables import TableColumns, list_table
 from .listing import Folder, sorted_entries, walk_in_parallel
 from .sourcelist import Rejected, SourceList
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "collect_sources", "expand_braces", "expand_globs"]
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "FROM_KINDS", "collect_sources", "expand_braces", "expand_globs"]
 
 DEFAULT_MAX_FRAME_BYTES = 1 << 30  # 1 GiB: 4K wallpapers and raw arrays of tens of MB are normal
+#: What ``pack --from`` reads: archives (their members) and tables (their rows).
+FROM_KINDS = (*ARCHIVE_KINDS, "parquet")
 
 
 def expand_globs(patterns: Iterable[str]) -> list[str]:
@@ -160,6 +165,37 @@ class _Collector:
             seen[name] = len(names)
             self.out.add(e.path, name, e.size, e.mtime_ns)
 
+    def add_located(self, entry: Any) -> bool:
+        """Add one member, row or object found by a listing (an ``ArchiveEntry``, ``TableRow``
+        or ``ObjectEntry``) after the checks a file gets; False if it was left out."""
+        if entry.problem is not None:  # not a frame (a link, a null, a '..' name): said, never fatal
+            if entry.problem:
+                self.out.rejected.append(Rejected(shown(entry.path), entry.problem))
+            return False
+        if not self.wanted(entry.name):
+            return False
+        if entry.size == 0 and not self.allow_empty:
+            self.reject(shown(entry.path), "zero bytes (use --allow-empty to pack it)")
+            return False
+        if entry.size > self.max_frame_bytes:
+            self.reject(shown(entry.path), f"{entry.size} bytes is larger than --max-frame-bytes {self.max_frame_bytes}")
+            return False
+        self.out.add(entry.path, os.fsencode(entry.name), entry.size, entry.mtime_ns)
+        return True
+
+    def add_table(self, path: str, columns: TableColumns) -> None:
+        """Add the rows of the Parquet table ``path`` (``tables.list_table``), in table order."""
+        if os.path.realpath(path) in self.forbidden:
+            raise InputError(f"{path}: is the output being written")
+        for row in list_table(path, columns):
+            self.add_located(row)
+
+    def add_prefix(self, location: str) -> None:
+        """Add the objects under an object-store prefix (``objects.list_prefix``), named by
+        their keys relative to it."""
+        for entry in list_prefix(location):
+            self.add_located(entry)
+
     def add_tree(self, root: str, base: str) -> None:
         """Add the files under ``root``, named relative to ``base``: a depth-first walk following
         symlinks, the chain of real folders kept to spot loops. A big tree is listed by several
@@ -279,14 +315,18 @@ def collect_sources(
     allow_empty: bool = False,
     require_some: bool = True,
     archives: str | None = None,
+    table_columns: TableColumns | None = None,
 ) -> SourceList:
     """Expand sources into a sorted list of files to pack.
 
     Args:
-        args: files, folders (walked recursively, following symlinks), or ``-`` for a list
-            on ``stdin``; with ``archives``, archive files (globs and ``{000..099}`` ranges
-            expanded) whose members are the sources.
-        archives: ``tar`` or ``zip``: every argument is such an archive (``pack --from``).
+        args: files, folders (walked recursively, following symlinks), object-store prefixes
+            (``s3://bucket/prefix/``: the objects under them, as a folder's files), or ``-``
+            for a list on ``stdin``; with ``archives``, archive or table files (globs and
+            ``{000..099}`` ranges expanded) whose members or rows are the sources.
+        archives: ``tar``, ``zip`` or ``parquet`` (``FROM_KINDS``): every argument is such a
+            file (``pack --from``).
+        table_columns: with ``parquet``: the columns of the bytes, names and labels.
         null_separated: the stdin list is NUL-separated (``find -print0``).
         include, exclude: shell globs matched against the name in the pack.
         base: name every file relative to this folder.
@@ -308,12 +348,23 @@ def collect_sources(
     )
     if archives is not None:
         return _collect_archives(
-            col, list(args), archives, include, exclude, allow_empty, max_frame_bytes, output, require_some
+            col, list(args), archives, table_columns, include, exclude, allow_empty, max_frame_bytes, output, require_some
         )
     files: list[str] = []
     folders: list[str] = []
+    prefixes: list[str] = []
     for arg in args:
-        if arg == "-":
+        family = scheme_family(arg)
+        if family == "object":
+            if base is not None:
+                raise InputError(f"--base with {shown_url(arg)}: objects are named by their keys under the prefix")
+            prefixes.append(arg)
+        elif family != "file":
+            raise InputError(
+                f"{shown_url(arg)}: hframe lists s3://, gs:// and hdfs:// prefixes; "
+                + ("HTTP has no listing" if family == "http" else "not a location hframe can list")
+            )
+        elif arg == "-":
             files.extend(read_list("-", null_separated, stdin))
         elif os.path.isdir(arg):
             folders.append(arg)
@@ -339,9 +390,12 @@ def collect_sources(
         for folder in folders:
             if os.path.relpath(folder, base).startswith(".."):
                 raise InputError(f"{folder}: not under --base {base}")
+    for prefix in prefixes:
+        col.add_prefix(prefix)
     _sort_by_name(col)
     col.out.collect = {
         "folders": [os.path.abspath(f) for f in folders],
+        "prefixes": prefixes,
         "include": list(include),
         "exclude": list(exclude),
         "base": os.path.abspath(base) if base is not None else None,
@@ -350,6 +404,8 @@ def collect_sources(
         "output": os.path.abspath(output) if output else None,
     }
     if not len(col.out) and require_some:
+        if prefixes and not files and not folders and not col.out.rejected:
+            raise InputError(f"nothing to pack: {' '.join(map(shown_url, prefixes))} lists no objects")
         raise InputError("nothing to pack: no input files" + (" left after --skip-bad" if col.out.rejected else ""))
     return col.out
 
@@ -358,6 +414,7 @@ def _collect_archives(
     col: _Collector,
     args: list[str],
     kind: str,
+    columns: TableColumns | None,
     include: Sequence[str],
     exclude: Sequence[str],
     allow_empty: bool,
@@ -366,9 +423,16 @@ def _collect_archives(
     require_some: bool,
 ) -> SourceList:
     """``collect_sources`` with ``archives``: the members of every archive, sorted by name (a
-    name in two archives is refused, as a name in two folders is)."""
-    if kind not in ARCHIVE_KINDS:
-        raise InputError(f"--from {kind}: hframe reads {' and '.join(ARCHIVE_KINDS)} archives")
+    name in two archives is refused, as a name in two folders is); or the rows of every table,
+    in table order (``tables.py`` says why), a name given twice refused."""
+    if kind not in FROM_KINDS:
+        raise InputError(f"--from {kind}: hframe reads {', '.join(FROM_KINDS)} files")
+    if (kind == "parquet") != (columns is not None):
+        raise InputError(
+            "--from parquet needs --column (the column of the frames' bytes)"
+            if kind == "parquet"
+            else f"--column, --name-column and --label-column are for --from parquet, not --from {kind}"
+        )
     found: list[str] = []
     for arg in args:
         if arg == "-":
@@ -377,14 +441,22 @@ def _collect_archives(
             if not os.path.lexists(path):
                 raise InputError(f"{shown_url(path)}: no such file")
             if os.path.isdir(path):
-                raise InputError(f"{path}: is a folder; --from {kind} packs the members of {kind} files")
+                what = "rows of Parquet" if kind == "parquet" else f"members of {kind}"
+                raise InputError(f"{path}: is a folder; --from {kind} packs the {what} files")
             found.append(os.path.abspath(path))
     for path in found:
-        col.add_archive(path, kind)
-    _sort_by_name(col)
+        if columns is not None:
+            col.add_table(path, columns)
+        else:
+            col.add_archive(path, kind)
+    if columns is not None:
+        _refuse_repeated_names(col)
+    else:
+        _sort_by_name(col)
     col.out.collect = {
         "archives": found,
         "archive_kind": kind,
+        "table_columns": columns.to_dict() if columns is not None else None,
         "folders": [],
         "include": list(include),
         "exclude": list(exclude),
@@ -393,7 +465,8 @@ def _collect_archives(
         "output": os.path.abspath(output) if output else None,
     }
     if not len(col.out) and require_some:
-        raise InputError(f"nothing to pack: no regular members in {' '.join(args)}")
+        what = "rows" if kind == "parquet" else "regular members"
+        raise InputError(f"nothing to pack: no {what} in {' '.join(args)}")
     return col.out
 
 
@@ -447,6 +520,25 @@ def _sort_by_name(col: _Collector) -> None:
             )
             keep[j] = False
         _reorder(columns, [j for j, k in enumerate(keep) if k])
+
+
+def _refuse_repeated_names(col: _Collector) -> None:
+    """Rows keep their order; a name given again is refused (with ``--skip-bad``: left out)."""
+    paths, names = col.out.columns()[:2]
+    first: dict[bytes, int] = {}
+    drop: list[int] = []
+    for j, name in enumerate(names):
+        k = first.setdefault(name, j)
+        if k != j:
+            col.reject(
+                shown(paths[j]),
+                f"name {name.decode('utf-8', 'backslashreplace')!r} is given again (first by {shown(paths[k])}); "
+                "names must be unique (without --name-column, rows are named by number)",
+            )
+            drop.append(j)
+    if drop:
+        gone = set(drop)
+        _reorder(col.out.columns(), [j for j in range(len(names)) if j not in gone])
 
 
 def _reorder(columns: tuple[list[Any], ...], positions: list[int]) -> None:

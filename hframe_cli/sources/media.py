@@ -142,19 +142,20 @@ class FramePrep:
         return meta
 
     def prepare(
-        self, name: bytes, data: bytes, md5: bytes | None = None, source: str | None = None
+        self, name: bytes, data: bytes, md5: bytes | None = None, origin: dict[str, str] | None = None
     ) -> PreparedFrame | None:
-        """Sniff, describe and (maybe) compress one frame held in memory (``source``: where it
-        came from, an archive member's ``archives.provenance``); None when it is a blob stored
-        as it is with nothing to record (the writer's plain path)."""
+        """Sniff, describe and (maybe) compress one frame held in memory (``origin``: what a
+        located source brings, ``located.read_located``: its ``source``, and a table row's
+        ``label``, which is kept over ``--label-from``'s); None when it is a blob stored as it
+        is with nothing to record (the writer's plain path)."""
         media = sniff_media_type(data[:SNIFF_BYTES])
-        if media == "unknown" and self.plain_blobs and source is None:
+        if media == "unknown" and self.plain_blobs and not origin:
             return None
         if md5 is None:
             md5 = hashlib.md5(data).digest()
         meta = self.group_meta(name)
-        if source is not None:
-            meta["source"] = source
+        if origin:
+            meta.update(origin)
         warning = None
         kind = _BLOB
         if media != "unknown":

@@ -41,7 +41,7 @@ from ..errors import InputError, StorageError
 from ..locations import has_credentials, object_store, shown_url
 from .policy import Permanent, RequestPolicy, Response, Transient
 
-__all__ = ["ObjectBackend", "check_bucket", "filesystem", "join", "object_at", "split_location"]
+__all__ = ["ObjectBackend", "check_bucket", "filesystem", "join", "list_under", "object_at", "prefix_at", "split_location"]
 
 #: query keys each scheme takes (anything else is refused: a typo must not be ignored)
 _OPTIONS = {
@@ -220,6 +220,55 @@ def object_at(location: str, policy: RequestPolicy) -> tuple[Any, str]:
     return filesystem(scheme, netloc, query, policy), path if scheme != "hdfs" else "/" + path.partition("/")[2]
 
 
+def prefix_at(location: str, policy: RequestPolicy) -> tuple[Any, str]:
+    """(pyarrow filesystem, prefix path in it) of a prefix location: ``s3://b/p/``, ``s3://b/p``
+    and ``s3://b`` (the whole bucket) are all prefixes; the rest is checked as ``split_location``
+    checks an object's location."""
+    parts = urllib.parse.urlsplit(location)
+    path = parts.path.strip("/")
+    probe = urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/" + (path or "_"), parts.query, ""))
+    scheme, _, query = split_location(probe)  # (scheme, credentials, options)
+    if "//" in path:
+        raise InputError(f"{shown_url(location)}: not a prefix (an empty path part)")
+    fs = filesystem(scheme, parts.netloc, query, policy)
+    if scheme == "hdfs":
+        return fs, "/" + path
+    return fs, f"{parts.netloc}/{path}" if path else parts.netloc
+
+
+def list_under(location: str, policy: RequestPolicy) -> tuple[str, list[tuple[str, int, int]]]:
+    """The objects under the prefix ``location`` (as a folder: ``s3://b/p`` and ``s3://b/p/``
+    both list ``p/...``): the prefix's path in the store and, for each object, (its path
+    relative to the prefix, size, modification time in ns), as the store lists them (S3:
+    pages of 1,000 keys, fetched by pyarrow). Keys ending in ``/`` (folder markers) are not
+    objects here. A missing prefix lists nothing; a store that fails is ``StorageError``
+    (exit 3) after the policy's attempts."""
+    import pyarrow.fs as pafs
+
+    fs, base = prefix_at(location, policy)
+    selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            infos = fs.get_file_info(selector)
+            break
+        except (OSError, ValueError) as e:
+            err = _classify(e)
+            if isinstance(err, Permanent) and err.kind == "missing":
+                return base, []
+            if isinstance(err, Permanent) or attempt >= policy.attempts:
+                raise StorageError(f"{shown_url(location)}: cannot list it: {err}") from None
+            time.sleep(min(policy.backoff_cap_s, policy.backoff_s * 2 ** (attempt - 1)))
+    cut = len(base) + 1
+    found = [
+        (info.path[cut:], info.size, info.mtime_ns or 0)
+        for info in infos
+        if info.type == pafs.FileType.File and info.path.startswith(base + "/")
+    ]
+    return base, found
+
+
 class ObjectBackend:
     """Ranged reads of one object through ``pyarrow.fs``, for ``http.RemoteFile``.
 
@@ -227,9 +276,15 @@ class ObjectBackend:
     each ``get`` is one ranged GET on that handle. ``pinned`` says whether those reads are tied
     to the version opened (GCS: yes; S3, HDFS: no)."""
 
-    def __init__(self, url: str, policy: RequestPolicy) -> None:
+    def __init__(self, url: str, policy: RequestPolicy, *, key: str | None = None) -> None:
         self.url = url
-        self.pinned = split_location(url)[0] == "gs"  # (a bad location is refused here)
+        #: the object's path in the store, where ``url`` cannot name it (a key holding ``?`` or
+        #: ``#``): ``url`` then only says which store (its scheme, bucket and options)
+        self.key = key
+        # (a bad location is refused here)
+        self.pinned = (split_location(url) if key is None else prefix_at(url, policy))[0] is not None and (
+            object_store(url) == "gs"
+        )
         self.bounded = self.pinned  # GCS: no request timeout in the client, hframe bounds each request
         self.policy = policy
         self._lock = threading.Lock()
@@ -243,7 +298,7 @@ class ObjectBackend:
             with self._lock:
                 handle = self._handle
                 if handle is None or handle[0] != pid:  # one opening, however many threads ask
-                    fs, key = object_at(self.url, self.policy)
+                    fs, key = self._located()
                     f = self._within(0, None, lambda: fs.open_input_file(key))
                     self._handle = (pid, f, f.size(), _tag(f))
                     return f, f.size(), self._handle[3], 1
@@ -274,7 +329,7 @@ class ObjectBackend:
     def version(self) -> tuple[str | None, int]:
         """(ETag or generation, size) of the object at the location now (one metadata request)."""
         try:
-            fs, key = object_at(self.url, self.policy)
+            fs, key = self._located()
             f = self._within(0, None, lambda: fs.open_input_file(key))
             try:
                 return _tag(f), f.size()
@@ -282,6 +337,11 @@ class ObjectBackend:
                 f.close()
         except (OSError, ValueError) as e:
             raise _classify(e) from None
+
+    def _located(self) -> tuple[Any, str]:
+        if self.key is not None:
+            return prefix_at(self.url, self.policy)[0], self.key
+        return object_at(self.url, self.policy)
 
     def _within(self, nbytes: int, deadline: float | None, call: Callable[[], _T]) -> _T:
         """``call()`` (one request of the client), given up as ``Transient`` when it has not

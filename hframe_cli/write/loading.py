@@ -38,7 +38,7 @@ from ..processes import (
     signals_held,
     usable_cpus,
 )
-from ..sources.archives import MemberChanged, open_source, read_member_and_source
+from ..sources.located import SourceChanged, open_source, read_located
 from ..sources.media import FramePrep, PreparedFrame
 from ..sources.sourcelist import Source
 from ..sources.video import SNIFF_VIDEO_BYTES, has_video_extension, sniff_video
@@ -72,8 +72,9 @@ class Loaded:
     stream: bool = False
     video: bool = False
     frame: PreparedFrame | None = None
-    #: an archive member's ``archives.provenance`` (None for a file)
-    origin: str | None = None
+    #: a located source's metadata (``located.read_located``: its ``source``, a row's
+    #: ``label``); None for a file
+    origin: dict[str, str] | None = None
 
 
 def load_prepared(src: Source, prep: FramePrep | None, videos: bool) -> Loaded:
@@ -124,8 +125,8 @@ def _load(src: Source) -> Loaded:
         return Loaded(src, stream=True)
     try:
         fd = os.open(src.path, _O_READ)
-    except ValueError:  # a NUL in the path: a member of an archive (sources/archives.py)
-        return _load_member(src)
+    except ValueError:  # a NUL in the path: a located source (sources/locator.py)
+        return _load_located(src)
     except FileNotFoundError:
         return Loaded(src, error="vanished while packing")
     except OSError as e:
@@ -155,16 +156,17 @@ def _load(src: Source) -> Loaded:
     return Loaded(src, data, hashlib.md5(data).digest())
 
 
-def _load_member(src: Source) -> Loaded:
-    """Read and hash one archive member where it sits (``archives.read_member``)."""
+def _load_located(src: Source) -> Loaded:
+    """Read and hash one located source where it sits (an archive member, a table's row, an
+    object: ``located.read_located``)."""
     try:
-        data, origin = read_member_and_source(src.path, src.size)
-    except MemberChanged as e:
+        data, origin = read_located(src.path, src.size)
+    except SourceChanged as e:
         return Loaded(src, error=str(e))
     except FileNotFoundError:
-        return Loaded(src, error="its archive vanished while packing")
+        return Loaded(src, error="its archive or table vanished while packing")
     except OSError as e:
-        return Loaded(src, error=f"cannot read its archive: {e.strerror}")
+        return Loaded(src, error=f"cannot read its archive or table: {e.strerror or e}")
     return Loaded(src, data, hashlib.md5(data).digest(), origin=origin)
 
 

@@ -54,7 +54,7 @@ from ..processes import (
     signals_held,
     usable_cpus,
 )
-from ..sources.archives import shown
+from ..sources.located import shown
 from ..sources.sourcelist import Rejected, Source
 from .loading import STREAM_ABOVE, WITHOUT_SIZE, add_loaded, load_prepared
 from .writer import ChunkWriter, PackWriter, WrittenChunk

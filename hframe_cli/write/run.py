@@ -28,7 +28,8 @@ from ..format.layout import HEADER_SIZE, KIND_IDS, SNIFF_BYTES, sniff_media_type
 from ..names import checkpoint_paths, index_name, partial_name
 from ..processes import usable_cpus
 from ..read.dataset import get_manifest_path
-from ..sources.archives import MemberChanged, archive_of, is_member, member_unchanged, open_source, provenance, shown
+from ..sources.located import SourceChanged, container_of, is_located, kind_of, open_located, open_source, shown, unchanged
+from ..sources.objects import in_flight
 from ..sources.inputs import collect_sources
 from ..sources.media import FramePrep, MediaOptions
 from ..sources.sourcelist import Rejected, Source, SourceList
@@ -393,7 +394,10 @@ class _Run:
         self.done_bytes = sum(sizes[:start_source])
         self.started = (time.monotonic(), self.done_bytes)
         faults = bool(os.environ.get("HFRAME_FAULT"))  # fault injection (tests): looked up once, not per frame
-        crew = fanout_workers(self, start_source, settings.workers)
+        kind = kind_of(self.sources.paths[start_source]) if start_source < count else None
+        # rows are decoded a row group at a time, shared by this process's loaders; objects are
+        # fetched many at once on threads: neither is cut into chunks for packing workers
+        crew = fanout_workers(self, start_source, settings.workers) if kind not in ("parquet", "object") else 0
         if crew:  # (its sources are the list's columns: no object per source)
             start_source = write_chunks(self, start_source, stop, faults, crew)
             if start_source == count:
@@ -408,6 +412,8 @@ class _Run:
             small = sum(sizes) < _THREADS_ABOVE_MEAN * count
             workers = 1 if small else min(2, usable_cpus())
             by_child = small and not self.videos and len(todo) >= _CHILD_ABOVE_FILES and child_may_load()
+        if kind == "object":  # waiting on the store, not on a core: many requests in flight
+            workers, by_child = max(workers or 1, in_flight()), False
         loaded = (
             loaded_by_child(todo, self.prep, self.videos)
             if by_child
@@ -454,18 +460,17 @@ class _Run:
             if answer is _NOT_A_VIDEO:  # only its first bytes looked like a video: pack the file as it is
                 item.video, item.stream = False, item.data is None
                 if item.data is not None:
-                    item.frame = self.prep.prepare(src.name, item.data, item.md5)
+                    item.frame = self.prep.prepare(src.name, item.data, item.md5, item.origin)
             elif answer is not None:
                 self.warn(src, answer, "")
         if item.video:
             return  # its frames are in (or item.error says why not)
         if item.stream:
             try:
-                with open_source(src.path, src.size) as f:
-                    source = provenance(src.path)
-                    meta = {"source": source} if source is not None else None
+                f, meta = open_located(src.path, src.size)
+                with f:
                     writer.add_stream(src.name, f, src.size, mtime_ns=src.mtime_ns, meta=meta)
-            except (InputError, MemberChanged) as e:
+            except (InputError, SourceChanged) as e:
                 item.error = str(e)
             except FileNotFoundError:
                 item.error = "vanished while packing"
@@ -689,7 +694,7 @@ def _describe_changes(saved: list[Source], current: list[Source]) -> list[str]:
         n
         for n in set(old) & set(new)
         if (old[n].size, old[n].mtime_ns) != (new[n].size, new[n].mtime_ns)
-        or (old[n].path != new[n].path and is_member(old[n].path))  # moved inside a rewritten archive
+        or (old[n].path != new[n].path and is_located(old[n].path))  # moved inside a rewritten archive
     )
     lines = []
     for label, names in (("added", added), ("removed", removed), ("changed", changed)):
@@ -734,10 +739,10 @@ def _current_sources(saved: SourceList) -> list[Source]:
     for s in saved.sources:
         if s.name in now or (walked and os.path.abspath(s.path).startswith(walked)):
             continue  # found again by the walk, or gone from a walked folder
-        if is_member(s.path):  # (a shard's part of a list of members: its archive is checked)
-            if member_unchanged(s.path):
+        if is_located(s.path):  # (a shard's part of a list of members: its container is checked)
+            if unchanged(s.path):
                 now[s.name] = s
-            elif os.path.exists(archive_of(s.path)):
+            elif os.path.exists(container_of(s.path)):
                 now[s.name] = Source(s.path, s.name, s.size, -1)  # its archive changed: so may it
             continue
         try:

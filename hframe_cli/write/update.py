@@ -24,7 +24,7 @@ from ..errors import InputError
 from ..faults import fault_point
 from ..format.index import get_index_path
 from ..names import index_name, partial_name
-from ..sources.archives import open_source
+from ..sources.located import open_source
 from ..sources.media import MediaOptions
 from ..sources.sourcelist import Source, SourceList
 from .checkpoint import Checkpoint, CheckpointPolicy, load_checkpoint, remove_checkpoint_files

@@ -298,7 +298,7 @@ def test_what_from_cannot_read_yet_is_one_line_and_exit_2(tmp_path):
     for args, words in [
         (["--from", "tar", str(gz)], "gzip-compressed"),
         (["--from", "tar", "-"], "standard input"),
-        (["--from", "rar", str(gz)], "tar and zip"),
+        (["--from", "rar", str(gz)], "tar, zip, parquet"),
         (["--from", "tar", str(tmp_path)], "is a folder"),
         (["--from", "tar", str(tmp_path / "none-{1..2}.tar")], "no such file"),
         (["--from", "zip", str(gz)], "not a zip archive"),

@@ -1,0 +1,117 @@
+"""One front for every kind of source, file or located (``locator.py``): how to read it, show it,
+say where it came from, and tell whether its container changed since it was listed.
+
+The packing loop, its loaders and workers, ``--update`` and ``resume`` ask here and never look
+at a locator themselves. Kinds and their modules: files; ``archive`` (``archives.py``: tar and
+zip members); ``parquet`` (``tables.py``: rows); ``object`` (``objects.py``: objects under an
+object-store prefix).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import BinaryIO
+
+from . import archives, objects, tables
+from .locator import SourceChanged, kind_of
+
+__all__ = [
+    "SourceChanged",
+    "container_of",
+    "is_located",
+    "kind_of",
+    "open_located",
+    "origin_of",
+    "read_located",
+    "shown",
+    "unchanged",
+]
+
+
+def is_located(path: str) -> bool:
+    """Whether a source's path is a locator (not a file)."""
+    return "\0" in path
+
+
+def shown(path: str) -> str:
+    """A source's path for people: a file's as it is, ``ARCHIVE:MEMBER``, ``TABLE#row=N``, or
+    an object's URL."""
+    kind = kind_of(path)
+    if kind is None:
+        return path
+    if kind == "archive":
+        return archives.shown(path)
+    if kind == "parquet":
+        return tables.row_shown(path)
+    return objects.object_shown(path)
+
+
+def origin_of(path: str) -> dict[str, str] | None:
+    """The frame metadata that says where a located source came from (its ``source``), as far
+    as the locator alone tells; None for a file."""
+    kind = kind_of(path)
+    if kind is None:
+        return None
+    if kind == "archive":
+        return {"source": archives.provenance(path) or ""}
+    if kind == "parquet":
+        return {"source": tables.row_origin(path)}
+    return {"source": objects.object_origin(path)}
+
+
+def container_of(path: str) -> str:
+    """The archive, table or object a located source is read from (a file: itself)."""
+    return path.split("\0", 1)[0]
+
+
+def unchanged(path: str) -> bool:
+    """Whether a located source's container is still what it was listed from (size and time)."""
+    kind = kind_of(path)
+    if kind == "archive":
+        return archives.member_unchanged(path)
+    if kind == "parquet":
+        return tables.row_unchanged(path)
+    if kind == "object":
+        return objects.object_unchanged(path)
+    try:
+        os.stat(path)
+    except OSError:
+        return False
+    return True
+
+
+def read_located(path: str, size: int) -> tuple[bytes, dict[str, str]]:
+    """A located source's bytes, whole and checked, and its frame's metadata (``source``; a
+    row's ``label``).
+
+    Raises:
+        SourceChanged: its container changed since it was listed, or is damaged there.
+        OSError: its container cannot be read.
+    """
+    kind = kind_of(path)
+    if kind == "archive":
+        data, source = archives.read_member_and_source(path, size)
+        return data, {"source": source}
+    if kind == "parquet":
+        return tables.read_row(path, size)
+    if kind == "object":
+        return objects.read_object(path, size)
+    raise ValueError(f"not a locator: {path!r}")
+
+
+def open_located(path: str, size: int) -> tuple[BinaryIO, dict[str, str] | None]:
+    """A source's bytes as a stream, and its frame's metadata (None for a file): a file opened,
+    a member read in place, a row or an object fetched whole."""
+    kind = kind_of(path)
+    if kind is None:
+        return open(path, "rb"), None
+    if kind == "archive":
+        return archives.open_source(path, size), origin_of(path)
+    data, meta = read_located(path, size)
+    return io.BytesIO(data), meta
+
+
+def open_source(path: str, size: int) -> BinaryIO:
+    """``open_located`` without the metadata."""
+    return open_located(path, size)[0]
