@@ -14,9 +14,10 @@ from __future__ import annotations
 import signal
 import sys
 
-__all__ = ["install_early", "pending_signal"]
+__all__ = ["install_early", "pending_signal", "set_stopping"]
 
 _received: list[int] = []
+_stopping: list[int] = []  # a command that handles signals itself took one (``set_stopping``)
 
 
 def _stop(signum: int, frame: object) -> None:
@@ -38,5 +39,15 @@ def install_early() -> None:
 
 
 def pending_signal() -> int | None:
-    """The first SIGINT/SIGTERM the early handler met, if one came."""
-    return _received[0] if _received else None
+    """The first SIGINT/SIGTERM the early handler met, or the one the command that now handles
+    signals took (``set_stopping``), if one came: threads that wait on the network ask this
+    between requests, and stop asking."""
+    if _received:
+        return _received[0]
+    return _stopping[0] if _stopping else None
+
+
+def set_stopping(signum: int | None) -> None:
+    """Record that the command's own handler (``write/guard.StopSignals``) took ``signum`` and
+    is stopping; None clears it when that handler is given up (a library caller may run again)."""
+    _stopping[:] = [] if signum is None else [signum]

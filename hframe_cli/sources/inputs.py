@@ -24,11 +24,11 @@ from ..errors import InputError
 from ..locations import scheme_family, shown_url
 from ..names import partial_name
 from .archives import ARCHIVE_KINDS, list_archive
+from .listing import Folder, sorted_entries, walk_in_parallel
 from .located import shown
 from .objects import list_prefix
-from .tables import TableColumns, list_table
-from .listing import Folder, sorted_entries, walk_in_parallel
 from .sourcelist import Rejected, SourceList
+from .tables import TableColumns, list_table
 
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "FROM_KINDS", "collect_sources", "expand_braces", "expand_globs"]
 
@@ -178,7 +178,9 @@ class _Collector:
             self.reject(shown(entry.path), "zero bytes (use --allow-empty to pack it)")
             return False
         if entry.size > self.max_frame_bytes:
-            self.reject(shown(entry.path), f"{entry.size} bytes is larger than --max-frame-bytes {self.max_frame_bytes}")
+            self.reject(
+                shown(entry.path), f"{entry.size} bytes is larger than --max-frame-bytes {self.max_frame_bytes}"
+            )
             return False
         self.out.add(entry.path, os.fsencode(entry.name), entry.size, entry.mtime_ns)
         return True
@@ -348,7 +350,16 @@ def collect_sources(
     )
     if archives is not None:
         return _collect_archives(
-            col, list(args), archives, table_columns, include, exclude, allow_empty, max_frame_bytes, output, require_some
+            col,
+            list(args),
+            archives,
+            table_columns,
+            include,
+            exclude,
+            allow_empty,
+            max_frame_bytes,
+            output,
+            require_some,
         )
     files: list[str] = []
     folders: list[str] = []

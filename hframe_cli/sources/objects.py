@@ -34,7 +34,15 @@ from ..storage.policy import Budget, Permanent, RequestPolicy, Transient
 from .archives import member_name
 from .locator import SourceChanged, tagged, untagged
 
-__all__ = ["ObjectEntry", "in_flight", "list_prefix", "object_origin", "object_shown", "object_unchanged", "read_object"]
+__all__ = [
+    "ObjectEntry",
+    "in_flight",
+    "list_prefix",
+    "object_origin",
+    "object_shown",
+    "object_unchanged",
+    "read_object",
+]
 
 _KIND = "object"
 _FIELDS = 3  # size, mtime, key relative to the prefix
@@ -145,7 +153,9 @@ def read_object(path: str, size: int) -> tuple[bytes, dict[str, str]]:
             except Transient as e:
                 pause = random.uniform(0, min(policy.backoff_cap_s, policy.backoff_s * 2 ** (attempt - 1)))
                 if attempt >= policy.attempts or time.monotonic() + pause >= deadline or not _BUDGET.spend(5):
-                    raise StorageError(f"{url}: {e} after {attempt} attempts in {time.monotonic() - t0:.1f} s") from None
+                    raise StorageError(
+                        f"{url}: {e} after {attempt} attempts in {time.monotonic() - t0:.1f} s"
+                    ) from None
                 time.sleep(pause)
             except Permanent as e:
                 if e.kind in ("missing", "replaced"):

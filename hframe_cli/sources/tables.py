@@ -223,7 +223,9 @@ def list_table(table: str, cols: TableColumns) -> Iterator[TableRow]:
         try:
             part = pf.read_row_group(group, columns=wanted)
         except (OSError, ValueError) as e:
-            raise InputError(f"{table}: row group {group} cannot be read ({str(e).splitlines()[0]}; damaged table)") from None
+            raise InputError(
+                f"{table}: row group {group} cannot be read ({str(e).splitlines()[0]}; damaged table)"
+            ) from None
         data = _column(part, paths["data"])
         sizes = pc.binary_length(data).to_pylist()
         names = _column(part, paths["name"]).to_pylist() if "name" in paths else [None] * len(sizes)

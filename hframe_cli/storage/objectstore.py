@@ -41,7 +41,16 @@ from ..errors import InputError, StorageError
 from ..locations import has_credentials, object_store, shown_url
 from .policy import Permanent, RequestPolicy, Response, Transient
 
-__all__ = ["ObjectBackend", "check_bucket", "filesystem", "join", "list_under", "object_at", "prefix_at", "split_location"]
+__all__ = [
+    "ObjectBackend",
+    "check_bucket",
+    "filesystem",
+    "join",
+    "list_under",
+    "object_at",
+    "prefix_at",
+    "split_location",
+]
 
 #: query keys each scheme takes (anything else is refused: a typo must not be ignored)
 _OPTIONS = {

@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import HframeError, Interrupted
 from ..faults import fault_point
 from ..names import checkpoint_paths, index_name, partial_name
-from ..signals import pending_signal
+from ..signals import pending_signal, set_stopping
 from .lock import LockWaitStopped, OutputLock
 
 __all__ = ["StopSignals", "stop_signals", "writer_run"]
@@ -58,6 +58,7 @@ class StopSignals:
     def _handle(self, signum: int, frame: object) -> None:
         first = self.signum is None
         self.signum = signum
+        set_stopping(signum)  # loading threads waiting on a store see it (signals.pending_signal)
         if self._depth == 0 and first:  # a second signal while unwinding from the first is ignored
             raise _SignalStop(signum)
 
@@ -100,6 +101,7 @@ def stop_signals(enabled: bool = True) -> Iterator[StopSignals]:
         yield stop
     finally:
         _active = None
+        set_stopping(None)
         for signum, handler in old.items():
             signal.signal(signum, handler)
 

@@ -28,11 +28,21 @@ from ..format.layout import HEADER_SIZE, KIND_IDS, SNIFF_BYTES, sniff_media_type
 from ..names import checkpoint_paths, index_name, partial_name
 from ..processes import usable_cpus
 from ..read.dataset import get_manifest_path
-from ..sources.located import SourceChanged, container_of, is_located, kind_of, open_located, open_source, shown, unchanged
-from ..sources.objects import in_flight
 from ..sources.inputs import collect_sources
+from ..sources.located import (
+    SourceChanged,
+    container_of,
+    is_located,
+    kind_of,
+    open_located,
+    open_source,
+    shown,
+    unchanged,
+)
 from ..sources.media import FramePrep, MediaOptions
+from ..sources.objects import in_flight
 from ..sources.sourcelist import Rejected, Source, SourceList
+from ..sources.tables import TableColumns
 from ..sources.video import VideoFrames, frame_name, has_video_extension, parse_frame_format, parse_video_frames
 from ..units import count, format_bytes, format_duration, parse_created
 from ..verify import DEFAULT_SELF_CHECK
@@ -711,9 +721,11 @@ def _current_sources(saved: SourceList) -> list[Source]:
 
     collect = saved.collect
     if collect.get("archives"):  # listed again: a member's place may have moved with its archive
+        columns = collect.get("table_columns")
         return collect_sources(
             [a for a in collect["archives"] if os.path.isfile(a)],
             archives=collect["archive_kind"],
+            table_columns=TableColumns(**columns) if columns else None,
             include=collect.get("include", ()),
             exclude=collect.get("exclude", ()),
             skip_bad=True,
@@ -724,7 +736,7 @@ def _current_sources(saved: SourceList) -> list[Source]:
         ).sources
     folders = [a for a in collect.get("folders", []) if os.path.isdir(a)]
     found = collect_sources(
-        folders,
+        folders + collect.get("prefixes", []),  # (a prefix lists again what is under it now)
         include=collect.get("include", ()),
         exclude=collect.get("exclude", ()),
         base=collect.get("base"),

@@ -1,0 +1,184 @@
+"""``hframe pack s3://bucket/prefix/``: objects under a prefix of a real S3 API server (moto on
+loopback), packed as the folder they would sync to, without a local copy."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+from conftest import hframe_bin, make_photos, moto_s3, real_media, run_bin
+
+import hframe_cli as h
+from hframe_cli.names import checkpoint_name
+
+CREATED = ["--created", "1700000000"]
+SAME = ["name", "md5", "source_size", "source_mtime", "media_type", "kind", "width", "height", "label", "mode"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """moto's S3 holding bucket ``bkt``; yields (pyarrow filesystem, endpoint)."""
+    with moto_s3(tmp_path_factory.mktemp("moto")) as endpoint:
+        fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", allow_bucket_creation=True)
+        fs.create_dir("bkt")
+        yield fs, endpoint
+
+
+def put_tree(fs: pafs.S3FileSystem, root: Path, prefix: str) -> list[str]:
+    keys = []
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            key = f"{prefix}/{p.relative_to(root).as_posix()}"
+            with fs.open_output_stream(key) as f:
+                f.write(p.read_bytes())
+            keys.append(key)
+    return keys
+
+
+def url(endpoint: str, path: str) -> str:
+    return f"s3://{path}?endpoint_override={endpoint}&scheme=http"
+
+
+@pytest.fixture(scope="module")
+def photos_prefix(store, tmp_path_factory):
+    """Our photos, real images made by others in nested folders, and a blob, under bkt/photos/."""
+    fs, endpoint = store
+    root = make_photos(tmp_path_factory.mktemp("tree") / "tree", 12)
+    for i, p in enumerate(real_media(30)):
+        (root / f"real{i % 3}").mkdir(exist_ok=True)
+        shutil.copyfile(p, root / f"real{i % 3}" / f"{i:03d}{p.suffix}")
+    (root / "notes.bin").write_bytes(os.urandom(3000))
+    put_tree(fs, root, "bkt/photos")
+    return url(endpoint, "bkt/photos/")
+
+
+def synced(fs: pafs.S3FileSystem, prefix: str, into: Path) -> Path:
+    """What ``aws s3 sync`` makes of the prefix: the objects as files, with their times."""
+    for info in fs.get_file_info(pafs.FileSelector(prefix, recursive=True)):
+        if info.type != pafs.FileType.File:
+            continue
+        dest = into / info.path[len(prefix) + 1 :]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with fs.open_input_stream(info.path) as f:
+            dest.write_bytes(f.read())
+        os.utime(dest, ns=(info.mtime_ns, info.mtime_ns))
+    return into
+
+
+def test_a_prefix_packs_as_its_synced_folder_does_and_can_publish_to_the_store(store, photos_prefix, tmp_path):
+    fs, endpoint = store
+    out = tmp_path / "s3.hframe"
+    r = run_bin(["pack", photos_prefix, "-o", str(out), *CREATED])
+    assert r.returncode == 0, r.stderr
+    folder = synced(fs, "bkt/photos", tmp_path / "synced")
+    local = tmp_path / "local.hframe"
+    assert run_bin(["pack", str(folder), "-o", str(local), *CREATED]).returncode == 0
+    got = pq.read_table(f"{out}.index.parquet").to_pylist()
+    want = pq.read_table(f"{local}.index.parquet", columns=SAME).to_pylist()
+    assert [{k: g[k] for k in SAME} for g in got] == want
+    assert all(g["source"].startswith(f"s3://bkt/photos/{g['name']}#etag=") for g in got)
+    with h.open_pack(out) as a, h.open_pack(local) as b:
+        assert a.read_many(list(range(len(a)))) == b.read_many(list(range(len(b))))
+    # filters, and the pack written to the store itself
+    dest = url(endpoint, "bkt/packs/real.hframe")
+    r = run_bin(["pack", photos_prefix, "-o", dest, "--include", "real*/*", "--exclude", "*.gif", *CREATED])
+    assert r.returncode == 0, r.stderr
+    r = run_bin(["verify", dest, "--json"])
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"], r.stderr
+    r = run_bin(["index", dest, "-c", "name", "-f", "json"])
+    names = [row["name"] for row in json.loads(r.stdout)]
+    assert names and all(n.startswith("real") and not n.endswith(".gif") for n in names)
+
+
+def test_an_empty_prefix_a_missing_bucket_and_an_http_url_are_one_line_and_exit_2(store, tmp_path):
+    _, endpoint = store
+    for src, words in [
+        (url(endpoint, "bkt/nothing-here/"), "lists no objects"),
+        (url(endpoint, "no-such-bucket/x/"), "lists no objects"),
+        ("https://example.invalid/photos/", "HTTP has no listing"),
+        (f"s3://KEY:pw-xyzzy@bkt/photos/?endpoint_override={endpoint}&scheme=http", "no credentials"),
+    ]:
+        r = run_bin(["pack", src, "-o", str(tmp_path / "o.hframe")])
+        err = r.stderr.decode()
+        assert r.returncode == 2 and words in err and err.count("\n") == 1 and "Traceback" not in err, (src, err)
+        assert "xyzzy" not in err
+        assert not (tmp_path / "o.hframe").exists()
+
+
+def test_an_object_deleted_between_listing_and_reading_is_named_and_with_skip_bad_left_out(store, tmp_path):
+    fs, endpoint = store
+    for i in range(8):
+        with fs.open_output_stream(f"bkt/gone/{i}.bin") as f:
+            f.write(bytes([i]) * 100)
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    r = run_bin(["pack", url(endpoint, "bkt/gone"), "-o", str(folder / "g.hframe"), "--plan-only", "-q"])
+    assert r.returncode == 0, r.stderr
+    plan = folder / "g.hframe.plan.parquet"
+    fs.delete_file("bkt/gone/3.bin")
+    r = run_bin(["pack", "--plan", str(plan), "-o", str(folder / "g.hframe")])
+    err = r.stderr.decode()
+    assert r.returncode == 2 and "s3://bkt/gone/3.bin: vanished" in err and "Traceback" not in err, err
+    r = run_bin(["pack", "--plan", str(plan), "-o", str(folder / "g.hframe"), "--skip-bad", "--force"])
+    assert r.returncode == 0, r.stderr
+    with h.open_pack(folder / "g.hframe") as p:
+        assert len(p) == 7 and p["4.bin"] == bytes([4]) * 100
+
+
+def test_update_of_a_prefix_appends_new_objects_and_sees_removed_ones(store, tmp_path):
+    fs, endpoint = store
+    for i in range(6):
+        with fs.open_output_stream(f"bkt/grow/{i}.bin") as f:
+            f.write(bytes([i]) * 64)
+    src, out = url(endpoint, "bkt/grow/"), tmp_path / "g.hframe"
+    assert run_bin(["pack", src, "-o", str(out)]).returncode == 0
+    with fs.open_output_stream("bkt/grow/6.bin") as f:
+        f.write(b"new" * 10)
+    r = run_bin(["pack", src, "-o", str(out), "--update", "--json"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["update"]["status"] == "append"
+    with h.open_pack(out) as p:
+        assert len(p) == 7 and p["6.bin"] == b"new" * 10
+    fs.delete_file("bkt/grow/0.bin")
+    r = run_bin(["pack", src, "-o", str(out), "--update", "--dry-run", "--json"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["update"] == {
+        "status": "repack",
+        "added": 0,
+        "changed": 0,
+        "removed": 1,
+        "existing_frames": 7,
+    }
+
+
+def test_ctrl_c_mid_pack_of_a_prefix_stops_within_a_second_and_resume_gives_the_same_pack(store, tmp_path):
+    fs, endpoint = store
+    for i in range(400):
+        with fs.open_output_stream(f"bkt/many/{i:04d}.bin") as f:
+            f.write(os.urandom(200 + i))
+    src = url(endpoint, "bkt/many/")
+    args = [*CREATED, "--checkpoint-every", "25"]
+    clean, out = tmp_path / "clean.hframe", tmp_path / "i.hframe"
+    assert run_bin(["pack", src, "-o", str(clean), *args]).returncode == 0
+    env = {**os.environ, "HFRAME_TTY": "0"}
+    proc = subprocess.Popen([hframe_bin(), "pack", src, "-o", str(out), *args], env=env, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not Path(checkpoint_name(out)).exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "no checkpoint was written"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    err = proc.communicate(timeout=30)[1]
+    assert time.monotonic() - t0 < 1.5
+    assert proc.returncode == 130 and b"Traceback" not in err, err
+    r = run_bin(["resume", str(out), "--json"])
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == clean.read_bytes()
