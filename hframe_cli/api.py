@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from .errors import InputError, Interrupted, NothingToResume, PackLocked
 from .locations import is_remote, shown_url
 from .names import checkpoint_name, partial_name, plan_list_name, previous_checkpoint_name
+from .sources.archives import label_extension
 from .sources.inputs import DEFAULT_MAX_FRAME_BYTES, collect_sources
 from .sources.tables import TableColumns
 from .write.guard import writer_run
@@ -327,10 +328,14 @@ def _media_and_sources(paths: list[str], out: str, opts: PackOptions) -> tuple[M
             )
         if opts.base is not None:
             raise InputError(f"--base with --from {opts.archives}: members are named by their paths in the archive")
+    label_member = label_extension(media.label_from)
+    if label_member is not None and opts.archives not in ("tar", "zip"):
+        raise InputError(f"--label-from {media.label_from}: a sample's member as its label is for --from tar or zip")
     return media, collect_sources(
         paths,
         archives=opts.archives,
         table_columns=opts.table_columns,
+        label_member=label_member,
         stdin=opts.stdin,
         null_separated=opts.null_separated,
         include=opts.include,

@@ -402,8 +402,9 @@ def pack(
         str,
         typer.Option(
             "--label-from",
-            metavar="parent|none|CSV",
-            help="Frame labels: parent (folder name), none, or a CSV file of name,label.",
+            metavar="parent|none|CSV|.EXT",
+            help="Frame labels: parent (folder name), none, a CSV file of name,label, or (--from tar|zip) "
+            "each sample's .EXT member (WebDataset's .cls).",
         ),
     ] = "parent",
     split: Annotated[

@@ -12,11 +12,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 
 from ..errors import InputError
 
-__all__ = ["LabelPolicy", "parse_split", "split_of"]
+__all__ = ["LabelPolicy", "is_member_label", "parse_split", "split_of"]
 
 
 def parent_label(name: bytes) -> bytes | None:
@@ -78,6 +79,8 @@ class LabelPolicy:
             return cls("parent")
         if text == "none":
             return cls("none")
+        if is_member_label(text):  # the label comes with each source (an archive's sample member)
+            return cls("member", path=text)
         return cls("csv", read_label_csv(text), os.path.abspath(text))
 
     def label(self, name: bytes) -> str | None:
@@ -89,7 +92,13 @@ class LabelPolicy:
         return self.mapping.get(name)
 
     def spec(self) -> str:
-        return self.path if self.kind == "csv" and self.path else self.kind
+        return self.path if self.kind in ("csv", "member") and self.path else self.kind
+
+
+def is_member_label(text: str) -> bool:
+    """``--label-from .EXT``: each archive sample's ``.EXT`` member holds its label (WebDataset's
+    ``.cls``), not a CSV file."""
+    return re.fullmatch(r"\.[A-Za-z0-9_][A-Za-z0-9_.-]*", text) is not None
 
 
 def read_label_csv(path: str) -> dict[bytes, str]:

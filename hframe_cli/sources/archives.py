@@ -24,19 +24,21 @@ from __future__ import annotations
 import io
 import mmap
 import os
+import re
 import stat
 import struct
 import time
 import zipfile
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import BinaryIO
 
 from ..errors import InputError
+from ..format.labels import is_member_label
 from .locator import SEP as _SEP
-from .locator import SourceChanged
+from .locator import SourceChanged, kind_of, tagged, untagged
 
 __all__ = [
     "ARCHIVE_KINDS",
@@ -44,12 +46,14 @@ __all__ = [
     "MemberChanged",
     "archive_of",
     "is_member",
+    "label_extension",
     "list_archive",
     "member_unchanged",
     "open_source",
     "provenance",
     "read_member",
-    "read_member_and_source",
+    "member_meta",
+    "read_member_and_meta",
     "shown",
 ]
 
@@ -75,26 +79,41 @@ class MemberChanged(SourceChanged):
 class _Locator:
     archive: str
     member: str  # as the archive names it (for messages)
-    offset: int
+    offset: int  # of the member's data: in the file, or in the decompressed stream (``codec``)
     stored: int
     method: int
     crc32: int  # -1: none (tar)
     archive_size: int
     archive_mtime_ns: int
+    codec: str = ""  # a compressed tar's compression (``streams.py``): read forward, not in place
+    label: str = ""  # its sample's label member's text (``--label-from .EXT``)
 
     def encode(self) -> str:
         fields = (self.offset, self.stored, self.method, self.crc32, self.archive_size, self.archive_mtime_ns)
-        return _SEP.join([self.archive, *map(str, fields), self.member])
+        if not self.codec and not self.label:  # the first spelling (older checkpoints hold it)
+            return _SEP.join([self.archive, *map(str, fields), self.member])
+        return tagged(self.archive, _TAGGED, *fields, self.codec, self.label, self.member)
+
+
+#: the tag of a member's locator that carries a codec or a label (``locator.tagged``)
+_TAGGED = "member"
+_TAGGED_FIELDS = 9
 
 
 def is_member(path: str) -> bool:
     """Whether a source's path is an archive member's locator (``locator.kind_of``)."""
-    return _SEP in path and path.split(_SEP, 2)[1] != ""
+    return kind_of(path) in ("archive", _TAGGED)
 
 
 def _parse(path: str) -> _Locator:
-    archive, offset, stored, method, crc, asize, amtime, member = path.split(_SEP, 7)
-    return _Locator(archive, member, int(offset), int(stored), int(method), int(crc), int(asize), int(amtime))
+    if path.split(_SEP, 2)[1] == "":
+        archive, f = untagged(path, _TAGGED_FIELDS)
+        offset, stored, method, crc, asize, amtime = map(int, f[:6])
+        return _Locator(archive, f[8], offset, stored, method, crc, asize, amtime, f[6], f[7])
+    archive, offset_s, stored_s, method_s, crc_s, asize_s, amtime_s, member = path.split(_SEP, 7)
+    return _Locator(
+        archive, member, int(offset_s), int(stored_s), int(method_s), int(crc_s), int(asize_s), int(amtime_s)
+    )
 
 
 def shown(path: str) -> str:
@@ -257,10 +276,20 @@ def read_member(path: str, size: int) -> bytes:
     return _read(_parse(path), size)
 
 
-def read_member_and_source(path: str, size: int) -> tuple[bytes, str]:
-    """``read_member`` and ``provenance`` of one member, its locator parsed once."""
+def read_member_and_meta(path: str, size: int) -> tuple[bytes, dict[str, str]]:
+    """``read_member``, and the frame's metadata: its ``source`` (``provenance``) and, with
+    ``--label-from .EXT``, the ``label`` its sample's label member gave; the locator parsed once."""
     loc = _parse(path)
-    return _read(loc, size), _source_of(loc)
+    meta = {"source": _source_of(loc)}
+    if loc.label:
+        meta["label"] = loc.label
+    return _read(loc, size), meta
+
+
+def member_meta(path: str) -> dict[str, str]:
+    """``read_member_and_meta``'s metadata alone (a member that is streamed, not read whole)."""
+    loc = _parse(path)
+    return {"source": _source_of(loc), **({"label": loc.label} if loc.label else {})}
 
 
 def _read(loc: _Locator, size: int) -> bytes:
@@ -323,8 +352,44 @@ def member_name(raw: str) -> str | None:
     return "/".join(parts)
 
 
-def list_archive(path: str, kind: str) -> Iterator[ArchiveEntry]:
-    """The members of the archive ``path`` (``kind`` tar or zip), in archive order.
+#: a WebDataset sample's key and extension (its ``base_plus_ext``): ``dir/key.ext.more`` → (``dir/key``, ``ext.more``)
+_SAMPLE = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")
+_MAX_LABEL_BYTES = 4096
+
+
+def label_extension(label_from: str | None) -> str | None:
+    """``EXT`` of ``--label-from .EXT`` (a sample's member that holds its label), else None."""
+    return label_from[1:] if label_from and is_member_label(label_from) else None
+
+
+def _labelled(entries: list[ArchiveEntry], ext: str) -> Iterator[ArchiveEntry]:
+    """``entries`` with the text of their sample's ``.EXT`` member as their label (WebDataset: the
+    members ``key.jpg`` and ``key.cls`` are one sample, and ``key.cls`` holds its class)."""
+    labels: dict[str, str] = {}
+    for e in entries:
+        m = _SAMPLE.match(e.name) if e.problem is None else None
+        if m is None or m.group(2) != ext:
+            continue
+        if e.size > _MAX_LABEL_BYTES:
+            raise InputError(f"{shown(e.path)}: {e.size} bytes is too long for a label (at most {_MAX_LABEL_BYTES})")
+        try:
+            text = read_member(e.path, e.size).decode("utf-8", "replace").strip().replace("\0", "")
+        except SourceChanged as err:
+            raise InputError(f"{shown(e.path)}: {err}") from None
+        if text:
+            labels[m.group(1)] = text
+    for e in entries:
+        m = _SAMPLE.match(e.name) if e.problem is None else None
+        label = labels.get(m.group(1)) if m is not None else None
+        if label is None:
+            yield e
+        else:
+            yield ArchiveEntry(e.name, replace(_parse(e.path), label=label).encode(), e.size, e.mtime_ns)
+
+
+def list_archive(path: str, kind: str, label_ext: str | None = None) -> Iterator[ArchiveEntry]:
+    """The members of the archive ``path`` (``kind`` tar or zip), in archive order; with
+    ``label_ext``, each labelled by its sample's ``.EXT`` member (``_labelled``).
 
     Raises:
         InputError: not an archive of that kind, compressed in a way not read in place, or
@@ -344,12 +409,13 @@ def list_archive(path: str, kind: str) -> Iterator[ArchiveEntry]:
                 f"{path}: a {what}-compressed archive; --from {kind} reads plain tar and zip files in place "
                 f"(decompress it first, e.g. with {'gunzip' if what == 'gzip' else what} -d)"
             )
-    if kind == "tar":
-        yield from _list_tar(path, st)
-    elif kind == "zip":
-        yield from _list_zip(path, st)
-    else:
+    if kind not in ARCHIVE_KINDS:
         raise InputError(f"--from {kind}: not a kind of archive hframe reads ({', '.join(ARCHIVE_KINDS)})")
+    found = _list_tar(path, st) if kind == "tar" else _list_zip(path, st)
+    if label_ext is not None:
+        yield from _labelled(list(found), label_ext)
+    else:
+        yield from found
 
 
 _BLOCK = 512

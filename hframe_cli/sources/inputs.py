@@ -132,7 +132,7 @@ class _Collector:
             return
         self.out.add(path, os.fsencode(name), st.st_size, st.st_mtime_ns)
 
-    def add_archive(self, path: str, kind: str) -> None:
+    def add_archive(self, path: str, kind: str, label_ext: str | None = None) -> None:
         """Add the regular members of the archive ``path`` (``archives.list_archive``), named by
         their paths in it. Links, devices and names with ``..`` are skipped with a line each (as
         ``tar xf`` would not make them files); of two members with one name the later one is
@@ -141,7 +141,7 @@ class _Collector:
             raise InputError(f"{path}: is the output being written")
         seen: dict[bytes, int] = {}
         paths, names, sizes, mtimes = self.out.columns()
-        for e in list_archive(path, kind):
+        for e in list_archive(path, kind, label_ext):
             if e.problem is not None:
                 if e.problem:
                     self.out.rejected.append(Rejected(shown(e.path), e.problem))
@@ -318,6 +318,7 @@ def collect_sources(
     require_some: bool = True,
     archives: str | None = None,
     table_columns: TableColumns | None = None,
+    label_member: str | None = None,
 ) -> SourceList:
     """Expand sources into a sorted list of files to pack.
 
@@ -329,6 +330,8 @@ def collect_sources(
         archives: ``tar``, ``zip`` or ``parquet`` (``FROM_KINDS``): every argument is such a
             file (``pack --from``).
         table_columns: with ``parquet``: the columns of the bytes, names and labels.
+        label_member: with ``tar`` or ``zip``: ``EXT`` of ``--label-from .EXT``, the member of
+            each sample that holds its label.
         null_separated: the stdin list is NUL-separated (``find -print0``).
         include, exclude: shell globs matched against the name in the pack.
         base: name every file relative to this folder.
@@ -360,6 +363,7 @@ def collect_sources(
             max_frame_bytes,
             output,
             require_some,
+            label_member,
         )
     files: list[str] = []
     folders: list[str] = []
@@ -432,6 +436,7 @@ def _collect_archives(
     max_frame_bytes: int,
     output: str | None,
     require_some: bool,
+    label_member: str | None = None,
 ) -> SourceList:
     """``collect_sources`` with ``archives``: the members of every archive, sorted by name (a
     name in two archives is refused, as a name in two folders is); or the rows of every table,
@@ -459,7 +464,7 @@ def _collect_archives(
         if columns is not None:
             col.add_table(path, columns)
         else:
-            col.add_archive(path, kind)
+            col.add_archive(path, kind, label_member)
     if columns is not None:
         _refuse_repeated_names(col)
     else:
@@ -468,6 +473,7 @@ def _collect_archives(
         "archives": found,
         "archive_kind": kind,
         "table_columns": columns.to_dict() if columns is not None else None,
+        "label_member": label_member,
         "folders": [],
         "include": list(include),
         "exclude": list(exclude),

@@ -2,8 +2,8 @@
 say where it came from, and tell whether its container changed since it was listed.
 
 The packing loop, its loaders and workers, ``--update`` and ``resume`` ask here and never look
-at a locator themselves. Kinds and their modules: files; ``archive`` (``archives.py``: tar and
-zip members); ``parquet`` (``tables.py``: rows); ``object`` (``objects.py``: objects under an
+at a locator themselves. Kinds and their modules: files; ``archive`` and ``member``
+(``archives.py``: tar and zip members); ``parquet`` (``tables.py``: rows); ``object`` (``objects.py``: objects under an
 object-store prefix).
 """
 
@@ -15,6 +15,9 @@ from typing import BinaryIO
 
 from . import archives, objects, tables
 from .locator import SourceChanged, kind_of
+
+#: the kinds of an archive member's locator (``archives.py``: the first spelling, and the tagged one)
+_MEMBERS = ("archive", "member")
 
 __all__ = [
     "SourceChanged",
@@ -40,7 +43,7 @@ def shown(path: str) -> str:
     kind = kind_of(path)
     if kind is None:
         return path
-    if kind == "archive":
+    if kind in _MEMBERS:
         return archives.shown(path)
     if kind == "parquet":
         return tables.row_shown(path)
@@ -53,8 +56,8 @@ def origin_of(path: str) -> dict[str, str] | None:
     kind = kind_of(path)
     if kind is None:
         return None
-    if kind == "archive":
-        return {"source": archives.provenance(path) or ""}
+    if kind in _MEMBERS:
+        return archives.member_meta(path)
     if kind == "parquet":
         return {"source": tables.row_origin(path)}
     return {"source": objects.object_origin(path)}
@@ -68,7 +71,7 @@ def container_of(path: str) -> str:
 def unchanged(path: str) -> bool:
     """Whether a located source's container is still what it was listed from (size and time)."""
     kind = kind_of(path)
-    if kind == "archive":
+    if kind in _MEMBERS:
         return archives.member_unchanged(path)
     if kind == "parquet":
         return tables.row_unchanged(path)
@@ -90,9 +93,8 @@ def read_located(path: str, size: int) -> tuple[bytes, dict[str, str]]:
         OSError: its container cannot be read.
     """
     kind = kind_of(path)
-    if kind == "archive":
-        data, source = archives.read_member_and_source(path, size)
-        return data, {"source": source}
+    if kind in _MEMBERS:
+        return archives.read_member_and_meta(path, size)
     if kind == "parquet":
         return tables.read_row(path, size)
     if kind == "object":
@@ -106,8 +108,8 @@ def open_located(path: str, size: int) -> tuple[BinaryIO, dict[str, str] | None]
     kind = kind_of(path)
     if kind is None:
         return open(path, "rb"), None
-    if kind == "archive":
-        return archives.open_source(path, size), origin_of(path)
+    if kind in _MEMBERS:
+        return archives.open_source(path, size), archives.member_meta(path)
     data, meta = read_located(path, size)
     return io.BytesIO(data), meta
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import FormatError, InputError
 from ..format.codec import Compression, check_dictionary, parse_compress
-from ..format.labels import LabelPolicy, parse_split, split_of
+from ..format.labels import LabelPolicy, is_member_label, parse_split, split_of
 from ..format.layout import KIND_IDS, SNIFF_BYTES, sniff_media_type
 from .imagehead import image_info
 
@@ -76,7 +76,7 @@ class MediaOptions:
     def with_label_csv_fixed(self) -> MediaOptions:
         """These options with a ``--label-from CSV`` path made absolute and its SHA-256 recorded
         (at run start), or checked against the one recorded (on resume)."""
-        if self.label_from in ("parent", "none"):
+        if self.label_from in ("parent", "none") or is_member_label(self.label_from):
             return self
         path = os.path.abspath(self.label_from)
         try:

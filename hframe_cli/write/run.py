@@ -726,6 +726,7 @@ def _current_sources(saved: SourceList) -> list[Source]:
             [a for a in collect["archives"] if os.path.isfile(a)],
             archives=collect["archive_kind"],
             table_columns=TableColumns(**columns) if columns else None,
+            label_member=collect.get("label_member"),
             include=collect.get("include", ()),
             exclude=collect.get("exclude", ()),
             skip_bad=True,

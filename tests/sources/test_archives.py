@@ -127,6 +127,32 @@ def test_webdataset_shards_by_brace_range_keep_their_keys_and_bytes(tmp_path):
     assert got == want
 
 
+def test_a_webdataset_samples_cls_or_txt_member_labels_all_its_members(tmp_path):
+    wds = pytest.importorskip("webdataset")
+    images = real_media(30)
+    with wds.ShardWriter(str(tmp_path / "shard-%03d.tar"), maxcount=7, verbose=0) as sink:
+        for i, p in enumerate(images):
+            sink.write({"__key__": f"k{i:04d}", p.suffix[1:]: p.read_bytes(), "cls": i % 5, "txt": f"a photo {i}"})
+    pattern = str(tmp_path / "shard-*.tar")
+    for ext, want in ((".cls", lambda i: str(i % 5)), (".txt", lambda i: f"a photo {i}")):
+        out = tmp_path / f"l{ext}.hframe"
+        r = run_bin(["pack", "--from", "tar", pattern, "--label-from", ext, "-o", str(out)])
+        assert r.returncode == 0, r.stderr
+        got = rows(out, ["name", "label"])
+        assert len(got) == 3 * len(images)
+        assert all(g["label"] == want(int(g["name"][1:5])) for g in got), got[:6]
+    # resume and the packing workers keep them too: the labels ride with each member's locator
+    args = ["--from", "tar", pattern, "--label-from", ".cls", *CREATED, "--checkpoint-every", "5"]
+    clean, out = tmp_path / "c.hframe", tmp_path / "k.hframe"
+    assert run_bin(["pack", *args, "-o", str(clean), "--workers", "2"]).returncode == 0
+    r = run_bin(["pack", *args, "-o", str(out)], env={"HFRAME_FAULT": "after-frame:17"})
+    assert r.returncode < 0
+    assert run_bin(["resume", str(out)]).returncode == 0
+    assert out.read_bytes() == clean.read_bytes()
+    r = run_bin(["pack", str(tmp_path), "--label-from", ".cls", "-o", str(tmp_path / "x.hframe")])
+    assert r.returncode == 2 and b"is for --from tar or zip" in r.stderr
+
+
 def test_brace_ranges_expand_as_a_shell_does():
     assert expand_braces("s-{008..011}.tar") == ["s-008.tar", "s-009.tar", "s-010.tar", "s-011.tar"]
     assert expand_braces("{a,b}/x-{1..2}") == ["a/x-1", "a/x-2", "b/x-1", "b/x-2"]
