@@ -21,13 +21,13 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .errors import InputError, Interrupted, NothingToResume, PackLocked
 from .locations import is_remote, shown_url
-from .names import checkpoint_name, partial_name, plan_list_name, previous_checkpoint_name
+from .names import checkpoint_name, partial_name, plan_list_name, previous_checkpoint_name, stdin_name
 from .sources.archives import label_extension
 from .sources.inputs import DEFAULT_MAX_FRAME_BYTES, collect_sources
 from .sources.tables import TableColumns
@@ -350,7 +350,45 @@ def _media_and_sources(paths: list[str], out: str, opts: PackOptions) -> tuple[M
 
 def _pack_locked(paths: list[str], out: str, opts: PackOptions, lock: OutputLock) -> PackOutcome:
     """``pack`` holding ``lock`` (``out``'s; a part's shard with ``shard_of``): list the sources,
-    then the one mode that applies, with one ``PackSettings`` for the run."""
+    then the one mode that applies, with one ``PackSettings`` for the run.
+
+    An archive on standard input (``--from tar -``) is first copied to ``OUT.stdin`` (fsynced):
+    members are read where they sit, and ``resume`` needs them again once standard input is
+    gone. It is removed when the run ends, unless a checkpoint is kept for ``resume``."""
+    if opts.archives is None or "-" not in paths:
+        return _pack_listed(paths, out, opts, lock)
+    if paths.count("-") > 1 or opts.plan_only or opts.shard_of is not None or opts.plan is not None:
+        raise InputError(
+            f"--from {opts.archives} -: standard input is one archive, read by this run alone "
+            "(a plan or a job array needs a file every part can read)"
+        )
+    if opts.stdin is None:
+        raise InputError(f"--from {opts.archives} -: no standard input")
+    spool = stdin_name(out)
+    try:
+        _copy_stdin(opts.stdin, spool)
+        outcome = _pack_listed([spool if p == "-" else p for p in paths], out, opts, lock)
+    except BaseException:
+        if not os.path.exists(checkpoint_name(out)):
+            with suppress(FileNotFoundError):
+                os.unlink(spool)
+        raise
+    with suppress(FileNotFoundError):
+        os.unlink(spool)
+    return outcome
+
+
+def _copy_stdin(stdin: BinaryIO, spool: str) -> None:
+    with open(spool, "wb") as f:
+        while chunk := stdin.read(1 << 20):
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    if os.path.getsize(spool) == 0:
+        raise InputError("-: standard input is empty (no archive)")
+
+
+def _pack_listed(paths: list[str], out: str, opts: PackOptions, lock: OutputLock) -> PackOutcome:
     from .write.settings import PackSettings
 
     media, srcs = _media_and_sources(paths, out, opts)
@@ -471,4 +509,8 @@ def _resume_locked(out: str, settings: PackSettings, lock: OutputLock, *, rescan
         parts = resume_parts(out, settings, lock=lock)  # a dataset of parts (job array) or shards
         if parts is not None:
             return parts
-    return resume_single(out, settings, lock=lock, rescan=rescan)
+    result = resume_single(out, settings, lock=lock, rescan=rescan)
+    if not os.path.exists(checkpoint_name(out)):  # finished: an archive read from stdin is not needed
+        with suppress(FileNotFoundError):
+            os.unlink(stdin_name(out))
+    return result

@@ -31,6 +31,7 @@ __all__ = [
     "LEFTOVER_SUFFIXES",
     "MANIFEST_SUFFIX",
     "PARTIAL_SUFFIX",
+    "STDIN_SUFFIX",
     "checkpoint_name",
     "index_name",
     "lock_name",
@@ -41,6 +42,7 @@ __all__ = [
     "shard_path",
     "sharded_plan_name",
     "source_list_name",
+    "stdin_name",
 ]
 
 PARTIAL_SUFFIX = ".partial"
@@ -53,6 +55,7 @@ CHECKPOINT_TEMP_SUFFIX = ".ckpt.tmp"
 SOURCES_SUFFIX = ".sources.parquet"
 SHARDED_PLAN_SUFFIX = ".dataset.plan.json"
 PLAN_LIST_SUFFIX = ".plan.parquet"
+STDIN_SUFFIX = ".stdin"  # an archive read from standard input, kept until the run is published
 
 #: what only a running or stopped run leaves beside its output: none is there once it finished
 LEFTOVER_SUFFIXES = (
@@ -63,6 +66,7 @@ LEFTOVER_SUFFIXES = (
     CHECKPOINT_TEMP_SUFFIX,
     SOURCES_SUFFIX,
     SHARDED_PLAN_SUFFIX,
+    STDIN_SUFFIX,
 )
 
 Location = str | os.PathLike[str]
@@ -79,6 +83,11 @@ def index_name(pack: Location) -> str:
 
 def manifest_name(output: Location) -> str:
     return with_suffix(output, MANIFEST_SUFFIX)
+
+
+def stdin_name(output: Location) -> str:
+    """Where ``pack --from tar -`` keeps the archive it read from standard input (``api.py``)."""
+    return os.fspath(output) + STDIN_SUFFIX
 
 
 def lock_name(output: Location) -> str:

@@ -129,7 +129,16 @@ def main() -> int:
             per_object["direct"].append((requests(log) - before) / len(files))
             shutil.rmtree(folder, ignore_errors=True)
             before = requests(log)
-            sync = [aws, "s3", "sync", "s3://bench/set/", folder, "--endpoint-url", f"http://{endpoint}", "--only-show-errors"]
+            sync = [
+                aws,
+                "s3",
+                "sync",
+                "s3://bench/set/",
+                folder,
+                "--endpoint-url",
+                f"http://{endpoint}",
+                "--only-show-errors",
+            ]
             times["sync"].append(timed(sync, env))
             per_object["sync"].append((requests(log) - before) / len(files))
             times["pack_synced"].append(timed([HFRAME, "pack", folder, "-o", synced_pack, "--force", "-q"], env))

@@ -37,8 +37,10 @@ from typing import BinaryIO
 
 from ..errors import InputError
 from ..format.labels import is_member_label
+from ..names import STDIN_SUFFIX
 from .locator import SEP as _SEP
 from .locator import SourceChanged, kind_of, tagged, untagged
+from .streams import Forward, codec_of, open_decompressed, read_forward
 
 __all__ = [
     "ARCHIVE_KINDS",
@@ -51,6 +53,7 @@ __all__ = [
     "member_unchanged",
     "open_source",
     "provenance",
+    "read_forward_only",
     "read_member",
     "member_meta",
     "read_member_and_meta",
@@ -63,12 +66,6 @@ ARCHIVE_KINDS = ("tar", "zip")
 _STORED, _DEFLATED = 0, 8
 _O_READ = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 _ZIP_LOCAL = struct.Struct("<4s2B4HL2L2H")  # a zip local file header (30 bytes)
-_COMPRESSED_MAGIC = {
-    b"\x1f\x8b": "gzip",
-    b"BZh": "bzip2",
-    b"\xfd7zXZ\x00": "xz",
-    b"\x28\xb5\x2f\xfd": "zstd",
-}
 
 
 class MemberChanged(SourceChanged):
@@ -116,6 +113,11 @@ def _parse(path: str) -> _Locator:
     )
 
 
+def read_forward_only(path: str) -> bool:
+    """Whether a member is in a compressed tar (read forward, in archive order: ``streams.py``)."""
+    return _parse(path).codec != ""
+
+
 def shown(path: str) -> str:
     """A source's path for people: a file's as it is, a member's as ``ARCHIVE:MEMBER``."""
     if _SEP not in path:
@@ -135,7 +137,8 @@ def provenance(path: str) -> str | None:
 
 
 def _source_of(loc: _Locator) -> str:
-    text = os.fsencode(f"{os.path.basename(loc.archive)}:{loc.member}")
+    archive = "-" if loc.archive.endswith(STDIN_SUFFIX) else os.path.basename(loc.archive)  # (read from stdin)
+    text = os.fsencode(f"{archive}:{loc.member}")
     return text.decode("utf-8", "backslashreplace")  # (a name that is not UTF-8 shown as \\xNN)
 
 
@@ -259,6 +262,8 @@ def open_source(path: str, size: int) -> BinaryIO:
     if _SEP not in path:
         return open(path, "rb")
     loc = _parse(path)
+    if loc.codec:  # (a compressed tar's member is decompressed whole: at most --max-frame-bytes)
+        return io.BytesIO(_read(loc, size))
     fd = os.open(loc.archive, _O_READ)
     try:
         st = os.fstat(fd)
@@ -293,6 +298,16 @@ def member_meta(path: str) -> dict[str, str]:
 
 
 def _read(loc: _Locator, size: int) -> bytes:
+    if loc.codec:  # a compressed tar: decompressed forward to it (streams.py)
+        try:
+            data = read_forward(
+                loc.archive, loc.codec, loc.offset, loc.stored, (loc.archive_size, loc.archive_mtime_ns)
+            )
+        except SourceChanged as e:
+            raise MemberChanged(str(e)) from None
+        if len(data) != size:
+            raise MemberChanged(f"holds {len(data)} bytes where its header says {size} (damaged archive)")
+        return data
     fd = os.open(loc.archive, _O_READ)
     try:
         st = os.fstat(fd)
@@ -403,15 +418,13 @@ def list_archive(path: str, kind: str, label_ext: str | None = None) -> Iterator
         raise InputError(f"{path}: --from {kind} needs an archive file")
     with open(path, "rb") as f:
         head = f.read(8)
-    for magic, what in _COMPRESSED_MAGIC.items():
-        if kind == "tar" and head.startswith(magic):
-            raise InputError(
-                f"{path}: a {what}-compressed archive; --from {kind} reads plain tar and zip files in place "
-                f"(decompress it first, e.g. with {'gunzip' if what == 'gzip' else what} -d)"
-            )
     if kind not in ARCHIVE_KINDS:
         raise InputError(f"--from {kind}: not a kind of archive hframe reads ({', '.join(ARCHIVE_KINDS)})")
-    found = _list_tar(path, st) if kind == "tar" else _list_zip(path, st)
+    codec = codec_of(head) if kind == "tar" else None
+    if codec is not None:
+        found = _list_compressed_tar(path, st, codec)
+    else:
+        found = _list_tar(path, st) if kind == "tar" else _list_zip(path, st)
     if label_ext is not None:
         yield from _labelled(list(found), label_ext)
     else:
@@ -468,74 +481,104 @@ def _pax_mtime_ns(value: bytes) -> int:
         return 0
 
 
+class _Mapped:
+    """A plain tar's bytes for ``_walk_tar``: the file mapped."""
+
+    def __init__(self, mm: mmap.mmap, size: int) -> None:
+        self.mm, self.size = mm, size
+
+    def get(self, start: int, end: int) -> bytes:
+        return self.mm[start:end]
+
+    def has(self, end: int) -> bool:
+        return end <= self.size
+
+
 def _list_tar(path: str, st: os.stat_result) -> Iterator[ArchiveEntry]:
-    """Walk the chain of 512-byte headers (ustar, GNU and PAX, as GNU tar and Python write
-    them), each checked against its checksum, without decoding more than a source needs: the
-    archive is mapped, and a member costs a few slices (``tarfile``'s objects cost several
-    times a folder's listing; ``scripts/bench_archives.py``)."""
-    size = st.st_size
-    if size < _BLOCK:
+    """A plain tar's members: its headers walked over the mapped file (a member costs a few
+    slices: ``tarfile``'s objects cost several times a folder's listing;
+    ``scripts/bench_archives.py``)."""
+    if st.st_size < _BLOCK:
         raise InputError(f"{path}: not a tar archive (shorter than one header)")
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        at = 0
-        long_name: bytes | None = None
-        pax: dict[str, bytes] = {}
-        glob_pax: dict[str, bytes] = {}
-        first = True
-        while True:
-            if at + _BLOCK > size:
-                if first:
-                    raise InputError(f"{path}: not a tar archive")
-                raise InputError(f"{path}: truncated after {at} bytes (no end-of-archive blocks)")
-            header = mm[at : at + _BLOCK]
-            if header == _ZERO_BLOCK:
-                if first:
-                    raise InputError(f"{path}: not a tar archive (it starts with an empty block)")
-                return  # the end (two zero blocks; one is enough, as for tar)
-            if not _checksum_ok(header):
-                if first:
-                    raise InputError(f"{path}: not a tar archive")
-                raise InputError(f"{path}: damaged: the header at offset {at} does not match its checksum")
-            first = False
-            flag = header[156]
-            try:
-                length = _tar_number(header[124:136])
-            except ValueError:
-                raise InputError(f"{path}: damaged: the header at offset {at} has no readable size") from None
-            if length < 0:
-                raise InputError(f"{path}: damaged: the header at offset {at} gives a negative size")
-            if flag in (ord("S"), ord("M")):  # more headers of their own follow: never read past them blind
-                raise InputError(
-                    f"{path}: member at offset {at} is a GNU {'sparse' if flag == ord('S') else 'multi-volume'} "
-                    "member, which --from tar does not read; re-create the archive without --sparse"
-                )
-            data_at = at + _BLOCK
-            nxt = data_at + -(-length // _BLOCK) * _BLOCK
-            if flag in (ord("L"), ord("K"), ord("x"), ord("g")):  # data for the next header
-                if data_at + length > size:
-                    raise InputError(f"{path}: truncated: an extended header at offset {at} ends past the end")
-                body = mm[data_at : data_at + length]
-                if flag == ord("L"):
-                    long_name = body.split(b"\0", 1)[0]
-                elif flag == ord("x"):
-                    pax = _pax_records(body, f"{path} (offset {at})")
-                elif flag == ord("g"):
-                    glob_pax.update(_pax_records(body, f"{path} (offset {at})"))
-                at = nxt
-                continue
-            fields = {**glob_pax, **pax}
-            raw = _tar_name(header, long_name, fields)
-            if "size" in fields:
-                try:
-                    if not fields["size"].isdigit():
-                        raise ValueError(fields["size"])
-                    length = int(fields["size"])
-                except ValueError:
-                    raise InputError(f"{path}: damaged PAX header at offset {at} (size)") from None
-                nxt = data_at + -(-length // _BLOCK) * _BLOCK
-            long_name, pax = None, {}
-            yield _tar_entry(path, st, raw, flag, data_at, length, header, fields)
+        yield from _walk_tar(path, st, _Mapped(mm, st.st_size), "")
+
+
+def _list_compressed_tar(path: str, st: os.stat_result, codec: str) -> Iterator[ArchiveEntry]:
+    """A compressed tar's members (``streams.py``): its headers walked as it is decompressed."""
+    with open_decompressed(path, codec) as stream:
+        try:
+            yield from _walk_tar(path, st, Forward(stream), codec)
+        except SourceChanged as e:  # the decompressor's complaint, met while listing
+            raise InputError(f"{path}: {e}") from None
+
+
+def _walk_tar(path: str, st: os.stat_result, view: _Mapped | Forward, codec: str) -> Iterator[ArchiveEntry]:
+    """Walk the chain of 512-byte headers (ustar, GNU and PAX, as GNU tar and Python write
+    them), each checked against its checksum, without decoding more than a source needs;
+    ``view`` gives the archive's (decompressed) bytes, front to back."""
+    at = 0
+    long_name: bytes | None = None
+    pax: dict[str, bytes] = {}
+    glob_pax: dict[str, bytes] = {}
+    first = True
+    while True:
+        header = view.get(at, at + _BLOCK)
+        if len(header) < _BLOCK:
+            if first:
+                raise InputError(f"{path}: not a tar archive")
+            raise InputError(f"{path}: truncated after {at} bytes (no end-of-archive blocks)")
+        if header == _ZERO_BLOCK:
+            if first:
+                raise InputError(f"{path}: not a tar archive (it starts with an empty block)")
+            return  # the end (two zero blocks; one is enough, as for tar)
+        if not _checksum_ok(header):
+            if first:
+                raise InputError(f"{path}: not a tar archive")
+            raise InputError(f"{path}: damaged: the header at offset {at} does not match its checksum")
+        first = False
+        flag = header[156]
+        try:
+            length = _tar_number(header[124:136])
+        except ValueError:
+            raise InputError(f"{path}: damaged: the header at offset {at} has no readable size") from None
+        if length < 0:
+            raise InputError(f"{path}: damaged: the header at offset {at} gives a negative size")
+        if flag in (ord("S"), ord("M")):  # more headers of their own follow: never read past them blind
+            raise InputError(
+                f"{path}: member at offset {at} is a GNU {'sparse' if flag == ord('S') else 'multi-volume'} "
+                "member, which --from tar does not read; re-create the archive without --sparse"
+            )
+        data_at = at + _BLOCK
+        nxt = data_at + -(-length // _BLOCK) * _BLOCK
+        if flag in (ord("L"), ord("K"), ord("x"), ord("g")):  # data for the next header
+            body = view.get(data_at, data_at + length)
+            if len(body) < length:
+                raise InputError(f"{path}: truncated: an extended header at offset {at} ends past the end")
+            if flag == ord("L"):
+                long_name = body.split(b"\0", 1)[0]
+            elif flag == ord("x"):
+                pax = _pax_records(body, f"{path} (offset {at})")
+            elif flag == ord("g"):
+                glob_pax.update(_pax_records(body, f"{path} (offset {at})"))
             at = nxt
+            continue
+        fields = {**glob_pax, **pax}
+        raw = _tar_name(header, long_name, fields)
+        if "size" in fields:
+            try:
+                if not fields["size"].isdigit():
+                    raise ValueError(fields["size"])
+                length = int(fields["size"])
+            except ValueError:
+                raise InputError(f"{path}: damaged PAX header at offset {at} (size)") from None
+            nxt = data_at + -(-length // _BLOCK) * _BLOCK
+        long_name, pax = None, {}
+        entry = _tar_entry(path, st, raw, flag, data_at, length, header, fields, codec)
+        if entry.problem is None and not view.has(data_at + length):
+            raise InputError(f"{path}: truncated: member {raw!r} ends past the end of the archive")
+        yield entry
+        at = nxt
 
 
 _ZERO_BLOCK = bytes(_BLOCK)
@@ -577,6 +620,7 @@ def _tar_entry(
     length: int,
     header: bytes,
     fields: dict[str, bytes],
+    codec: str = "",
 ) -> ArchiveEntry:
     shown_at = f"{path}:{raw}"
     if "\0" in raw:
@@ -593,15 +637,13 @@ def _tar_entry(
         return ArchiveEntry(name, shown_at, 0, 0, problem=f"{kind} (skipped)")
     if any(k.startswith("GNU.sparse") for k in fields):
         return ArchiveEntry(name, shown_at, 0, 0, problem="a sparse member, not supported (skipped)")
-    if data_at + length > st.st_size:
-        raise InputError(f"{path}: truncated: member {raw!r} ends past the end of the archive")
     try:
         mtime = _pax_mtime_ns(fields["mtime"]) if "mtime" in fields else _tar_number(header[136:148]) * 1_000_000_000
     except ValueError:
         raise InputError(f"{path}: damaged: member {raw!r} has no readable time") from None
     if not -(1 << 63) <= mtime < 1 << 63:
         raise InputError(f"{path}: member {raw!r} has a time hframe cannot store (before 1678 or after 2262)")
-    loc = _Locator(path, raw, data_at, length, _STORED, -1, st.st_size, st.st_mtime_ns)
+    loc = _Locator(path, raw, data_at, length, _STORED, -1, st.st_size, st.st_mtime_ns, codec)
     return ArchiveEntry(name, loc.encode(), length, mtime)
 
 

@@ -25,7 +25,7 @@ from ..locations import scheme_family, shown_url
 from ..names import partial_name
 from .archives import ARCHIVE_KINDS, list_archive
 from .listing import Folder, sorted_entries, walk_in_parallel
-from .located import shown
+from .located import reading, shown
 from .objects import list_prefix
 from .sourcelist import Rejected, SourceList
 from .tables import TableColumns, list_table
@@ -139,6 +139,15 @@ class _Collector:
         kept, as extracting the archive keeps it."""
         if os.path.realpath(path) in self.forbidden:
             raise InputError(f"{path}: is the output being written")
+        try:
+            self._add_members(path, kind, label_ext)
+        except InputError as e:  # damaged or truncated: with --skip-bad, the members before it stay
+            if not self.skip_bad:
+                raise
+            why = str(e).removeprefix(f"{path}: ")
+            self.out.rejected.append(Rejected(path, f"{why}; the members before the damage are kept"))
+
+    def _add_members(self, path: str, kind: str, label_ext: str | None) -> None:
         seen: dict[bytes, int] = {}
         paths, names, sizes, mtimes = self.out.columns()
         for e in list_archive(path, kind, label_ext):
@@ -452,7 +461,7 @@ def _collect_archives(
     found: list[str] = []
     for arg in args:
         if arg == "-":
-            raise InputError(f"--from {kind} -: an archive on standard input is not read yet; save it to a file first")
+            raise InputError(f"--from {kind} -: standard input is read by 'hframe pack' (api.pack), not here")
         for path in expand_globs(expand_braces(arg)):
             if not os.path.lexists(path):
                 raise InputError(f"{shown_url(path)}: no such file")
@@ -460,13 +469,18 @@ def _collect_archives(
                 what = "rows of Parquet" if kind == "parquet" else f"members of {kind}"
                 raise InputError(f"{path}: is a folder; --from {kind} packs the {what} files")
             found.append(os.path.abspath(path))
+    forward = False
     for path in found:
         if columns is not None:
             col.add_table(path, columns)
         else:
+            before = len(col.out)
             col.add_archive(path, kind, label_member)
-    if columns is not None:
-        _refuse_repeated_names(col)
+            forward = forward or (len(col.out) > before and reading(col.out.paths[before]) == "forward")
+    if columns is not None or forward:
+        # rows and a compressed tar's members keep their order: a row group is decoded once,
+        # a compressed stream is read forward (tables.py, streams.py)
+        _refuse_repeated_names(col, "without --name-column, rows are named by number" if columns else "")
     else:
         _sort_by_name(col)
     col.out.collect = {
@@ -539,8 +553,8 @@ def _sort_by_name(col: _Collector) -> None:
         _reorder(columns, [j for j, k in enumerate(keep) if k])
 
 
-def _refuse_repeated_names(col: _Collector) -> None:
-    """Rows keep their order; a name given again is refused (with ``--skip-bad``: left out)."""
+def _refuse_repeated_names(col: _Collector, hint: str) -> None:
+    """Sources keep their order; a name given again is refused (with ``--skip-bad``: left out)."""
     paths, names = col.out.columns()[:2]
     first: dict[bytes, int] = {}
     drop: list[int] = []
@@ -550,7 +564,7 @@ def _refuse_repeated_names(col: _Collector) -> None:
             col.reject(
                 shown(paths[j]),
                 f"name {name.decode('utf-8', 'backslashreplace')!r} is given again (first by {shown(paths[k])}); "
-                "names must be unique (without --name-column, rows are named by number)",
+                f"names must be unique{f' ({hint})' if hint else ''}",
             )
             drop.append(j)
     if drop:

@@ -27,6 +27,7 @@ __all__ = [
     "open_located",
     "origin_of",
     "read_located",
+    "reading",
     "shown",
     "unchanged",
 ]
@@ -61,6 +62,21 @@ def origin_of(path: str) -> dict[str, str] | None:
     if kind == "parquet":
         return {"source": tables.row_origin(path)}
     return {"source": objects.object_origin(path)}
+
+
+def reading(path: str) -> str:
+    """How sources like this one are best read by the packing loop: ``parallel`` (files and
+    members in place: threads, packing workers), ``rows`` (a table's: a row group decoded once
+    per process, no packing workers), ``remote`` (objects: many fetched at once on threads),
+    ``forward`` (a compressed tar's members: one reader, in order)."""
+    kind = kind_of(path)
+    if kind == "parquet":
+        return "rows"
+    if kind == "object":
+        return "remote"
+    if kind in _MEMBERS and archives.read_forward_only(path):
+        return "forward"
+    return "parallel"
 
 
 def container_of(path: str) -> str:

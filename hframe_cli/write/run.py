@@ -33,7 +33,7 @@ from ..sources.located import (
     SourceChanged,
     container_of,
     is_located,
-    kind_of,
+    reading,
     open_located,
     open_source,
     shown,
@@ -404,10 +404,11 @@ class _Run:
         self.done_bytes = sum(sizes[:start_source])
         self.started = (time.monotonic(), self.done_bytes)
         faults = bool(os.environ.get("HFRAME_FAULT"))  # fault injection (tests): looked up once, not per frame
-        kind = kind_of(self.sources.paths[start_source]) if start_source < count else None
+        how = reading(self.sources.paths[start_source]) if start_source < count else "parallel"
         # rows are decoded a row group at a time, shared by this process's loaders; objects are
-        # fetched many at once on threads: neither is cut into chunks for packing workers
-        crew = fanout_workers(self, start_source, settings.workers) if kind not in ("parquet", "object") else 0
+        # fetched many at once on threads; a compressed tar is decompressed forward by one
+        # reader: none of them is cut into chunks for packing workers
+        crew = fanout_workers(self, start_source, settings.workers) if how == "parallel" else 0
         if crew:  # (its sources are the list's columns: no object per source)
             start_source = write_chunks(self, start_source, stop, faults, crew)
             if start_source == count:
@@ -422,8 +423,10 @@ class _Run:
             small = sum(sizes) < _THREADS_ABOVE_MEAN * count
             workers = 1 if small else min(2, usable_cpus())
             by_child = small and not self.videos and len(todo) >= _CHILD_ABOVE_FILES and child_may_load()
-        if kind == "object":  # waiting on the store, not on a core: many requests in flight
+        if how == "remote":  # waiting on the store, not on a core: many requests in flight
             workers, by_child = max(workers or 1, in_flight()), False
+        elif how == "forward":
+            workers = 1
         loaded = (
             loaded_by_child(todo, self.prep, self.videos)
             if by_child

@@ -322,8 +322,8 @@ def test_what_from_cannot_read_yet_is_one_line_and_exit_2(tmp_path):
     (tmp_path / "in" / "x.bin").write_bytes(b"x")
     subprocess.run(["tar", "czf", str(gz), "-C", str(tmp_path / "in"), "."], check=True)
     for args, words in [
-        (["--from", "tar", str(gz)], "gzip-compressed"),
-        (["--from", "tar", "-"], "standard input"),
+        (["--from", "tar", "-", "-"], "standard input is one archive"),
+        (["--from", "tar", "-", "--plan-only"], "standard input is one archive"),
         (["--from", "rar", str(gz)], "tar, zip, parquet"),
         (["--from", "tar", str(tmp_path)], "is a folder"),
         (["--from", "tar", str(tmp_path / "none-{1..2}.tar")], "no such file"),
@@ -332,6 +332,84 @@ def test_what_from_cannot_read_yet_is_one_line_and_exit_2(tmp_path):
         r = run_bin(["pack", *args, "-o", str(tmp_path / "o.hframe")])
         err = r.stderr.decode()
         assert r.returncode == 2 and words in err and err.count("\n") == 1 and "Traceback" not in err, (args, err)
+
+
+@pytest.mark.parametrize("flag", ["z", "j", "J", "zstd"])
+def test_a_compressed_tar_packs_its_members_read_forward_and_resumes_byte_identically(tree, tmp_path, flag):
+    archive = tmp_path / f"a.tar.{flag}"
+    compress = ["--zstd"] if flag == "zstd" else [f"-{flag}"]
+    if flag == "zstd" and shutil.which("zstd") is None:
+        pytest.skip("GNU tar needs the zstd program for --zstd")
+    subprocess.run(["tar", "-c", *compress, "-f", str(archive), "-C", str(tree), "."], check=True)
+    plain = tmp_path / "a.tar"
+    subprocess.run(["tar", "cf", str(plain), "-C", str(tree), "."], check=True)
+    args = ["--from", "tar", *CREATED, "--checkpoint-every", "5"]
+    ref, out = tmp_path / "plain.hframe", tmp_path / "c.hframe"
+    assert run_bin(["pack", str(plain), "-o", str(ref), *args]).returncode == 0
+    r = run_bin(["pack", str(archive), "-o", str(out), *args], env={"HFRAME_FAULT": "after-frame:17"})
+    assert r.returncode < 0, r.stderr
+    r = run_bin(["resume", str(out), "--json"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["resumed_from_frame"] > 0
+    # the frames of the plain tar, in the archive's order (a compressed stream is read forward)
+    key = lambda row: row["name"]  # noqa: E731
+    assert sorted(rows(out), key=key) == sorted(rows(ref), key=key)
+    order = [m.removeprefix("./") for m in tarfile.open(plain).getnames()]  # (GNU tar walks the folder alike)
+    names = [r["name"] for r in rows(out, ["name"])]
+    assert names == [m for m in order if m in set(names)]
+    assert run_bin(["verify", str(out)]).returncode == 0
+
+
+def test_a_damaged_compressed_tar_is_one_line_and_exit_2_and_skip_bad_keeps_what_came_before(tree, tmp_path):
+    archive = tmp_path / "a.tar.gz"
+    subprocess.run(["tar", "czf", str(archive), "-C", str(tree), "."], check=True)
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(archive.read_bytes()[: archive.stat().st_size * 2 // 3])
+    r = run_bin(["pack", "--from", "tar", str(cut), "-o", str(tmp_path / "o.hframe")])
+    err = r.stderr.decode()
+    assert r.returncode == 2 and str(cut) in err and err.count("\n") == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "o.hframe").exists()
+    r = run_bin(["pack", "--from", "tar", str(cut), "-o", str(tmp_path / "o.hframe"), "--skip-bad", "--json"])
+    assert r.returncode == 0, r.stderr
+    kept = rows(tmp_path / "o.hframe", ["name", "md5"])
+    whole = {
+        p.relative_to(tree).as_posix(): hashlib.md5(p.read_bytes()).hexdigest() for p in tree.rglob("*") if p.is_file()
+    }
+    assert 0 < len(kept) < len(whole) and all(whole[k["name"]] == k["md5"] for k in kept)
+    assert "the members before the damage are kept" in r.stdout.decode()
+
+
+def test_a_tar_on_standard_input_plain_or_gzipped_packs_and_leaves_nothing_behind(tree, tmp_path):
+    plain = subprocess.run(["tar", "cf", "-", "-C", str(tree), "."], check=True, capture_output=True).stdout
+    ref = tmp_path / "ref.tar"
+    ref.write_bytes(plain)
+    assert run_bin(["pack", "--from", "tar", str(ref), "-o", str(tmp_path / "ref.hframe"), *CREATED]).returncode == 0
+    for what, data in (("plain", plain), ("gzip", __import__("gzip").compress(plain))):
+        out = tmp_path / f"{what}.hframe"
+        r = run_bin(["pack", "--from", "tar", "-", "-o", str(out), *CREATED], input=data)
+        assert r.returncode == 0, r.stderr
+        got = rows(out, ["name", "md5", "source_mtime", "source"])
+        assert sorted((g["name"], g["md5"]) for g in got) == sorted(
+            (g["name"], g["md5"]) for g in rows(tmp_path / "ref.hframe", ["name", "md5"])
+        )
+        assert all(g["source"].startswith("-:") for g in got)
+        assert sorted(p.name for p in tmp_path.glob(f"{what}.hframe*")) == [
+            f"{what}.hframe",
+            f"{what}.hframe.index.parquet",
+        ]
+    # killed: the copy of standard input stays for resume, which needs no standard input
+    out = tmp_path / "k.hframe"
+    r = run_bin(
+        ["pack", "--from", "tar", "-", "-o", str(out), *CREATED, "--checkpoint-every", "5"],
+        input=plain,
+        env={"HFRAME_FAULT": "after-frame:17"},
+    )
+    assert r.returncode < 0 and (tmp_path / "k.hframe.stdin").exists()
+    assert run_bin(["resume", str(out)], stdin=subprocess.DEVNULL).returncode == 0
+    assert out.read_bytes() == (tmp_path / "plain.hframe").read_bytes()
+    assert not (tmp_path / "k.hframe.stdin").exists()
+    r = run_bin(["pack", "--from", "tar", "-", "-o", str(tmp_path / "e.hframe")], input=b"")
+    assert r.returncode == 2 and b"standard input is empty" in r.stderr
 
 
 def test_many_small_members_pack_the_same_with_packing_workers_and_without(tmp_path):
