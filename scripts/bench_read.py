@@ -259,7 +259,7 @@ def time_methods(
     rounds = 1 if cold else WARM_ROUNDS
     totals = {m: [0.0] * rounds for m in names}
     order = random.Random(len(batches))
-    for k, ids in enumerate(batches):
+    for ids in batches:
         ranges = [reader.range_of(i) for i in ids]
         nbytes += sum(n for _, n in ranges)
         for r in range(rounds):

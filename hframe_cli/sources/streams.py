@@ -56,7 +56,7 @@ def open_decompressed(path: str, codec: str) -> BinaryIO:
         import zstandard
 
         raw = open(path, "rb")  # noqa: SIM115 - closed with the reader (closefd)
-        return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)  # type: ignore[return-value]
+        return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
     raise ValueError(f"unknown codec {codec!r}")
 
 

@@ -33,9 +33,9 @@ from ..sources.located import (
     SourceChanged,
     container_of,
     is_located,
-    reading,
     open_located,
     open_source,
+    reading,
     shown,
     unchanged,
 )
