@@ -10,7 +10,8 @@ Parquet file keeps no per-row lengths); the name column comes with it. A row is 
 located source (``locator.py``): the table, its size and time when listed, the row group and
 the row's place in it. Frames keep the table's order, tables in the order given, not sorted
 by name: a row group is decoded once for all its rows (``_Groups`` keeps the last few decoded,
-shared by the loading threads), where name order would decode a group again for every row.
+shared by the loading threads; a packing worker decodes the groups its chunks of rows fall in),
+where name order would decode a group again for every row.
 
 Names: the name column's value, normalized as a tar member's (``archives.member_name``); where
 there is no name column, or a row's is null or empty, ``STEM/ROW`` (the table's file name
@@ -28,9 +29,11 @@ import json
 import os
 import stat
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from ..errors import InputError
@@ -41,7 +44,7 @@ __all__ = ["TableColumns", "TableRow", "list_table", "read_row", "row_origin", "
 
 _KIND = "parquet"
 _FIELDS = 7  # row group, row in it, row in the table, table size, table mtime, label column, data column
-_KEEP_GROUPS = 4  # decoded row groups kept per process (two loading threads, a group each, and the next)
+_KEEP_GROUPS = 2  # decoded row groups kept per process (a chunk of rows may straddle two)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +199,9 @@ def _open(table: str) -> tuple[Any, os.stat_result]:
     if not stat.S_ISREG(st.st_mode):
         raise InputError(f"{table}: --from parquet needs a Parquet file")
     try:
-        return pq.ParquetFile(table, memory_map=False), st
+        # no pre-buffering and (below) no threads of pyarrow's own: a process that has started
+        # none can still fork its packing workers (processes.fork_is_safe)
+        return pq.ParquetFile(table, memory_map=False, pre_buffer=False), st
     except (OSError, ValueError) as e:  # pyarrow.ArrowInvalid: not Parquet
         raise InputError(f"{table}: not a Parquet table ({str(e).splitlines()[0]})") from None
 
@@ -218,28 +223,40 @@ def list_table(table: str, cols: TableColumns) -> Iterator[TableRow]:
     stem = os.path.basename(table)
     stem = stem[: -len(".parquet")] if stem.endswith(".parquet") else stem
     wanted = [".".join(paths["data"])] + ([".".join(paths["name"])] if "name" in paths else [])
-    row = 0
-    for group in range(pf.num_row_groups):
+
+    def sized(group: int) -> tuple[list[int | None], list[Any]]:  # (on a listing thread)
         try:
-            part = pf.read_row_group(group, columns=wanted)
+            part = pf.read_row_group(group, columns=wanted, use_threads=False)
         except (OSError, ValueError) as e:
             raise InputError(
                 f"{table}: row group {group} cannot be read ({str(e).splitlines()[0]}; damaged table)"
             ) from None
-        data = _column(part, paths["data"])
-        sizes = pc.binary_length(data).to_pylist()
-        names = _column(part, paths["name"]).to_pylist() if "name" in paths else [None] * len(sizes)
-        for index, (size, raw) in enumerate(zip(sizes, names)):
-            path = tagged(table, _KIND, group, index, row, st.st_size, st.st_mtime_ns, cols.label or "", cols.data)
-            name = _row_name(raw, stem, row)
-            if name is None:
-                yield TableRow("", path, 0, st.st_mtime_ns, f"its name {raw!r} has a '..' part or is empty after '/'")
-            elif size is None:
-                yield TableRow(name, path, 0, st.st_mtime_ns, f"no bytes in {cols.data} (null)")
-            else:
-                yield TableRow(name, path, size, st.st_mtime_ns)
-            row += 1
-        del part, data
+        sizes = pc.binary_length(_column(part, paths["data"])).to_pylist()
+        return sizes, _column(part, paths["name"]).to_pylist() if "name" in paths else [None] * len(sizes)
+
+    # row groups are decoded two at a time (most of a listing; pyarrow lets go of the GIL) and
+    # taken in order; only their sizes and names are kept
+    row = 0
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="hframe-list") as pool:
+        groups = iter(range(pf.num_row_groups))
+        ahead = deque(pool.submit(sized, g) for g in islice(groups, 2))
+        group = 0
+        while ahead:
+            sizes, names = ahead.popleft().result()
+            following = next(groups, None)
+            if following is not None:
+                ahead.append(pool.submit(sized, following))
+            for index, (size, raw) in enumerate(zip(sizes, names)):
+                path = tagged(table, _KIND, group, index, row, st.st_size, st.st_mtime_ns, cols.label or "", cols.data)
+                name = _row_name(raw, stem, row)
+                if name is None:
+                    yield TableRow("", path, 0, st.st_mtime_ns, f"its name {raw!r} has a '..' part or is empty after '/'")
+                elif size is None:
+                    yield TableRow(name, path, 0, st.st_mtime_ns, f"no bytes in {cols.data} (null)")
+                else:
+                    yield TableRow(name, path, size, st.st_mtime_ns)
+                row += 1
+            group += 1
 
 
 def _row_name(raw: str | bytes | None, stem: str, row: int) -> str | None:
@@ -312,7 +329,7 @@ def _decode(r: _Row) -> tuple[list[bytes | None], list[str | None] | None]:
     try:
         paths = _check_types(schema, cols, r.table)
         wanted = [".".join(paths["data"])] + ([".".join(paths["label"])] if "label" in paths else [])
-        part = pf.read_row_group(r.group, columns=wanted)
+        part = pf.read_row_group(r.group, columns=wanted, use_threads=False)
     except InputError as e:
         raise SourceChanged(str(e)) from None
     except (OSError, ValueError, IndexError) as e:

@@ -405,10 +405,10 @@ class _Run:
         self.started = (time.monotonic(), self.done_bytes)
         faults = bool(os.environ.get("HFRAME_FAULT"))  # fault injection (tests): looked up once, not per frame
         how = reading(self.sources.paths[start_source]) if start_source < count else "parallel"
-        # rows are decoded a row group at a time, shared by this process's loaders; objects are
-        # fetched many at once on threads; a compressed tar is decompressed forward by one
-        # reader: none of them is cut into chunks for packing workers
-        crew = fanout_workers(self, start_source, settings.workers) if how == "parallel" else 0
+        # objects are fetched many at once on threads; a compressed tar is decompressed forward
+        # by one reader: neither is cut into chunks for packing workers (rows are: each worker
+        # decodes the row groups its chunks fall in, once)
+        crew = fanout_workers(self, start_source, settings.workers) if how in ("parallel", "rows") else 0
         if crew:  # (its sources are the list's columns: no object per source)
             start_source = write_chunks(self, start_source, stop, faults, crew)
             if start_source == count:
