@@ -197,7 +197,9 @@ def pack(
     sources: Annotated[
         list[str],
         typer.Argument(
-            metavar="SOURCE...", help="Files, folders (recursive), or - for a list on stdin (with --plan: the plan)."
+            metavar="SOURCE...",
+            help="Files, folders (recursive), s3:// gs:// hdfs:// prefixes, or - for a list on stdin (with --from: "
+            "archives or tables; with --plan: the plan).",
         ),
     ],
     output: Annotated[str, typer.Option("--output", "-o", metavar="FILE", help="The pack to write (.hframe).")],

@@ -250,7 +250,9 @@ def list_table(table: str, cols: TableColumns) -> Iterator[TableRow]:
                 path = tagged(table, _KIND, group, index, row, st.st_size, st.st_mtime_ns, cols.label or "", cols.data)
                 name = _row_name(raw, stem, row)
                 if name is None:
-                    yield TableRow("", path, 0, st.st_mtime_ns, f"its name {raw!r} has a '..' part or is empty after '/'")
+                    yield TableRow(
+                        "", path, 0, st.st_mtime_ns, f"its name {raw!r} has a '..' part or is empty after '/'"
+                    )
                 elif size is None:
                     yield TableRow(name, path, 0, st.st_mtime_ns, f"no bytes in {cols.data} (null)")
                 else:
