@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,11 +62,16 @@ def make_records(root: Path, n: int = 120, seed: int = 0) -> Path:
 
 def real_media(limit: int = 120) -> list[Path]:
     """Images made by others: shipped inside the installed Python packages and Debian's."""
+    return list(_real_media(limit))
+
+
+@functools.cache
+def _real_media(limit: int) -> tuple[Path, ...]:  # (walking both trees costs about a second)
     found: list[Path] = []
     for root in (Path(sys.prefix), Path("/usr/share")):
         for ext in ("png", "jpg", "jpeg", "gif", "webp"):
             found += sorted(root.rglob(f"*.{ext}"))[:limit]
-    return [p for p in found if p.is_file() and 0 < p.stat().st_size < 4 << 20][:limit]
+    return tuple([p for p in found if p.is_file() and 0 < p.stat().st_size < 4 << 20][:limit])
 
 
 def make_photos(root: Path, count: int = 30) -> Path:
@@ -152,6 +159,13 @@ def same_pack(a: Path, b: Path) -> bool:
 def run_bin(args: list[str], **kw) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "HFRAME_TTY": "0", **kw.pop("env", {})}
     return subprocess.run([hframe_bin(), *args], capture_output=True, env=env, timeout=120, **kw)
+
+
+def run_bins(commands: list[tuple[list[str], dict]], workers: int = 3) -> list[subprocess.CompletedProcess[bytes]]:
+    """``run_bin`` of each (args, keywords), a few at once (each is mostly a process starting):
+    for matrices of commands that read, and write nothing another could meet."""
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(lambda c: run_bin(c[0], **c[1]), commands))
 
 
 def killed_and_resumed(src: Path, tmp_path: Path, args: list[str], fault: str) -> tuple[Path, Path, dict]:

@@ -11,6 +11,11 @@ process with threads it does not know cannot fork its packing workers and loader
 (``processes.fork_is_safe``): they were silently left out, and packing ran in one process. So
 the command asks OpenBLAS for no pool (``OPENBLAS_NUM_THREADS=1``) unless the user set it.
 
+pandas: pyarrow imports it (about 0.3 s, and pyarrow.compute with it) the first time it makes an
+array or table from Python values, only to ask whether they are a DataFrame. hframe uses no
+pandas, so the command's process finds none (``_NoPandas``) unless something imported it
+already; a library caller's process is left as it is.
+
 Imports inside functions: the app, once the early signal handlers are in place (a signal during
 its imports then ends the process as described above).
 """
@@ -25,9 +30,20 @@ from ..signals import install_early, pending_signal
 __all__ = ["run"]
 
 
+class _NoPandas:
+    """An import finder that says pandas is not installed (this process never needs it)."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"No module named {name!r} (hframe leaves pandas out)", name=name)
+        return None
+
+
 def run() -> None:
     """Entry point of the ``hframe`` command (and ``python -m hframe_cli``)."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before anything imports numpy: see above
+    if "pandas" not in sys.modules:  # never imported for pyarrow's question: see above
+        sys.meta_path.insert(0, _NoPandas())
     install_early()
     try:
         from .app import run as cli_run

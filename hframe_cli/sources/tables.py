@@ -44,7 +44,9 @@ __all__ = ["TableColumns", "TableRow", "list_table", "read_row", "row_origin", "
 
 _KIND = "parquet"
 _FIELDS = 7  # row group, row in it, row in the table, table size, table mtime, label column, data column
-_KEEP_GROUPS = 2  # decoded row groups kept per process (a chunk of rows may straddle two)
+#: decoded row groups kept per process, at most; a group is let go as soon as all its rows were
+#: read (loading threads a few batches apart, or a packing worker's chunk, may need two or three)
+_KEEP_GROUPS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,19 +282,21 @@ class _Groups:
         self.lock = threading.Lock()
         self.pid = os.getpid()
         self.kept: OrderedDict[tuple[Any, ...], tuple[threading.Event, list[Any]]] = OrderedDict()
+        self.unread: dict[tuple[Any, ...], set[int]] = {}  # rows of a kept group not read yet
 
     def get(self, r: _Row) -> tuple[list[bytes | None], list[str | None] | None]:
+        """The decoded values of ``r``'s row group (decoded now, or by another thread)."""
         key = (r.table, r.table_size, r.table_mtime_ns, r.group, r.data, r.label)
         with self.lock:
             if self.pid != os.getpid():  # a forked child: what the parent was decoding is not coming
-                self.kept, self.pid = OrderedDict(), os.getpid()
+                self.kept, self.unread, self.pid = OrderedDict(), {}, os.getpid()
             entry = self.kept.get(key)
             mine = entry is None
             if mine:
                 entry = (threading.Event(), [])
                 self.kept[key] = entry
                 while len(self.kept) > _KEEP_GROUPS:
-                    self.kept.popitem(last=False)
+                    self.unread.pop(self.kept.popitem(last=False)[0], None)
             else:
                 self.kept.move_to_end(key)
         assert entry is not None
@@ -312,6 +316,12 @@ class _Groups:
         value = box[0]
         if isinstance(value, BaseException):
             raise value
+        with self.lock:  # the group's last row read: let it go now, not when it is the oldest
+            unread = self.unread.setdefault(key, set(range(len(value[0])))) if key in self.kept else None
+            if unread is not None:
+                unread.discard(r.index)
+                if not unread:
+                    del self.kept[key], self.unread[key]
         return value  # type: ignore[no-any-return]
 
 

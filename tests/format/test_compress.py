@@ -198,11 +198,15 @@ def test_parallel_verify_parts_decompress_in_the_children(records, tmp_path, mon
 
 
 def test_sharded_compressed_run_resumes_byte_identical(records, tmp_path):
-    args = ["--max-pack-bytes", "40kB", "--compress", "zstd", "--zstd-dict", "auto", "--created", "1", "-q"]
+    # 100 kB: a few shards of some 30 frames, each with a dictionary (the planner keeps 64 KiB of
+    # a shard for it: at 40 kB every frame was a shard of its own, and none had one)
+    args = ["--max-pack-bytes", "100kB", "--compress", "zstd", "--zstd-dict", "auto", "--created", "1", "-q"]
     clean = tmp_path / "clean.hframe"
     assert run_bin(["pack", str(records), "-o", str(clean), *args]).returncode == 0
     shards = sorted(tmp_path.glob("clean-*.hframe"))
-    assert len(shards) >= 3
+    assert 3 <= len(shards) <= 8
+    for s in shards:
+        assert json.loads(run_cli(["dump-header", str(s), "--json"]).stdout)["header"]["zstd_dict_bytes"] > 0
     out = tmp_path / "k.hframe"
     r = run_bin(
         ["pack", str(records), "-o", str(out), *args, "--checkpoint-every", "5"], env={"HFRAME_FAULT": "after-frame:70"}

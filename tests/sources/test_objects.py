@@ -161,11 +161,11 @@ def test_update_of_a_prefix_appends_new_objects_and_sees_removed_ones(store, tmp
 
 def test_ctrl_c_mid_pack_of_a_prefix_stops_within_a_second_and_resume_gives_the_same_pack(store, tmp_path):
     fs, endpoint = store
-    for i in range(400):
+    for i in range(200):
         with fs.open_output_stream(f"bkt/many/{i:04d}.bin") as f:
             f.write(os.urandom(200 + i))
     src = url(endpoint, "bkt/many/")
-    args = [*CREATED, "--checkpoint-every", "25"]
+    args = [*CREATED, "--checkpoint-every", "20"]
     clean, out = tmp_path / "clean.hframe", tmp_path / "i.hframe"
     assert run_bin(["pack", src, "-o", str(clean), *args]).returncode == 0
     env = {**os.environ, "HFRAME_TTY": "0"}

@@ -20,7 +20,7 @@ import os
 import socket
 
 import pytest
-from conftest import make_photos, nginx_serving, run_bin
+from conftest import make_photos, nginx_serving, run_bin, run_bins
 from range_server import RangeServer
 
 import hframe_cli as h
@@ -278,8 +278,9 @@ WRITES = [  # what cannot write to a URL says so, whatever the server
 def test_failing_commands_print_the_url_without_its_password(srv, site, tmp_path):
     _, root = site
     for what, url, code, words in _failing_cases(srv):
-        for args in READS:
-            r = run_bin([a.format(u=url) for a in args], env=FAST_FAIL)
+        plain = run_bins([([a.format(u=url) for a in args], {"env": FAST_FAIL}) for args in READS])
+        debugged = run_bins([(["--debug", *(a.format(u=url) for a in args)], {"env": FAST_FAIL}) for args in READS])
+        for args, r, rd in zip(READS, plain, debugged):
             assert r.returncode == code, (what, args, r.stderr)
             lines = r.stderr.decode().splitlines()
             if args[0] == "verify":  # verify --json tells it in its document, and nothing on stderr
@@ -290,9 +291,8 @@ def test_failing_commands_print_the_url_without_its_password(srv, site, tmp_path
             if "--json" in args:
                 assert json.loads(r.stdout)["ok"] is False
             assert_no_secret(r, (what, args))
-            r = run_bin(["--debug", *(a.format(u=url) for a in args)], env=FAST_FAIL)
-            assert r.returncode != 0 and (b"Traceback" in r.stderr or args[0] == "verify"), r.stderr
-            assert_no_secret(r, (what, "--debug", args))
+            assert rd.returncode != 0 and (b"Traceback" in rd.stderr or args[0] == "verify"), rd.stderr
+            assert_no_secret(rd, (what, "--debug", args))
         for args in WRITES:
             full = [a.format(u=url, src=root / "src", out=tmp_path / "o.hframe") for a in args]
             for debug in ([], ["--debug"]):
@@ -383,10 +383,14 @@ def test_an_object_store_location_with_credentials_is_refused_before_any_request
             ),
             (f"hdfs://user:{CANARY}@nn:8020/p.hframe", b"hdfs://user:***@nn:8020/p.hframe", b"?user=NAME"),
         ]
-        for url, shown_as, where in cases:
-            for args in READS + WRITES:
-                full = [a.format(u=url, src=root / "src", out=tmp_path / "o.hframe") for a in args]
-                r = run_bin(full, env=env, cwd=tmp_path)
+        for url, shown_as, where in cases:  # (every one refused before it writes anything: run a few at once)
+            fulls = [
+                [a.format(u=url, src=root / "src", out=tmp_path / "o.hframe") for a in args] for args in READS + WRITES
+            ]
+            kw = {"env": env, "cwd": tmp_path}
+            plain = run_bins([(full, kw) for full in fulls])
+            debugged = run_bins([(["--debug", *full], kw) for full in fulls])
+            for args, full, r, rd in zip(READS + WRITES, fulls, plain, debugged):
                 assert r.returncode == 2, (url, args, r.stderr)
                 assert_no_secret(r, (url, args))
                 said = r.stderr
@@ -397,8 +401,7 @@ def test_an_object_store_location_with_credentials_is_refused_before_any_request
                     assert said.count(b"\n") == 1
                     if args[0] != "index" or len(args) == 2:  # (index --rebuild, --merge: no remote writes)
                         assert where in said and b"shell history" in said, said
-                r = run_bin(["--debug", *full], env=env, cwd=tmp_path)
-                assert_no_secret(r, (url, "--debug", args))
+                assert_no_secret(rd, (url, "--debug", args))
         assert s3.total_requests() == 0
     assert not stage.exists() or list(stage.iterdir()) == []
 
@@ -446,12 +449,18 @@ def test_damaged_or_mismatched_data_behind_credentials_is_named_without_the_pass
             ("notapack.hframe", b"not a frame pack"),
         ):
             url = with_user(srv, name)
-            for args in READS + [["index", "{u}", "-f", "json"], ["verify", "{u}", "--no-index"]]:
-                for debug in ([], ["--debug"]):
-                    r = run_bin([*debug, *(a.format(u=url) for a in args)], env=FAST_FAIL)
-                    assert_no_secret(r, (name, debug, args))
-                    if not debug and args[0] != "verify" and "--no-index" not in args and "--frame" not in args:
-                        assert words in r.stderr or words in r.stdout, (name, args, r.stderr)
+            matrix = [
+                (args, debug)
+                for args in READS + [["index", "{u}", "-f", "json"], ["verify", "{u}", "--no-index"]]
+                for debug in ([], ["--debug"])
+            ]
+            runs = run_bins(
+                [([*debug, *(a.format(u=url) for a in args)], {"env": FAST_FAIL}) for args, debug in matrix]
+            )
+            for (args, debug), r in zip(matrix, runs):
+                assert_no_secret(r, (name, debug, args))
+                if not debug and args[0] != "verify" and "--no-index" not in args and "--frame" not in args:
+                    assert words in r.stderr or words in r.stdout, (name, args, r.stderr)
         assert set(srv.authorization) == {srv.basic()}
 
 
