@@ -14,7 +14,8 @@ alternated, and reports median wall times:
 
 and the ratio ``direct_vs_sync_then_pack`` (goal: < 1.0), the peak disk each way takes
 (``direct``: the pack; the other: the synced folder and the pack), and the requests moto
-answered per object each way. The frames of both packs are compared (names, md5, sizes,
+answered per object each way (pyarrow opens an object with a HEAD, then GETs it: 2; the AWS
+CLI GETs it: 1). The frames of both packs are compared (names, md5, sizes,
 times: the script fails if they differ). moto answers one request at a time (a Python server):
 on it, a run's time is its request count, which is what this measures; a real store answers
 many at once. Output: one ``key=value`` line per measurement or ratio.
@@ -64,8 +65,9 @@ def frames(pack: str) -> list[dict]:
 
 
 def requests(log: str) -> int:
+    """Requests moto answered (one log line each; some are wrapped in colour codes)."""
     with open(log, "rb") as f:
-        return sum(1 for line in f if b'HTTP/1.1" ' in line)
+        return sum(1 for line in f if b"HTTP/1.1" in line)
 
 
 def main() -> int:
