@@ -33,14 +33,15 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from ..errors import InputError
 from ..format.labels import is_member_label
+from ..locations import is_remote, shown_url
 from ..names import STDIN_SUFFIX
 from .locator import SEP as _SEP
 from .locator import SourceChanged, kind_of, tagged, untagged
-from .streams import Forward, codec_of, open_decompressed, read_forward
+from .streams import Forward, codec_of, open_decompressed, open_raw, read_forward, stamp_of
 
 __all__ = [
     "ARCHIVE_KINDS",
@@ -123,7 +124,7 @@ def shown(path: str) -> str:
     if _SEP not in path:
         return path
     loc = _parse(path)
-    return f"{loc.archive}:{loc.member}"
+    return f"{shown_url(loc.archive) if is_remote(loc.archive) else loc.archive}:{loc.member}"
 
 
 def provenance(path: str) -> str | None:
@@ -137,7 +138,10 @@ def provenance(path: str) -> str | None:
 
 
 def _source_of(loc: _Locator) -> str:
-    archive = "-" if loc.archive.endswith(STDIN_SUFFIX) else os.path.basename(loc.archive)  # (read from stdin)
+    if loc.archive.endswith(STDIN_SUFFIX):  # read from standard input
+        archive = "-"
+    else:  # (a URL's query is not part of its name)
+        archive = os.path.basename(loc.archive.split("?", 1)[0] if is_remote(loc.archive) else loc.archive)
     text = os.fsencode(f"{archive}:{loc.member}")
     return text.decode("utf-8", "backslashreplace")  # (a name that is not UTF-8 shown as \\xNN)
 
@@ -151,10 +155,9 @@ def member_unchanged(path: str) -> bool:
     """Whether a member's archive is still the file it was listed from (same size and time)."""
     loc = _parse(path)
     try:
-        st = os.stat(loc.archive)
-    except OSError:
+        return stamp_of(loc.archive) == (loc.archive_size, loc.archive_mtime_ns)
+    except (OSError, InputError):
         return False
-    return (st.st_size, st.st_mtime_ns) == (loc.archive_size, loc.archive_mtime_ns)
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -410,6 +413,20 @@ def list_archive(path: str, kind: str, label_ext: str | None = None) -> Iterator
         InputError: not an archive of that kind, compressed in a way not read in place, or
             damaged where its headers are.
     """
+    if kind not in ARCHIVE_KINDS:
+        raise InputError(f"--from {kind}: not a kind of archive hframe reads ({', '.join(ARCHIVE_KINDS)})")
+    if is_remote(path):
+        if kind != "tar":
+            raise InputError(f"{shown_url(path)}: --from {kind} reads a zip file on this machine only; copy it first")
+        try:
+            size, tag = stamp_of(path)
+            with open_raw(path) as f:
+                head = f.read(8)
+        except OSError as e:
+            raise InputError(f"{shown_url(path)}: cannot read: {e}") from None
+        found = _list_forward(path, _Stamp(size, tag), codec_of(head) or "plain")
+        yield from _labelled(list(found), label_ext) if label_ext is not None else found
+        return
     try:
         st = os.stat(path)
     except OSError as e:
@@ -418,11 +435,9 @@ def list_archive(path: str, kind: str, label_ext: str | None = None) -> Iterator
         raise InputError(f"{path}: --from {kind} needs an archive file")
     with open(path, "rb") as f:
         head = f.read(8)
-    if kind not in ARCHIVE_KINDS:
-        raise InputError(f"--from {kind}: not a kind of archive hframe reads ({', '.join(ARCHIVE_KINDS)})")
     codec = codec_of(head) if kind == "tar" else None
     if codec is not None:
-        found = _list_compressed_tar(path, st, codec)
+        found = _list_forward(path, st, codec)
     else:
         found = _list_tar(path, st) if kind == "tar" else _list_zip(path, st)
     if label_ext is not None:
@@ -504,19 +519,30 @@ def _list_tar(path: str, st: os.stat_result) -> Iterator[ArchiveEntry]:
         yield from _walk_tar(path, st, _Mapped(mm, st.st_size), "")
 
 
-def _list_compressed_tar(path: str, st: os.stat_result, codec: str) -> Iterator[ArchiveEntry]:
-    """A compressed tar's members (``streams.py``): its headers walked as it is decompressed."""
+class _Stamp(NamedTuple):
+    """What a listing records of an archive (``os.stat_result``'s two fields, for a URL:
+    ``streams.stamp_of``)."""
+
+    st_size: int
+    st_mtime_ns: int
+
+
+def _list_forward(path: str, st: os.stat_result | _Stamp, codec: str) -> Iterator[ArchiveEntry]:
+    """A compressed or remote tar's members (``streams.py``): its headers walked as it is read."""
     with open_decompressed(path, codec) as stream:
         try:
             yield from _walk_tar(path, st, Forward(stream), codec)
         except SourceChanged as e:  # the decompressor's complaint, met while listing
-            raise InputError(f"{path}: {e}") from None
+            raise InputError(f"{shown_url(path)}: {e}") from None
 
 
-def _walk_tar(path: str, st: os.stat_result, view: _Mapped | Forward, codec: str) -> Iterator[ArchiveEntry]:
+def _walk_tar(
+    path: str, st: os.stat_result | _Stamp, view: _Mapped | Forward, codec: str
+) -> Iterator[ArchiveEntry]:
     """Walk the chain of 512-byte headers (ustar, GNU and PAX, as GNU tar and Python write
     them), each checked against its checksum, without decoding more than a source needs;
     ``view`` gives the archive's (decompressed) bytes, front to back."""
+    where = shown_url(path) if is_remote(path) else path  # (a URL's query is not shown)
     at = 0
     long_name: bytes | None = None
     pax: dict[str, bytes] = {}
@@ -526,27 +552,27 @@ def _walk_tar(path: str, st: os.stat_result, view: _Mapped | Forward, codec: str
         header = view.get(at, at + _BLOCK)
         if len(header) < _BLOCK:
             if first:
-                raise InputError(f"{path}: not a tar archive")
-            raise InputError(f"{path}: truncated after {at} bytes (no end-of-archive blocks)")
+                raise InputError(f"{where}: not a tar archive")
+            raise InputError(f"{where}: truncated after {at} bytes (no end-of-archive blocks)")
         if header == _ZERO_BLOCK:
             if first:
-                raise InputError(f"{path}: not a tar archive (it starts with an empty block)")
+                raise InputError(f"{where}: not a tar archive (it starts with an empty block)")
             return  # the end (two zero blocks; one is enough, as for tar)
         if not _checksum_ok(header):
             if first:
-                raise InputError(f"{path}: not a tar archive")
-            raise InputError(f"{path}: damaged: the header at offset {at} does not match its checksum")
+                raise InputError(f"{where}: not a tar archive")
+            raise InputError(f"{where}: damaged: the header at offset {at} does not match its checksum")
         first = False
         flag = header[156]
         try:
             length = _tar_number(header[124:136])
         except ValueError:
-            raise InputError(f"{path}: damaged: the header at offset {at} has no readable size") from None
+            raise InputError(f"{where}: damaged: the header at offset {at} has no readable size") from None
         if length < 0:
-            raise InputError(f"{path}: damaged: the header at offset {at} gives a negative size")
+            raise InputError(f"{where}: damaged: the header at offset {at} gives a negative size")
         if flag in (ord("S"), ord("M")):  # more headers of their own follow: never read past them blind
             raise InputError(
-                f"{path}: member at offset {at} is a GNU {'sparse' if flag == ord('S') else 'multi-volume'} "
+                f"{where}: member at offset {at} is a GNU {'sparse' if flag == ord('S') else 'multi-volume'} "
                 "member, which --from tar does not read; re-create the archive without --sparse"
             )
         data_at = at + _BLOCK
@@ -554,13 +580,13 @@ def _walk_tar(path: str, st: os.stat_result, view: _Mapped | Forward, codec: str
         if flag in (ord("L"), ord("K"), ord("x"), ord("g")):  # data for the next header
             body = view.get(data_at, data_at + length)
             if len(body) < length:
-                raise InputError(f"{path}: truncated: an extended header at offset {at} ends past the end")
+                raise InputError(f"{where}: truncated: an extended header at offset {at} ends past the end")
             if flag == ord("L"):
                 long_name = body.split(b"\0", 1)[0]
             elif flag == ord("x"):
-                pax = _pax_records(body, f"{path} (offset {at})")
+                pax = _pax_records(body, f"{where} (offset {at})")
             elif flag == ord("g"):
-                glob_pax.update(_pax_records(body, f"{path} (offset {at})"))
+                glob_pax.update(_pax_records(body, f"{where} (offset {at})"))
             at = nxt
             continue
         fields = {**glob_pax, **pax}
@@ -571,12 +597,12 @@ def _walk_tar(path: str, st: os.stat_result, view: _Mapped | Forward, codec: str
                     raise ValueError(fields["size"])
                 length = int(fields["size"])
             except ValueError:
-                raise InputError(f"{path}: damaged PAX header at offset {at} (size)") from None
+                raise InputError(f"{where}: damaged PAX header at offset {at} (size)") from None
             nxt = data_at + -(-length // _BLOCK) * _BLOCK
         long_name, pax = None, {}
         entry = _tar_entry(path, st, raw, flag, data_at, length, header, fields, codec)
         if entry.problem is None and not view.has(data_at + length):
-            raise InputError(f"{path}: truncated: member {raw!r} ends past the end of the archive")
+            raise InputError(f"{where}: truncated: member {raw!r} ends past the end of the archive")
         yield entry
         at = nxt
 
@@ -613,7 +639,7 @@ def _tar_name(header: bytes, long_name: bytes | None, fields: dict[str, bytes]) 
 
 def _tar_entry(
     path: str,
-    st: os.stat_result,
+    st: os.stat_result | _Stamp,
     raw: str,
     flag: int,
     data_at: int,
@@ -622,7 +648,8 @@ def _tar_entry(
     fields: dict[str, bytes],
     codec: str = "",
 ) -> ArchiveEntry:
-    shown_at = f"{path}:{raw}"
+    where = shown_url(path) if is_remote(path) else path
+    shown_at = f"{where}:{raw}"
     if "\0" in raw:
         return ArchiveEntry(
             raw.replace("\0", "\\0"), shown_at.replace("\0", "\\0"), 0, 0, problem="name holds a NUL byte (skipped)"
@@ -640,9 +667,9 @@ def _tar_entry(
     try:
         mtime = _pax_mtime_ns(fields["mtime"]) if "mtime" in fields else _tar_number(header[136:148]) * 1_000_000_000
     except ValueError:
-        raise InputError(f"{path}: damaged: member {raw!r} has no readable time") from None
+        raise InputError(f"{where}: damaged: member {raw!r} has no readable time") from None
     if not -(1 << 63) <= mtime < 1 << 63:
-        raise InputError(f"{path}: member {raw!r} has a time hframe cannot store (before 1678 or after 2262)")
+        raise InputError(f"{where}: member {raw!r} has a time hframe cannot store (before 1678 or after 2262)")
     loc = _Locator(path, raw, data_at, length, _STORED, -1, st.st_size, st.st_mtime_ns, codec)
     return ArchiveEntry(name, loc.encode(), length, mtime)
 

@@ -462,6 +462,11 @@ def _collect_archives(
     for arg in args:
         if arg == "-":
             raise InputError(f"--from {kind} -: standard input is read by 'hframe pack' (api.pack), not here")
+        if scheme_family(arg) != "file":  # archives at URLs: ranges expanded, no globs (no listing)
+            if kind != "tar":
+                raise InputError(f"{shown_url(arg)}: --from {kind} reads files on this machine; copy it first")
+            found.extend(expand_braces(arg))
+            continue
         for path in expand_globs(expand_braces(arg)):
             if not os.path.lexists(path):
                 raise InputError(f"{shown_url(path)}: no such file")

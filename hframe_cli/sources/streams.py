@@ -1,4 +1,4 @@
-"""Compressed tars (gzip, bzip2, xz, zstd): read forward, never in place.
+"""Compressed tars (gzip, bzip2, xz, zstd), and tars at a URL: read forward, never in place.
 
 A compressed archive has no place where a member's bytes sit: they exist only as the
 decompressor reaches them. So such a tar is listed by decompressing it once, front to back,
@@ -10,6 +10,11 @@ by decompressing past the ones in between. Members are therefore packed in archi
 (``inputs.py``), by one loader, and a member behind the cursor (a resume, a retried read)
 starts the archive again from its first byte.
 
+A tar at a URL (``s3://bucket/train-000001.tar``, ``https://...``) is read the same way, plain
+(``plain``) or compressed: fetched front to back in sequential blocks under the remote request
+policy, once to list it and once to pack it, never stored. What says it is still the archive
+listed is its size and ETag (a local archive's: its size and time).
+
 Imports inside functions: ``zstandard``, only for a zstd-compressed archive.
 """
 
@@ -17,15 +22,19 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
 import os
 import threading
 import zlib
 from typing import Any, BinaryIO
 
+from ..errors import InputError
+from ..locations import is_remote, shown_url
+from ..storage.access import open_storage
 from .locator import SourceChanged
 
-__all__ = ["CODECS", "Forward", "codec_of", "open_decompressed", "read_forward"]
+__all__ = ["CODECS", "Forward", "codec_of", "open_decompressed", "open_raw", "read_forward", "stamp_of"]
 
 #: first bytes → codec
 CODECS = {
@@ -44,20 +53,74 @@ def codec_of(head: bytes) -> str | None:
 
 
 def open_decompressed(path: str, codec: str) -> BinaryIO:
-    """``path`` decompressed, as a forward stream (every frame or member of it, as ``tar``
-    reads a concatenated ``.gz``)."""
-    if codec == "gzip":
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    if codec == "bzip2":
-        return bz2.open(path, "rb")  # type: ignore[return-value]
-    if codec == "xz":
-        return lzma.open(path, "rb")  # type: ignore[return-value]
-    if codec == "zstd":
-        import zstandard
+    """The archive at ``path`` (a file, or a URL: ``open_raw``) decompressed, as a forward
+    stream (every frame or member of it, as ``tar`` reads a concatenated ``.gz``); ``plain``:
+    as it is."""
+    raw = open_raw(path)
+    try:
+        if codec == "plain":
+            return raw
+        if codec == "gzip":
+            return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        if codec == "bzip2":
+            return bz2.BZ2File(raw, "rb")  # type: ignore[return-value]
+        if codec == "xz":
+            return lzma.LZMAFile(raw, "rb")  # type: ignore[return-value]
+        if codec == "zstd":
+            import zstandard
 
-        raw = open(path, "rb")  # noqa: SIM115 - closed with the reader (closefd)
-        return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
+            return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
+    except BaseException:
+        raw.close()
+        raise
+    raw.close()
     raise ValueError(f"unknown codec {codec!r}")
+
+
+def open_raw(path: str) -> BinaryIO:
+    """The bytes of an archive, front to back: a file opened, or a URL read in sequential
+    blocks, several ahead, under the remote request policy (``storage/http.RemoteFile``)."""
+    if not is_remote(path):
+        return open(path, "rb")
+    return io.BufferedReader(_RemoteReader(open_storage(path)), _CHUNK)
+
+
+def stamp_of(path: str) -> tuple[int, int]:
+    """What says an archive is still the one listed: a file's size and time; a URL's size and
+    a number made from its ETag (0 without one: then its size alone)."""
+    if not is_remote(path):
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns
+    with open_storage(path) as f:
+        return f.size(), _tag_number(f.etag)
+
+
+def _tag_number(etag: str | None) -> int:
+    return zlib.crc32(etag.encode()) if etag else 0
+
+
+class _RemoteReader(io.RawIOBase):
+    """A remote object read front to back (``RemoteFile.advise_sequential``); closes it."""
+
+    def __init__(self, remote: Any) -> None:
+        super().__init__()
+        self.remote, self.pos = remote, 0
+        self.stamp = (remote.size(), _tag_number(remote.etag))
+        remote.advise_sequential(0)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.remote.read_at(self.pos, len(buffer))
+        buffer[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.remote.close()
+        super().close()
 
 
 _ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError)
@@ -124,9 +187,12 @@ class _Cursor:
     """One archive decompressed up to ``pos``, for the next member at or after it."""
 
     def __init__(self, path: str, codec: str, stamp: tuple[int, int]) -> None:
-        fd_stat = os.stat(path)
-        if (fd_stat.st_size, fd_stat.st_mtime_ns) != stamp:
-            raise SourceChanged(f"{path} changed since it was listed")
+        try:
+            now = stamp_of(path)
+        except InputError as e:  # (a URL the store no longer has)
+            raise SourceChanged(str(e)) from None
+        if now != stamp:
+            raise SourceChanged(f"{shown_url(path)} changed since it was listed")
         self.stream = open_decompressed(path, codec)
         self.pos = 0
         self.lock = threading.Lock()

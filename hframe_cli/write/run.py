@@ -25,6 +25,7 @@ from ..faults import fault_point
 from ..format.codec import sample_for_dictionary, train_dictionary
 from ..format.index import current_format_version, get_index_path
 from ..format.layout import HEADER_SIZE, KIND_IDS, SNIFF_BYTES, sniff_media_type
+from ..locations import is_remote
 from ..names import checkpoint_paths, index_name, partial_name
 from ..processes import usable_cpus
 from ..read.dataset import get_manifest_path
@@ -726,7 +727,7 @@ def _current_sources(saved: SourceList) -> list[Source]:
     if collect.get("archives"):  # listed again: a member's place may have moved with its archive
         columns = collect.get("table_columns")
         return collect_sources(
-            [a for a in collect["archives"] if os.path.isfile(a)],
+            [a for a in collect["archives"] if is_remote(a) or os.path.isfile(a)],
             archives=collect["archive_kind"],
             table_columns=TableColumns(**columns) if columns else None,
             label_member=collect.get("label_member"),
