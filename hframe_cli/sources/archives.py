@@ -536,9 +536,7 @@ def _list_forward(path: str, st: os.stat_result | _Stamp, codec: str) -> Iterato
             raise InputError(f"{shown_url(path)}: {e}") from None
 
 
-def _walk_tar(
-    path: str, st: os.stat_result | _Stamp, view: _Mapped | Forward, codec: str
-) -> Iterator[ArchiveEntry]:
+def _walk_tar(path: str, st: os.stat_result | _Stamp, view: _Mapped | Forward, codec: str) -> Iterator[ArchiveEntry]:
     """Walk the chain of 512-byte headers (ustar, GNU and PAX, as GNU tar and Python write
     them), each checked against its checksum, without decoding more than a source needs;
     ``view`` gives the archive's (decompressed) bytes, front to back."""
