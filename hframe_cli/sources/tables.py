@@ -20,7 +20,8 @@ time is its table's modification time. Its ``source`` is ``TABLE#row=N`` (the ta
 name); its label, with ``--label-column``, the column's value as text (a class number as its
 class name when the table's metadata has the names).
 
-Imports inside functions: ``pyarrow`` and ``pyarrow.parquet``, loaded only when a table is read.
+Imports inside functions: ``pyarrow``, ``pyarrow.compute`` and ``pyarrow.parquet``, loaded only
+when a table is read.
 """
 
 from __future__ import annotations
@@ -284,7 +285,7 @@ class _Groups:
         self.kept: OrderedDict[tuple[Any, ...], tuple[threading.Event, list[Any]]] = OrderedDict()
         self.unread: dict[tuple[Any, ...], set[int]] = {}  # rows of a kept group not read yet
 
-    def get(self, r: _Row) -> tuple[list[bytes | None], list[str | None] | None]:
+    def get(self, r: _Row) -> tuple[_Values, list[str | None] | None]:
         """The decoded values of ``r``'s row group (decoded now, or by another thread)."""
         key = (r.table, r.table_size, r.table_mtime_ns, r.group, r.data, r.label)
         with self.lock:
@@ -328,7 +329,7 @@ class _Groups:
 _GROUPS = _Groups()
 
 
-def _decode(r: _Row) -> tuple[list[bytes | None], list[str | None] | None]:
+def _decode(r: _Row) -> tuple[_Values, list[str | None] | None]:
     """The data (and label) values of row group ``r.group``, the table checked against its listing."""
     try:
         pf, st = _open(r.table)
@@ -346,13 +347,41 @@ def _decode(r: _Row) -> tuple[list[bytes | None], list[str | None] | None]:
         raise SourceChanged(str(e)) from None
     except (OSError, ValueError, IndexError) as e:
         raise SourceChanged(f"row group {r.group} cannot be read ({str(e).splitlines()[0]}; damaged table)") from None
-    data = _column(part, paths["data"]).to_pylist()
+    data = _Values(_column(part, paths["data"]))
     labels = None
     if "label" in paths:
         values = _column(part, paths["label"]).to_pylist()
         names = _class_names(schema, cols.label)
         labels = [_label_text(v, names) for v in values]
     return data, labels
+
+
+class _Values:
+    """A binary column's values, each copied out of Arrow's buffers when asked for: a group's
+    values as Python objects all at once cost a second copy of the group, and in a packing
+    worker of a few hundred MB, page faults made most of a table's packing time."""
+
+    def __init__(self, array: Any) -> None:
+        import pyarrow as pa
+
+        if pa.types.is_binary_view(array.type):
+            array = array.cast(pa.large_binary())
+        _, offsets, data = array.buffers()[:3]
+        self.length = len(array)
+        view = memoryview(offsets) if offsets else memoryview(bytes(8))
+        wide = view.cast("q") if pa.types.is_large_binary(array.type) else view.cast("i")
+        self.offsets = wide[array.offset : array.offset + self.length + 1]
+        self.data = memoryview(data) if data is not None else memoryview(b"")
+        self.valid = array.is_valid().to_pylist() if array.null_count else None
+        self.array = array  # (its buffers stay alive while the views are used)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> bytes | None:
+        if self.valid is not None and not self.valid[i]:
+            return None
+        return self.data[self.offsets[i] : self.offsets[i + 1]].tobytes()
 
 
 def _label_text(value: Any, names: list[str] | None) -> str | None:
