@@ -48,6 +48,7 @@ _FIELDS = 7  # row group, row in it, row in the table, table size, table mtime, 
 #: decoded row groups kept per process, at most; a group is let go as soon as all its rows were
 #: read (loading threads a few batches apart, or a packing worker's chunk, may need two or three)
 _KEEP_GROUPS = 4
+_BATCH_ROWS = 1024  # rows decoded at a time by a listing
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +151,9 @@ def _column(table: Any, parts: list[str]) -> Any:
     """A (nested) field of a table read with only that field, as one array."""
     import pyarrow.compute as pc
 
-    col = table.column(parts[0]).combine_chunks()
+    col = table.column(parts[0])
+    if hasattr(col, "num_chunks"):  # (a table's column; a record batch's is one array already)
+        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()  # (one chunk: no copy)
     for part in parts[1:]:
         col = pc.struct_field(col, part)
     return col
@@ -228,14 +231,22 @@ def list_table(table: str, cols: TableColumns) -> Iterator[TableRow]:
     wanted = [".".join(paths["data"])] + ([".".join(paths["name"])] if "name" in paths else [])
 
     def sized(group: int) -> tuple[list[int | None], list[Any]]:  # (on a listing thread)
+        # in batches of rows: a group read whole holds its pages twice over (a GB for 330 MB of
+        # JPEGs), and the page faults of that memory were most of a listing's time
+        sizes: list[int | None] = []
+        names: list[Any] = []
         try:
-            part = pf.read_row_group(group, columns=wanted, use_threads=False)
+            own, _ = _open(table)  # (a reader of its own on each thread)
+            for batch in own.iter_batches(
+                batch_size=_BATCH_ROWS, row_groups=[group], columns=wanted, use_threads=False
+            ):
+                sizes += pc.binary_length(_column(batch, paths["data"])).to_pylist()
+                names += _column(batch, paths["name"]).to_pylist() if "name" in paths else [None] * batch.num_rows
         except (OSError, ValueError) as e:
             raise InputError(
                 f"{table}: row group {group} cannot be read ({str(e).splitlines()[0]}; damaged table)"
             ) from None
-        sizes = pc.binary_length(_column(part, paths["data"])).to_pylist()
-        return sizes, _column(part, paths["name"]).to_pylist() if "name" in paths else [None] * len(sizes)
+        return sizes, names
 
     # row groups are decoded two at a time (most of a listing; pyarrow lets go of the GIL) and
     # taken in order; only their sizes and names are kept
@@ -318,7 +329,9 @@ class _Groups:
         if isinstance(value, BaseException):
             raise value
         with self.lock:  # the group's last row read: let it go now, not when it is the oldest
-            unread = self.unread.setdefault(key, set(range(len(value[0])))) if key in self.kept else None
+            unread = self.unread.get(key) if key in self.kept else None
+            if unread is None and key in self.kept:
+                unread = self.unread[key] = set(range(len(value[0])))
             if unread is not None:
                 unread.discard(r.index)
                 if not unread:
