@@ -21,6 +21,7 @@ cannot take more memory than ``--max-frame-bytes``).
 
 from __future__ import annotations
 
+import functools
 import io
 import mmap
 import os
@@ -138,12 +139,19 @@ def provenance(path: str) -> str | None:
 
 
 def _source_of(loc: _Locator) -> str:
-    if loc.archive.endswith(STDIN_SUFFIX):  # read from standard input
-        archive = "-"
-    else:  # (a URL's query is not part of its name)
-        archive = os.path.basename(loc.archive.split("?", 1)[0] if is_remote(loc.archive) else loc.archive)
-    text = os.fsencode(f"{archive}:{loc.member}")
-    return text.decode("utf-8", "backslashreplace")  # (a name that is not UTF-8 shown as \\xNN)
+    text = f"{_archive_shown(loc.archive)}:{loc.member}"
+    if text.isascii():
+        return text
+    return os.fsencode(text).decode("utf-8", "backslashreplace")  # (a name that is not UTF-8 shown as \\xNN)
+
+
+@functools.lru_cache(maxsize=64)
+def _archive_shown(archive: str) -> str:
+    """An archive's part of its members' ``source``: its file name (a URL's without its query),
+    or ``-`` for standard input's copy."""
+    if archive.endswith(STDIN_SUFFIX):
+        return "-"
+    return os.path.basename(archive.split("?", 1)[0] if is_remote(archive) else archive)
 
 
 def archive_of(path: str) -> str:
@@ -448,27 +456,30 @@ def list_archive(path: str, kind: str, label_ext: str | None = None) -> Iterator
 
 _BLOCK = 512
 _REGULAR = frozenset(b"07\0")
+_FOLDER, _SPARSE, _MULTI, _LONG_NAME, _LONG_LINK, _PAX, _GLOBAL_PAX = b"5SMLKxg"
 _TAR_KINDS: dict[int, str] = {
     ord("1"): "a hard link",
     ord("2"): "a symbolic link",
     ord("3"): "a character device",
     ord("4"): "a block device",
     ord("6"): "a FIFO",
-    ord("S"): "a sparse member, not supported",
+    _SPARSE: "a sparse member, not supported",
     ord("V"): "a volume label",
-    ord("M"): "a multi-volume continuation, not supported",
+    _MULTI: "a multi-volume continuation, not supported",
 }
 
 
 def _tar_number(field: bytes) -> int:
     """An octal number field (NUL- or space-padded), or GNU's base-256 (high bit set)."""
-    if field[:1] and field[0] & 0x80:
+    if field and field[0] & 0x80:
         value = int.from_bytes(field[1:], "big")
         return value - (1 << (8 * len(field) - 8)) if field[0] & 0x40 else value
     text = field.split(b"\0", 1)[0].strip()
-    if text.strip(b"01234567"):  # (int() would also take "_", "+", "0o": tar does not)
+    if text.isdigit():  # ASCII digits only (int() would also take "_", "+", "0o": tar does not)
+        return int(text, 8)  # (an 8 or a 9 is a ValueError here)
+    if text:
         raise ValueError(f"not an octal number: {text!r}")
-    return int(text, 8) if text else 0
+    return 0
 
 
 def _pax_records(data: bytes, where: str) -> dict[str, bytes]:
@@ -568,26 +579,26 @@ def _walk_tar(path: str, st: os.stat_result | _Stamp, view: _Mapped | Forward, c
             raise InputError(f"{where}: damaged: the header at offset {at} has no readable size") from None
         if length < 0:
             raise InputError(f"{where}: damaged: the header at offset {at} gives a negative size")
-        if flag in (ord("S"), ord("M")):  # more headers of their own follow: never read past them blind
+        if flag in (_SPARSE, _MULTI):  # more headers of their own follow: never read past them blind
             raise InputError(
                 f"{where}: member at offset {at} is a GNU {'sparse' if flag == ord('S') else 'multi-volume'} "
                 "member, which --from tar does not read; re-create the archive without --sparse"
             )
         data_at = at + _BLOCK
         nxt = data_at + -(-length // _BLOCK) * _BLOCK
-        if flag in (ord("L"), ord("K"), ord("x"), ord("g")):  # data for the next header
+        if flag in (_LONG_NAME, _LONG_LINK, _PAX, _GLOBAL_PAX):  # data for the next header
             body = view.get(data_at, data_at + length)
             if len(body) < length:
                 raise InputError(f"{where}: truncated: an extended header at offset {at} ends past the end")
-            if flag == ord("L"):
+            if flag == _LONG_NAME:
                 long_name = body.split(b"\0", 1)[0]
-            elif flag == ord("x"):
+            elif flag == _PAX:
                 pax = _pax_records(body, f"{where} (offset {at})")
-            elif flag == ord("g"):
+            elif flag == _GLOBAL_PAX:
                 glob_pax.update(_pax_records(body, f"{where} (offset {at})"))
             at = nxt
             continue
-        fields = {**glob_pax, **pax}
+        fields = {**glob_pax, **pax} if glob_pax or pax else _NO_FIELDS
         raw = _tar_name(header, long_name, fields)
         if "size" in fields:
             try:
@@ -598,7 +609,7 @@ def _walk_tar(path: str, st: os.stat_result | _Stamp, view: _Mapped | Forward, c
                 raise InputError(f"{where}: damaged PAX header at offset {at} (size)") from None
             nxt = data_at + -(-length // _BLOCK) * _BLOCK
         long_name, pax = None, {}
-        entry = _tar_entry(path, st, raw, flag, data_at, length, header, fields, codec)
+        entry = _tar_entry(path, st, raw, flag, data_at, length, header, fields, codec, where)
         if entry.problem is None and not view.has(data_at + length):
             raise InputError(f"{where}: truncated: member {raw!r} ends past the end of the archive")
         yield entry
@@ -606,6 +617,7 @@ def _walk_tar(path: str, st: os.stat_result | _Stamp, view: _Mapped | Forward, c
 
 
 _ZERO_BLOCK = bytes(_BLOCK)
+_NO_FIELDS: dict[str, bytes] = {}  # (a member without PAX fields: never written to)
 
 
 def _checksum_ok(header: bytes) -> bool:
@@ -613,7 +625,13 @@ def _checksum_ok(header: bytes) -> bool:
         want = _tar_number(header[148:156])
     except ValueError:
         return False
-    total = sum(header) - sum(header[148:156]) + 8 * 32
+    if header.count(0) >= _BLOCK // 2:
+        # at most 256 bytes of 255: the sum is below adler32's modulus, so adler32's low half
+        # is 1 + the sum exactly (C speed: Python's sum() of 512 bytes was a third of a listing)
+        total = (zlib.adler32(header) & 0xFFFF) - 1
+    else:
+        total = sum(header)
+    total += 8 * 32 - sum(header[148:156])
     if total == want:
         return True
     signed = total - 2 * sum(b for b in header if b > 127) + 2 * sum(b for b in header[148:156] if b > 127)
@@ -645,31 +663,44 @@ def _tar_entry(
     header: bytes,
     fields: dict[str, bytes],
     codec: str = "",
+    where: str | None = None,
 ) -> ArchiveEntry:
-    where = shown_url(path) if is_remote(path) else path
-    shown_at = f"{where}:{raw}"
+    if where is None:
+        where = shown_url(path) if is_remote(path) else path
     if "\0" in raw:
         return ArchiveEntry(
-            raw.replace("\0", "\\0"), shown_at.replace("\0", "\\0"), 0, 0, problem="name holds a NUL byte (skipped)"
+            raw.replace("\0", "\\0"),
+            f"{where}:{raw}".replace("\0", "\\0"),
+            0,
+            0,
+            problem="name holds a NUL byte (skipped)",
         )
-    if flag == ord("5") or (flag in _REGULAR and raw.endswith("/")):
-        return ArchiveEntry(raw, shown_at, 0, 0, problem="")  # (a folder: nothing to say)
+    if flag == _FOLDER or (flag in _REGULAR and raw.endswith("/")):
+        return ArchiveEntry(raw, f"{where}:{raw}", 0, 0, problem="")  # (a folder: nothing to say)
     name = member_name(raw)
     if name is None:
-        return ArchiveEntry(raw, shown_at, 0, 0, problem="member name contains '..' (skipped, as tar does)")
+        return ArchiveEntry(raw, f"{where}:{raw}", 0, 0, problem="member name contains '..' (skipped, as tar does)")
     if flag not in _REGULAR:
         kind = _TAR_KINDS.get(flag, "not a regular file")
-        return ArchiveEntry(name, shown_at, 0, 0, problem=f"{kind} (skipped)")
-    if any(k.startswith("GNU.sparse") for k in fields):
-        return ArchiveEntry(name, shown_at, 0, 0, problem="a sparse member, not supported (skipped)")
+        return ArchiveEntry(name, f"{where}:{raw}", 0, 0, problem=f"{kind} (skipped)")
+    if fields and any(k.startswith("GNU.sparse") for k in fields):
+        return ArchiveEntry(name, f"{where}:{raw}", 0, 0, problem="a sparse member, not supported (skipped)")
     try:
         mtime = _pax_mtime_ns(fields["mtime"]) if "mtime" in fields else _tar_number(header[136:148]) * 1_000_000_000
     except ValueError:
         raise InputError(f"{where}: damaged: member {raw!r} has no readable time") from None
     if not -(1 << 63) <= mtime < 1 << 63:
         raise InputError(f"{where}: member {raw!r} has a time hframe cannot store (before 1678 or after 2262)")
-    loc = _Locator(path, raw, data_at, length, _STORED, -1, st.st_size, st.st_mtime_ns, codec)
-    return ArchiveEntry(name, loc.encode(), length, mtime)
+    if codec:
+        loc = _Locator(path, raw, data_at, length, _STORED, -1, st.st_size, st.st_mtime_ns, codec)
+        return ArchiveEntry(name, loc.encode(), length, mtime)
+    # _Locator(...).encode() of a plain tar's member, spelled out (a listing makes one per member)
+    return ArchiveEntry(
+        name,
+        f"{path}{_SEP}{data_at}{_SEP}{length}{_SEP}{_STORED}{_SEP}-1{_SEP}{st.st_size}{_SEP}{st.st_mtime_ns}{_SEP}{raw}",
+        length,
+        mtime,
+    )
 
 
 def _zip_raw_name(info: zipfile.ZipInfo) -> str:

@@ -190,7 +190,10 @@ def encode_meta(meta: dict[str, Any]) -> bytes:
         if mode.isalnum() or mode in _PLAIN_MODES:  # what json.dumps would write, written directly
             return b'{"height":%d,"mode":"%s","width":%d}' % (meta["height"], mode.encode(), meta["width"])
     if len(meta) == 1 and type(meta.get("source")) is str:  # an archive member's blob: written directly too
-        return b'{"source":%s}' % json.dumps(meta["source"], ensure_ascii=False).encode()
+        source = meta["source"]
+        if source.isascii() and source.isprintable() and '"' not in source and "\\" not in source:
+            return b'{"source":"%s"}' % source.encode()  # (nothing JSON would escape)
+        return b'{"source":%s}' % json.dumps(source, ensure_ascii=False).encode()
     return json.dumps(meta, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
 
 

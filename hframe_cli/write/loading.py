@@ -123,10 +123,10 @@ def _load(src: Source) -> Loaded:
     """Read and hash one source, noting if it vanished or changed since it was listed."""
     if src.size > STREAM_ABOVE:
         return Loaded(src, stream=True)
+    if "\0" in src.path:  # a located source (sources/locator.py; os.open would refuse it)
+        return _load_located(src)
     try:
         fd = os.open(src.path, _O_READ)
-    except ValueError:  # a NUL in the path: a located source (sources/locator.py)
-        return _load_located(src)
     except FileNotFoundError:
         return Loaded(src, error="vanished while packing")
     except OSError as e:

@@ -537,3 +537,27 @@ def test_crafted_headers_are_refused_in_one_line_never_looped_on_or_misread(tmp_
     r = run_bin(["pack", "--from", "zip", str(short), "-o", str(tmp_path / "o.hframe")])
     assert r.returncode == 2 and "says 50 bytes but holds 100" in r.stderr.decode(), r.stderr
     assert not (tmp_path / "o.hframe").exists()
+
+
+def test_the_fast_header_checksum_and_source_json_agree_with_their_plain_definitions():
+    """Listing speed-ups that must not change a verdict: a header's checksum (adler32 when half
+    the header is zeros) against tar's own sum, on headers from mostly zeros to all 0xff; a
+    member's ``source`` JSON written directly against ``json.dumps`` on names JSON escapes."""
+    from hframe_cli.sources.archives import _checksum_ok
+    from hframe_cli.sources.media import encode_meta
+
+    rng = random.Random(3)
+    for zeros in (0, 100, 200, 255, 256, 300, 512 - 8):
+        for low in (1, 200):  # (high bytes: sums past adler32's modulus with fewer zeros)
+            header = bytearray(rng.randrange(low, 256) for _ in range(512))
+            for i in rng.sample(range(512), zeros):
+                header[i] = 0
+            want = sum(header[:148]) + 8 * 32 + sum(header[156:])
+            for field, ok in ((want, True), (want + 65521, False), (want - 1, False)):
+                header[148:156] = b"%06o\0 " % (field % 8**6)
+                assert _checksum_ok(bytes(header)) == (ok and field < 8**6), (zeros, field)
+    for source in ["a.tar:x/1.jpg", 'a.tar:"q".bin', "a.tar:b\\c", "a.tar:tab\there", "a.tar:é", "a.tar:\x7f"]:
+        assert (
+            encode_meta({"source": source})
+            == json.dumps({"source": source}, separators=(",", ":"), ensure_ascii=False).encode()
+        )
