@@ -729,15 +729,14 @@ def _list_zip(path: str, st: os.stat_result) -> Iterator[ArchiveEntry]:
     except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, IndexError, struct.error) as e:
         raise InputError(f"{path}: not a zip archive, or its directory is damaged ({e})") from None
     ranges: list[tuple[int, int, str]] = []
-    with zf, open(path, "rb") as f:
+    with zf, open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         for info in zf.infolist():
             try:
-                entry = _zip_entry(path, st, f, info)
+                entry, data_at = _zip_entry(path, st, mm, info)
             except (OSError, ValueError, NotImplementedError, IndexError, struct.error) as e:
                 raise InputError(f"{path}: damaged: member {info.filename!r} ({e})") from None
             if entry.problem is None:
-                loc = _parse(entry.path)
-                ranges.append((loc.offset, loc.offset + loc.stored, loc.member))
+                ranges.append((data_at, data_at + info.compress_size, info.filename))
             yield entry
     # members whose data overlap are a zip bomb's trick (unzip refuses them too): the pack
     # would hold the same bytes again and again, far more than the archive
@@ -747,35 +746,38 @@ def _list_zip(path: str, st: os.stat_result) -> Iterator[ArchiveEntry]:
             raise InputError(f"{path}: members {a!r} and {b!r} overlap in the archive (a zip bomb?); refused")
 
 
-def _zip_entry(path: str, st: os.stat_result, f: BinaryIO, info: zipfile.ZipInfo) -> ArchiveEntry:
+def _zip_entry(path: str, st: os.stat_result, mm: mmap.mmap, info: zipfile.ZipInfo) -> tuple[ArchiveEntry, int]:
+    """A zip member's entry, and where its data starts (-1: not packed)."""
     raw = _zip_raw_name(info)
     shown_at = f"{path}:{raw}"
     if info.is_dir():
-        return ArchiveEntry(raw, shown_at, 0, 0, problem="")
+        return ArchiveEntry(raw, shown_at, 0, 0, problem=""), -1
     name = member_name(raw)
     if name is None:
-        return ArchiveEntry(raw, shown_at, 0, 0, problem="member name contains '..' (skipped, as unzip does)")
+        return ArchiveEntry(raw, shown_at, 0, 0, problem="member name contains '..' (skipped, as unzip does)"), -1
     if stat.S_ISLNK(info.external_attr >> 16):
-        return ArchiveEntry(name, shown_at, 0, 0, problem="a symbolic link (skipped)")
+        return ArchiveEntry(name, shown_at, 0, 0, problem="a symbolic link (skipped)"), -1
     if info.flag_bits & 0x1:
-        return ArchiveEntry(name, shown_at, 0, 0, problem="encrypted (skipped)")
+        return ArchiveEntry(name, shown_at, 0, 0, problem="encrypted (skipped)"), -1
     if "\0" in raw:
-        return ArchiveEntry(name, shown_at.replace("\0", "\\0"), 0, 0, problem="name holds a NUL byte (skipped)")
+        return ArchiveEntry(name, shown_at.replace("\0", "\\0"), 0, 0, problem="name holds a NUL byte (skipped)"), -1
     if info.compress_type == _STORED and info.compress_size != info.file_size:
         raise InputError(
             f"{path}: damaged: stored member {raw!r} says {info.file_size} bytes but holds {info.compress_size}"
         )
     if info.compress_type not in (_STORED, _DEFLATED):
-        return ArchiveEntry(
-            name, shown_at, 0, 0, problem=f"compressed with method {info.compress_type} (stored or deflated only)"
-        )
-    f.seek(info.header_offset)
-    local = f.read(_ZIP_LOCAL.size)
+        problem = f"compressed with method {info.compress_type} (stored or deflated only)"
+        return ArchiveEntry(name, shown_at, 0, 0, problem=problem), -1
+    at = info.header_offset
+    local = mm[at : at + _ZIP_LOCAL.size]  # (a slice of the mapped file: no seek, no read call)
     if len(local) < _ZIP_LOCAL.size or local[:4] != b"PK\x03\x04":
         raise InputError(f"{path}: damaged: member {raw!r} has no local header at offset {info.header_offset}")
     fields = _ZIP_LOCAL.unpack(local)
     data_at = info.header_offset + _ZIP_LOCAL.size + fields[10] + fields[11]
     if data_at + info.compress_size > st.st_size:
         raise InputError(f"{path}: truncated: member {raw!r} ends past the end of the archive")
-    loc = _Locator(path, raw, data_at, info.compress_size, info.compress_type, info.CRC, st.st_size, st.st_mtime_ns)
-    return ArchiveEntry(name, loc.encode(), info.file_size, _zip_mtime_ns(info))
+    # _Locator(...).encode(), spelled out (a listing makes one per member)
+    locator = _SEP.join(
+        map(str, (path, data_at, info.compress_size, info.compress_type, info.CRC, st.st_size, st.st_mtime_ns, raw))
+    )
+    return ArchiveEntry(name, locator, info.file_size, _zip_mtime_ns(info)), data_at
