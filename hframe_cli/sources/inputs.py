@@ -21,12 +21,12 @@ from itertools import islice
 from typing import Any, BinaryIO
 
 from ..errors import InputError
-from ..locations import scheme_family, shown_url
+from ..locations import is_remote, scheme_family, shown_url
 from ..names import partial_name
 from .archives import ARCHIVE_KINDS, list_archive
 from .listing import Folder, sorted_entries, walk_in_parallel
 from .located import reading, shown
-from .objects import list_prefix
+from .objects import list_prefix, list_urls
 from .sourcelist import Rejected, SourceList
 from .tables import TableColumns, list_table
 
@@ -377,19 +377,30 @@ def collect_sources(
     files: list[str] = []
     folders: list[str] = []
     prefixes: list[str] = []
+    urls: list[str] = []
+    url_base = base if base is not None and scheme_family(base) == "http" else None
+    if url_base is not None:
+        base = None
     for arg in args:
         family = scheme_family(arg)
         if family == "object":
-            if base is not None:
+            if base is not None or url_base is not None:
                 raise InputError(f"--base with {shown_url(arg)}: objects are named by their keys under the prefix")
             prefixes.append(arg)
+        elif family == "http":
+            if arg.split("?", 1)[0].endswith("/"):
+                raise InputError(
+                    f"{shown_url(arg)}: HTTP has no listing; give the URLs of its files "
+                    "(one per line on standard input: hframe pack - < urls.txt)"
+                )
+            urls.append(arg)
         elif family != "file":
             raise InputError(
-                f"{shown_url(arg)}: hframe lists s3://, gs:// and hdfs:// prefixes; "
-                + ("HTTP has no listing" if family == "http" else "not a location hframe can list")
+                f"{shown_url(arg)}: hframe lists s3://, gs:// and hdfs:// prefixes; not a location it can list"
             )
         elif arg == "-":
-            files.extend(read_list("-", null_separated, stdin))
+            for entry in read_list("-", null_separated, stdin):
+                (urls if is_remote(entry) else files).append(entry)
         elif os.path.isdir(arg):
             folders.append(arg)
         elif not os.path.lexists(arg) and not skip_bad:
@@ -416,6 +427,16 @@ def collect_sources(
                 raise InputError(f"{folder}: not under --base {base}")
     for prefix in prefixes:
         col.add_prefix(prefix)
+    if urls:
+        if base is not None:
+            raise InputError(f"--base {base} with {shown_url(urls[0])}: give --base a URL that the URLs are under")
+        for entry in list_urls(urls, url_base):
+            if entry.problem:  # (a file the list names that is not there: as a missing file is)
+                col.reject(entry.path, entry.problem)
+            else:
+                col.add_located(entry)
+    elif url_base is not None:
+        raise InputError(f"--base {shown_url(url_base)}: a URL as --base names files at URLs; none is given")
     _sort_by_name(col)
     col.out.collect = {
         "folders": [os.path.abspath(f) for f in folders],

@@ -3,8 +3,8 @@ say where it came from, and tell whether its container changed since it was list
 
 The packing loop, its loaders and workers, ``--update`` and ``resume`` ask here and never look
 at a locator themselves. Kinds and their modules: files; ``archive`` and ``member``
-(``archives.py``: tar and zip members); ``parquet`` (``tables.py``: rows); ``object`` (``objects.py``: objects under an
-object-store prefix).
+(``archives.py``: tar and zip members); ``parquet`` (``tables.py``: rows); ``object`` and ``url`` (``objects.py``: objects under an
+object-store prefix, files at the URLs of a list).
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ def shown(path: str) -> str:
         return archives.shown(path)
     if kind == "parquet":
         return tables.row_shown(path)
+    if kind == "url":
+        return objects.url_shown(path)
     return objects.object_shown(path)
 
 
@@ -61,6 +63,8 @@ def origin_of(path: str) -> dict[str, str] | None:
         return archives.member_meta(path)
     if kind == "parquet":
         return {"source": tables.row_origin(path)}
+    if kind == "url":
+        return {"source": objects.url_shown(path)}
     return {"source": objects.object_origin(path)}
 
 
@@ -72,7 +76,7 @@ def reading(path: str) -> str:
     kind = kind_of(path)
     if kind == "parquet":
         return "rows"
-    if kind == "object":
+    if kind in ("object", "url"):
         return "remote"
     if kind in _MEMBERS and archives.read_forward_only(path):
         return "forward"
@@ -93,6 +97,8 @@ def unchanged(path: str) -> bool:
         return tables.row_unchanged(path)
     if kind == "object":
         return objects.object_unchanged(path)
+    if kind == "url":
+        return objects.url_unchanged(path)
     try:
         os.stat(path)
     except OSError:
@@ -115,6 +121,8 @@ def read_located(path: str, size: int) -> tuple[bytes, dict[str, str]]:
         return tables.read_row(path, size)
     if kind == "object":
         return objects.read_object(path, size)
+    if kind == "url":
+        return objects.read_url(path, size)
     raise ValueError(f"not a locator: {path!r}")
 
 

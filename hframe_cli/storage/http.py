@@ -156,7 +156,8 @@ class HttpBackend:
         resp, body = self._exchange(start, length, etag, deadline)
         status = resp.status
         if status == 416 and (resp.getheader("Content-Range") or "").endswith("/0"):
-            return Response(b"", 0, resp.getheader("ETag"))  # an empty object: nothing to range over
+            # an empty object: nothing to range over
+            return Response(b"", 0, resp.getheader("ETag"), modified=resp.getheader("Last-Modified"))
         failure = self._failure(resp)
         if failure is not None:
             raise failure
@@ -236,7 +237,7 @@ class HttpBackend:
         if length is None or resp.status == 200:
             if size_said is not None and size_said != len(body):
                 raise Transient(f"body cut short: {len(body)} of {size_said} bytes")
-            return Response(body, len(body), tag)
+            return Response(body, len(body), tag, modified=resp.getheader("Last-Modified"))
         span = _content_range(resp.getheader("Content-Range"))
         if span is None:
             raise Permanent(
@@ -248,7 +249,7 @@ class HttpBackend:
             raise Transient(f"answered bytes {first}-{last} for {start}-{start + want - 1}")
         if len(body) != want:
             raise Transient(f"body cut short: {len(body)} of {want} bytes")
-        return Response(body, total, tag)
+        return Response(body, total, tag, modified=resp.getheader("Last-Modified"))
 
     def _unauthorized(self) -> str:
         if self.authorization is not None:

@@ -5,12 +5,19 @@
 from __future__ import annotations
 
 import os
+import random
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from ..errors import InputError
+from ..errors import InputError, StorageError
+from ..signals import pending_signal
 
-__all__ = ["Budget", "Counters", "Permanent", "RequestPolicy", "Response", "Transient"]
+__all__ = ["Budget", "Counters", "Permanent", "RequestPolicy", "Response", "Transient", "fetched"]
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -119,3 +126,36 @@ class Response:
     size: int
     etag: str | None
     requests: int = 1  # requests it took (a backend may first ask for the object's metadata)
+    modified: str | None = None  # the Last-Modified header (HTTP), as sent
+
+
+def fetched(call: Callable[[float], _T], policy: RequestPolicy, budget: Budget, where: str) -> _T:
+    """``call(deadline)`` (one request of a backend) under ``policy``: ``Transient`` failures
+    retried with full-jitter backoff while attempts, the deadline and ``budget`` (shared by the
+    process: a store that keeps failing ends the run) allow; ``Permanent`` ones raised as they
+    are, for the caller to name. What fetches a source whole (``sources/objects.py``) uses;
+    ``http.RemoteFile`` has its own loop, which also tracks a pack's version.
+
+    Raises:
+        StorageError: retries, deadline or budget exhausted (exit 3), naming ``where``.
+        Permanent: the answer no retry changes.
+        KeyboardInterrupt: a signal is pending (the command is stopping: nothing more is asked).
+    """
+    t0 = time.monotonic()
+    deadline = t0 + policy.deadline_s
+    attempt = 0
+    while True:
+        attempt += 1
+        if pending_signal() is not None:
+            raise KeyboardInterrupt
+        try:
+            result = call(deadline)
+        except Transient as e:
+            pause = random.uniform(0, min(policy.backoff_cap_s, policy.backoff_s * 2 ** (attempt - 1)))
+            cost = 10 if e.throttled else 5
+            if attempt >= policy.attempts or time.monotonic() + pause >= deadline or not budget.spend(cost):
+                raise StorageError(f"{where}: {e} after {attempt} attempts in {time.monotonic() - t0:.1f} s") from None
+            time.sleep(pause)
+            continue
+        budget.earn()
+        return result

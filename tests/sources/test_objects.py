@@ -1,5 +1,6 @@
 """``hframe pack s3://bucket/prefix/``: objects under a prefix of a real S3 API server (moto on
-loopback), packed as the folder they would sync to, without a local copy."""
+loopback), packed as the folder they would sync to, without a local copy; and lists of http(s)
+URLs (a real nginx on loopback), packed as the folder ``wget -x`` would fetch."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import signal
 import subprocess
 import tarfile
 import time
+import urllib.parse
 from pathlib import Path
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
-from conftest import hframe_bin, make_photos, moto_s3, real_media, run_bin
+from conftest import hframe_bin, killed_and_resumed, make_photos, moto_s3, nginx_serving, real_media, run_bin
 
 import hframe_cli as h
 from hframe_cli.names import checkpoint_name
@@ -263,3 +265,87 @@ def test_webdataset_shards_at_s3_urls_pack_as_the_local_shards_do(store, tmp_pat
     )
     assert r.returncode == 0, r.stderr
     assert 0 < len(pq.read_table(tmp_path / "c.hframe.index.parquet")) < len(tarfile.open(shards[1]).getnames())
+
+
+@pytest.fixture()
+def served(tmp_path):
+    """Real images made by others and a blob in nested folders (one name with a space), with
+    whole-second times (what ``wget -N`` gives a file from Last-Modified), served by nginx;
+    yields (base URL of the tree, the tree, the URLs of its files)."""
+    www = tmp_path / "www"
+    tree = www / "imgs"
+    for i, p in enumerate(real_media(24)):
+        (tree / f"real{i % 3}").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p, tree / f"real{i % 3}" / f"{i:03d}{p.suffix}")
+    (tree / "notes two.bin").write_bytes(os.urandom(3000))
+    for k, p in enumerate(sorted(tree.rglob("*.*"))):
+        os.utime(p, (1_600_000_000 + k, 1_600_000_000 + k))
+    with nginx_serving(www, tmp_path / "nginx") as base:
+        urls = [f"{base}/imgs/{p.relative_to(tree).as_posix().replace(' ', '%20')}" for p in sorted(tree.rglob("*.*"))]
+        yield f"{base}/imgs/", tree, urls
+
+
+def test_a_list_of_urls_packs_as_the_fetched_folder_does(served, tmp_path):
+    base, tree, urls = served
+    out, local = tmp_path / "u.hframe", tmp_path / "local.hframe"
+    listing = "".join(u + "\n" for u in reversed(urls)).encode()  # (any order: packed by name)
+    r = run_bin(["pack", "-", "--base", base, "-o", str(out), *CREATED], input=listing)
+    assert r.returncode == 0, r.stderr
+    assert run_bin(["pack", str(tree), "-o", str(local), *CREATED]).returncode == 0
+    got = pq.read_table(f"{out}.index.parquet").to_pylist()
+    want = pq.read_table(f"{local}.index.parquet", columns=SAME).to_pylist()
+    assert [{k: g[k] for k in SAME} for g in got] == want  # names, bytes, sizes, times, media
+    etags = {u: subprocess.run(["curl", "-sI", u], capture_output=True).stdout for u in urls}
+    for g in got:
+        u, _, etag = g["source"].partition("#etag=")
+        assert u in urls and f'ETag: "{etag}"'.encode() in etags[u], g["source"]
+    assert "notes two.bin" in [g["name"] for g in got]
+    with h.open_pack(out) as a, h.open_pack(local) as b:
+        assert a.read_many(list(range(len(a)))) == b.read_many(list(range(len(b))))
+    # without --base, named as wget -x saves them; URLs as arguments are a list too
+    r = run_bin(["pack", *urls[:3], "-o", str(tmp_path / "args.hframe")])
+    assert r.returncode == 0, r.stderr
+    names = pq.read_table(tmp_path / "args.hframe.index.parquet", columns=["name"]).column(0).to_pylist()
+    assert names == sorted(urllib.parse.unquote(u.split("//", 1)[1]) for u in urls[:3])  # host:port/imgs/...
+
+
+def test_bad_urls_are_one_line_and_exit_2_and_a_file_replaced_after_listing_is_refused(served, tmp_path):
+    base, tree, urls = served
+    out = tmp_path / "o.hframe"
+    for args, stdin, words in [
+        (["-"], urls[0] + "\n" + base + "nope.jpg\n", "nope.jpg: no such file (HTTP 404)"),
+        ([base], None, "HTTP has no listing"),
+        (["-"], "s3://bkt/key.jpg\n", "a list gives files at http(s):// URLs"),
+        ([urls[0], "--base", base.replace("/imgs/", "/other/")], None, "not under --base"),
+    ]:
+        r = run_bin(["pack", *args, "-o", str(out)], input=stdin.encode() if stdin else None)
+        err = r.stderr.decode()
+        assert r.returncode == 2 and words in err and err.count("\n") == 1 and "Traceback" not in err, (args, err)
+        assert not out.exists()
+    r = run_bin(["pack", "-", "-o", str(out), "--skip-bad"], input=(urls[0] + "\n" + base + "nope.jpg\n").encode())
+    assert r.returncode == 0 and b"skipped" in r.stderr and len(h.open_pack(out)) == 1
+    # listed, then one file rewritten (another ETag) and one removed: never packed half old
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    listing = "".join(u + "\n" for u in urls).encode()
+    r = run_bin(["pack", "-", "--base", base, "-o", str(folder / "p.hframe"), "--plan-only", "-q"], input=listing)
+    assert r.returncode == 0, r.stderr
+    changed = sorted(tree.rglob("*.*"))[2]
+    changed.write_bytes(changed.read_bytes()[::-1])
+    r = run_bin(["pack", "--plan", str(folder / "p.hframe.plan.parquet"), "-o", str(folder / "p.hframe")])
+    err = r.stderr.decode()
+    assert r.returncode == 2 and "replaced since it was listed" in err and changed.name in err, err
+    r = run_bin(["pack", "--plan", str(folder / "p.hframe.plan.parquet"), "-o", str(folder / "p.hframe"), "--skip-bad"])
+    assert r.returncode == 0, r.stderr
+    with h.open_pack(folder / "p.hframe") as p:
+        assert len(p) == len(urls) - 1
+    names = pq.read_table(folder / "p.hframe.index.parquet", columns=["name"]).column(0).to_pylist()
+    assert changed.relative_to(tree).as_posix() not in names
+
+
+def test_a_killed_pack_of_urls_resumes_byte_identically(served, tmp_path):
+    base, _, urls = served
+    clean, out, resumed = killed_and_resumed(
+        urls[0], tmp_path, [*urls[1:], "--base", base, *CREATED, "--checkpoint-every", "4"], "after-frame:9"
+    )
+    assert out.read_bytes() == clean.read_bytes() and resumed["resumed_from_frame"] == 8

@@ -271,7 +271,7 @@ WRITES = [  # what cannot write to a URL says so, whatever the server
     ["resume", "{u}", "--json"],
     ["index", "{u}", "--rebuild"],
     ["index", "{u}", "--merge", "x*"],
-    ["pack", "{u}", "-o", "{out}", "--json"],  # a URL as a source
+    ["pack", "{u}", "-o", "{out}", "--json"],  # a file at a URL as a source (fails: nothing is written)
 ]
 
 
@@ -297,7 +297,10 @@ def test_failing_commands_print_the_url_without_its_password(srv, site, tmp_path
             full = [a.format(u=url, src=root / "src", out=tmp_path / "o.hframe") for a in args]
             for debug in ([], ["--debug"]):
                 r = run_bin([*debug, *full], env=FAST_FAIL, cwd=tmp_path)
-                assert r.returncode == (2 if not debug else 1), (what, args, r.stderr)
+                if args[1] == "{u}":  # a file at a URL as a source: read, so it fails as reading does
+                    assert r.returncode in ((2, 3) if not debug else (1,)), (what, args, r.stderr)
+                else:
+                    assert r.returncode == (2 if not debug else 1), (what, args, r.stderr)
                 assert_no_secret(r, (what, debug, args))
     assert list(tmp_path.iterdir()) == []
 
