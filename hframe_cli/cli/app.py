@@ -262,7 +262,7 @@ def pack(
         typer.Option(
             "--base",
             metavar="DIR",
-            help="Name files relative to DIR (default: relative to a folder argument; listed files by their path as given, as tar).",
+            help="Name files relative to DIR (default: relative to a folder argument; listed files by their path as given, as tar); a URL names files at URLs relative to it.",
         ),
     ] = None,
     null: Annotated[bool, typer.Option("--null", "-0", help="The stdin list is NUL-separated (find -print0).")] = False,
