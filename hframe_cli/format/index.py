@@ -242,13 +242,29 @@ class IndexBuilder:
             self._meta.add(meta)
             self._meta_rows = row + 1
 
-    def append_blob(self, name: bytes, offset: int, length: int, md5: bytes, mtime_ns: int, record_offset: int) -> None:
-        """``append`` for a frame stored as it is with nothing to record: an unknown media type
-        (a blob), no compression, no metadata, labelled by its parent folder (a pack of small
-        files spends its time here, and keyword arguments cost)."""
+    def append_blob(
+        self,
+        name: bytes,
+        offset: int,
+        length: int,
+        md5: bytes,
+        mtime_ns: int,
+        record_offset: int,
+        source: str | None = None,
+    ) -> None:
+        """``append`` for a frame stored as it is with nothing to record but, maybe, its
+        ``source``: an unknown media type (a blob), no compression, labelled by its parent
+        folder (a pack of small files spends its time here, and keyword arguments cost)."""
+        row = len(self)
         self._add_row(
             name, offset, length, md5, _UNKNOWN, _BLOB, 0, length, length, mtime_ns, record_offset, parent_label(name)
         )
+        if source is not None:
+            if self._meta is None:
+                self._meta = _MetaColumns()
+            self._meta.fill(row)
+            self._meta.add_source(source)
+            self._meta_rows = row + 1
 
     def _add_row(
         self,
@@ -435,6 +451,18 @@ class _MetaColumns:
         while len(self) < rows:
             self.add({})
 
+    def add_source(self, source: str) -> None:
+        """``add({"source": source})``: a located source's blob (``pack --from``, a prefix)."""
+        self.width.append(-1)
+        self.height.append(-1)
+        self.frame_index.append(-1)
+        self.pts_s.append(math.nan)
+        self.keyframe.append(-1)
+        codes, sources = self.codes, self.values["source"]
+        codes["split"].append(-1)
+        codes["mode"].append(-1)
+        codes["source"].append(sources.setdefault(source, len(sources)))
+
     def add(self, meta: dict[str, Any]) -> None:
         if len(meta) == 3 and "width" in meta and "mode" in meta and "height" in meta:  # an image
             self.width.append(int(meta["width"]))
@@ -449,15 +477,7 @@ class _MetaColumns:
             codes["mode"].append(modes.setdefault(str(meta["mode"]), len(modes)))
             return
         if len(meta) == 1 and "source" in meta:  # an archive member's blob (pack --from)
-            self.width.append(-1)
-            self.height.append(-1)
-            self.frame_index.append(-1)
-            self.pts_s.append(math.nan)
-            self.keyframe.append(-1)
-            codes, sources = self.codes, self.values["source"]
-            codes["split"].append(-1)
-            codes["mode"].append(-1)
-            codes["source"].append(sources.setdefault(str(meta["source"]), len(sources)))
+            self.add_source(str(meta["source"]))
             return
 
         def num(key: str) -> Any:

@@ -147,9 +147,9 @@ class FramePrep:
         """Sniff, describe and (maybe) compress one frame held in memory (``origin``: what a
         located source brings, ``located.read_located``: its ``source``, and a table row's
         ``label``, which is kept over ``--label-from``'s); None when it is a blob stored as it
-        is with nothing to record (the writer's plain path)."""
+        is with nothing to record but its ``source`` (the writer's plain path, ``add_blob``)."""
         media = sniff_media_type(data[:SNIFF_BYTES])
-        if media == "unknown" and self.plain_blobs and not origin:
+        if media == "unknown" and self.plain_blobs and (not origin or origin.keys() == _SOURCE_ONLY):
             return None
         if md5 is None:
             md5 = hashlib.md5(data).digest()
@@ -179,6 +179,7 @@ _COMPRESSED_IMAGES = frozenset({"jpeg", "png", "gif", "webp"})
 
 
 _IMAGE_KEYS = frozenset({"width", "height", "mode"})
+_SOURCE_ONLY = frozenset({"source"})
 
 
 def encode_meta(meta: dict[str, Any]) -> bytes:

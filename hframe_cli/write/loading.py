@@ -110,7 +110,8 @@ def add_loaded(writer: PackWriter, item: Loaded, strict_images: bool) -> str | N
     src, fr = item.source, item.frame
     if fr is None:
         data = item.data or b""
-        writer.add_blob(src.name, data, item.md5 or hashlib.md5(data).digest(), src.mtime_ns)
+        source = item.origin["source"] if item.origin else None
+        writer.add_blob(src.name, data, item.md5 or hashlib.md5(data).digest(), src.mtime_ns, source)
         return None
     if fr.warning is not None and strict_images:
         item.error = fr.warning

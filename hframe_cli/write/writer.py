@@ -470,11 +470,12 @@ class PackWriter:
         self._put_record((hdr_size, frame_id, length, raw, md5, mtime_ns, codec, kind, name, extra, flags), data)
         return frame_id
 
-    def add_blob(self, name: bytes, data: bytes, md5: bytes, mtime_ns: int) -> int:
-        """``add(name, data, mtime_ns=mtime_ns, md5=md5)`` for a frame ``FramePrep.prepare`` left
-        as it is: the same record and row, without ``add``'s general path when the frame is a
-        blob in an unaligned pack and not the frame that carries a dictionary (a pack of small
-        files spends its time here)."""
+    def add_blob(self, name: bytes, data: bytes, md5: bytes, mtime_ns: int, source: str | None = None) -> int:
+        """``add(name, data, mtime_ns=mtime_ns, md5=md5, meta={"source": source} if source else
+        None)`` for a frame ``FramePrep.prepare`` left as it is: the same record and row, without
+        ``add``'s general path when the frame is a blob in an unaligned pack and not the frame
+        that carries a dictionary (a pack of small files, or of an archive's members, spends its
+        time here)."""
         media = sniff_media_type(data[:SNIFF_BYTES])
         frame_id = len(self._index)
         nlen = len(name)
@@ -485,14 +486,25 @@ class PackWriter:
             or self._fd < 0
             or (frame_id == 0 and self.dictionary)
         ):
-            return self.add(name, data, mtime_ns=mtime_ns, md5=md5, media=media)
+            meta = {"source": source} if source is not None else None
+            return self.add(name, data, mtime_ns=mtime_ns, md5=md5, media=media, meta=meta)
         rec_off = self._pos
-        hdr_size = RECORD_FIXED + nlen
         length = len(data)
-        self._index.append_blob(name, rec_off + hdr_size, length, md5, mtime_ns, rec_off)
+        if source is None:
+            extra = b""
+            self._index.append_blob(name, rec_off + RECORD_FIXED + nlen, length, md5, mtime_ns, rec_off)
+        else:
+            extra = encode_extra(encode_meta({"source": source}))
+            self._index.append_blob(
+                name, rec_off + RECORD_FIXED + nlen + len(extra), length, md5, mtime_ns, rec_off, source
+            )
+            self._extras = True
+        hdr_size = RECORD_FIXED + nlen + len(extra)
         self._payload_bytes += length
         self._digest.update(_DIGEST.pack(nlen, length, mtime_ns) + name + md5)
-        self._put_record((hdr_size, frame_id, length, length, md5, mtime_ns, 0, _BLOB, name, b"", 0), data)
+        if extra:
+            self._digest.update(_DIGEST.pack(0, length, len(extra)) + extra)
+        self._put_record((hdr_size, frame_id, length, length, md5, mtime_ns, 0, _BLOB, name, extra, 0), data)
         return frame_id
 
     def add_prepared(self, name: bytes, mtime_ns: int, fr: PreparedFrame) -> int:
