@@ -27,6 +27,7 @@ POINTS = (
     "upload-before-complete",
     "upload-after-object",
     "listing-helper",
+    "cache-fill",
 )
 
 _hits: dict[str, int] = {}

@@ -28,6 +28,7 @@ from ..errors import (
     InputError,
 )
 from ..locations import redact
+from ..read.cache import CacheWarning
 from ..signals import pending_signal
 from ..units import count, parse_created, parse_size
 from ..version import __version__
@@ -117,6 +118,15 @@ EXAMPLES = {
         "hframe index photos.hframe -c frame_id,name,length --label cats -f csv",
         "hframe index photos.hframe --rebuild",
     ],
+    "prefetch": [
+        "hframe prefetch https://data.example.com/train.hframe --cache-dir /local/hframe-cache",
+        "HFRAME_CACHE_DIR=/local/cache hframe prefetch s3://bucket/train.hframe --sample 20000 --seed 1",
+        "hframe prefetch s3://bucket/train.hframe --part 3/8    # this node's eighth",
+    ],
+    "cache": [
+        "hframe cache --cache-dir /local/hframe-cache",
+        "hframe cache --cache-dir /local/hframe-cache --prune --cache-limit 200G --json",
+    ],
     "get": [
         "hframe get photos.hframe 42 > a.jpg",
         "hframe get photos.hframe 1 2 3 -o out/",
@@ -182,10 +192,32 @@ def _root(
             min=0.001,
         ),
     ] = None,
+    cache_dir: Annotated[
+        Optional[str],
+        typer.Option(
+            "--cache-dir",
+            metavar="DIR",
+            help="Remote packs: keep and read frames in this node-local cache (HFRAME_CACHE_DIR; '' for none).",
+        ),
+    ] = None,
+    cache_limit: Annotated[
+        Optional[str],
+        typer.Option(
+            "--cache-limit",
+            metavar="SIZE",
+            help="The most the cache may hold, e.g. 200G (HFRAME_CACHE_LIMIT; default: half its disk).",
+        ),
+    ] = None,
 ) -> None:
     """Build and inspect frame packs: many small media files in one file, with a Parquet index."""
     if io_timeout is not None:  # read by remote.RequestPolicy.from_env wherever a remote file opens
         os.environ["HFRAME_IO_TIMEOUT"] = repr(io_timeout)
+    # read by read/cache.cache_settings wherever a remote pack opens (this process's readers)
+    if cache_dir is not None:
+        os.environ["HFRAME_CACHE_DIR"] = cache_dir
+    if cache_limit is not None:
+        parse_size(cache_limit, "--cache-limit")  # (refused here, not at the first remote read)
+        os.environ["HFRAME_CACHE_LIMIT"] = cache_limit
 
 
 def _frame_key(frame: str, by_name: bool) -> int | str:
@@ -860,6 +892,48 @@ def index(
     render.index_rows(table, fmt.value if fmt else None, header=not no_header, columns_given=cols is not None)
 
 
+@_command("prefetch", "Fetch a remote pack's frames into the node-local cache.")
+def prefetch(
+    pack: PackArg,
+    frames: Annotated[
+        Optional[str], typer.Option("--frames", metavar="A:B", help="Only frames A to B-1 (or one id).")
+    ] = None,
+    sample: Annotated[
+        Optional[int], typer.Option("--sample", metavar="N", help="A seeded random sample of N frames.", min=0)
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", metavar="SEED", help="Seed of --sample.")] = 0,
+    part: Annotated[
+        Optional[str],
+        typer.Option("--part", metavar="K/N", help="The K-th of N equal parts (K from 0): one node's share."),
+    ] = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Fetch the frames of a remote PACK (or dataset) that the cache (--cache-dir or
+    HFRAME_CACHE_DIR) does not hold, each checked against the index's md5, so training reads
+    them from local disk."""
+    from ..read.warm import prefetch as prefetch_frames
+
+    with render.progress(0, 0, quiet or json_out, label="prefetching") as progress:
+        doc = prefetch_frames(pack, frames=frames, sample=sample, seed=seed, part=part, progress=progress)
+    render.prefetched(doc, json_out, quiet)
+
+
+@_command("cache", "Show, prune or clear the node-local cache of remote packs.")
+def cache(
+    prune: Annotated[
+        bool, typer.Option("--prune", help="Evict least recently used data down to --cache-limit.")
+    ] = False,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove everything the cache holds.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show what the cache (--cache-dir or HFRAME_CACHE_DIR) holds: each pack generation's
+    URL, frames, bytes, last use, hits and misses."""
+    from ..read.warm import cache_report
+
+    render.cache_report(cache_report(None, prune=prune, clear=clear), json_out)
+
+
 class GetFormat(str, Enum):
     raw = "raw"
     tar = "tar"
@@ -943,19 +1017,23 @@ def get(
         render.note(f"wrote {count(written, 'frame')} {'into' if fmt == GetFormat.tar else 'under'} {output}")
 
 
+_VALUED_GLOBALS = ("--io-timeout", "--cache-dir", "--cache-limit")
+
+
 def _hoist_global_options(args: list[str]) -> tuple[list[str], list[str]]:
-    """``--debug`` and ``--io-timeout S`` are accepted after the command too (errors tell users to
-    add them there): moved in front of it, unless they come after ``--`` (operands there).
-    Returns the arguments and the global options found."""
+    """``--debug``, ``--io-timeout S``, ``--cache-dir DIR`` and ``--cache-limit SIZE`` are
+    accepted after the command too (errors tell users to add them there): moved in front of it,
+    unless they come after ``--`` (operands there). Returns the arguments and the global options
+    found."""
     head = args[: args.index("--")] if "--" in args else args
     front: list[str] = []
     rest: list[str] = []
     i = 0
     while i < len(head):
         a = head[i]
-        if a == "--debug" or a.startswith("--io-timeout="):
+        if a == "--debug" or a.split("=", 1)[0] in _VALUED_GLOBALS and "=" in a:
             front.append(a)
-        elif a == "--io-timeout":  # with its value (or without: then it says so)
+        elif a in _VALUED_GLOBALS:  # with its value (or without: then it says so)
             front += head[i : i + 2]
             i += 1
         else:
@@ -998,6 +1076,17 @@ def _wants_json(args: list[str]) -> bool:
     return "--json" in (args[: args.index("--")] if "--" in args else args)
 
 
+_python_showwarning = warnings.showwarning
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], *args: Any, **kw: Any) -> None:
+    """hframe's own warnings (the cache's) as one ``hframe: warning:`` line; others as Python shows them."""
+    if issubclass(category, CacheWarning):
+        render.warning(str(message))
+    else:
+        _python_showwarning(message, category, *args, **kw)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and turn every error into one stderr line and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -1023,6 +1112,7 @@ def main(argv: list[str] | None = None) -> None:
         # Pillow's warnings (corrupt EXIF, odd palettes) are not ours to print: an image that
         # does not decode is a verify finding or a pack warning line, one that decodes is fine
         warnings.filterwarnings("ignore", module="PIL")
+        warnings.showwarning = _one_line_warning
         rv = app(args=args, prog_name="hframe", standalone_mode=False)
         code = rv if isinstance(rv, int) else EXIT_OK
         if code == EXIT_INTERRUPTED:  # typer turns KeyboardInterrupt into Exit(130)

@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -612,3 +613,30 @@ def _remote_line(c: dict[str, int]) -> str:
         f"remote: {c['requests']} requests, {format_bytes(c['bytes'])}, {c['retries']} retries, "
         f"{c['throttles']} throttles"
     )
+
+
+def prefetched(doc: dict[str, Any], as_json: bool, quiet: bool) -> None:
+    if as_json:
+        print_json(doc)
+        return
+    if not quiet:
+        note(
+            f"{doc['pack']}: {count(doc['frames'], 'frame')} ({format_bytes(doc['bytes'])}) in the cache: "
+            f"{doc['fetched']} fetched ({format_bytes(doc['fetched_bytes'])}, {count(doc['requests'], 'request')}), "
+            f"{doc['held_already']} held already, in {doc['seconds']:.2f} s"
+        )
+
+
+def cache_report(doc: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(doc)
+        return
+    out = sys.stdout
+    out.write(f"{doc['cache']}: {format_bytes(doc['bytes'])} of {format_bytes(doc['limit'])}")
+    out.write(f", {format_bytes(doc['freed'])} freed\n" if doc["freed"] else "\n")
+    for p in doc["packs"]:
+        used = time.strftime("%Y-%m-%d %H:%M", time.localtime(p["last_used"])) if p["last_used"] else "-"
+        out.write(
+            f"{p['url']}\t{p['uuid']}\t{format_bytes(p['bytes'])}\tused {used}\t"
+            f"{p['hits']} hits, {p['misses']} misses\n"
+        )

@@ -36,6 +36,7 @@ from ..errors import (
     ChecksumMismatch,
     FormatError,
     FrameOutOfRange,
+    HframeError,
     IncompletePack,
     InputError,
     IntegrityError,
@@ -58,6 +59,7 @@ from ..format.layout import (
 from ..locations import shown_url
 from ..processes import usable_cpus
 from ..storage.access import LocalFile, Storage, unpinned_and_moved
+from .cache import NodeCache, PackCache, PackIdentity, cache_settings
 from .snapshot import PackInfo, generation_checks, open_generation
 
 __all__ = [
@@ -124,6 +126,10 @@ class PackReader:
             ``read_many`` reads a batch that looks cold with ``pread``, but a cold ``p[i]``
             faults its pages in one at a time (several times slower than ``pread`` for a
             34 KB frame). Ignored for remote packs and where the file cannot be mapped.
+        cache_dir: for a remote pack, the node-local cache to read frames from and keep them
+            in (``cache.py``; default ``HFRAME_CACHE_DIR``; ``""``: none). Ignored for a local pack.
+        cache_limit: the most bytes the cache may hold (a number or ``"20G"``; default
+            ``HFRAME_CACHE_LIMIT``, else half of its file system).
     """
 
     def __init__(
@@ -135,6 +141,8 @@ class PackReader:
         coalesce_gap: int | None = None,
         max_read: int | None = None,
         memory_map: bool = False,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
         _snapshot: dict[str, Any] | None = None,
     ) -> None:
         self.path = os.fspath(path)
@@ -160,6 +168,10 @@ class PackReader:
         #: without a strong ETag): every frame returned is checked against the index's md5 first
         self.checks_md5 = self.remote and not getattr(self._storage, "pinned", True)
         self._md5s: list[bytes] | None = None
+        #: the node-local cache (remote packs only): its folder and limit, and this process's handle
+        self.cache_settings = cache_settings(cache_dir, cache_limit) if self.remote else None
+        self._cache: PackCache | None = None
+        self._cache_pid = -1
         # a handle used again after close() (or in a process that cannot reach these files) opens
         # the path: only the same generation may stand in
         checks = generation_checks(self.path, self.index_path, self.info.uuid, self.info.size)
@@ -449,6 +461,12 @@ class PackReader:
         return data
 
     def _read_stored(self, i: int) -> bytes:
+        cache = self._pack_cache()
+        if cache is not None:
+            return self._cached([i], cache, lambda miss: [self._fetch_stored(miss[0])])[0]
+        return self._fetch_stored(i)
+
+    def _fetch_stored(self, i: int) -> bytes:
         offset, length = self._offsets[i], self._lengths[i]
         self._check_range(i, offset, length)
         if length <= self.max_read:
@@ -516,10 +534,7 @@ class PackReader:
     def _check_md5(self, ids: Sequence[int], frames: Sequence[bytes | memoryview]) -> None:
         """Each frame's bytes against the index's md5 (``checks_md5``; run under
         ``_replaced_if_moved``, which tells a replaced pack from damage)."""
-        if self._md5s is None:
-            column = self.read_index_columns(["md5"]).column("md5").to_pylist()
-            self._md5s = [bytes.fromhex(h) if h else b"" for h in column]
-        want = self._md5s
+        want = self._index_md5s()
         for i, data in zip(ids, frames):
             if hashlib.md5(data).digest() != want[i]:
                 raise ChecksumMismatch(f"{self.shown}: frame {i}: md5 mismatch (stored bytes are not the indexed ones)")
@@ -664,8 +679,58 @@ class PackReader:
         """
         if not keys:
             return []
+        cache = self._pack_cache()
         with self._held():  # (a close() in another thread meanwhile waits for this batch)
+            if cache is not None:
+                return self._cached(self._frame_ids(keys), cache, lambda miss: self._read_batch(miss, workers, stats))
             return self._read_batch(keys, workers, stats)
+
+    # -- the node-local cache (remote packs) -------------------------------------------------------
+
+    def _pack_cache(self) -> PackCache | None:
+        """This process's handle on the pack's cache, made on first use (None: no cache)."""
+        if self.cache_settings is None:
+            return None
+        if self._cache_pid != os.getpid():  # (a forked child keeps its own counts)
+            root, limit = self.cache_settings
+            generation = getattr(self._storage, "generation", lambda: "")()
+            identity = PackIdentity(self.info.uuid, self.info.size, generation, len(self._offsets), self.shown)
+            self._cache = NodeCache(root, limit).pack(identity)
+            self._cache_pid = os.getpid()
+            if self._cache is None:
+                self.cache_settings = None  # unusable (warned once): read on without it
+        return self._cache
+
+    def _cached(self, ids: Sequence[int], cache: PackCache, fetch: Callable[[list[int]], list[bytes]]) -> list[bytes]:
+        """Frames as stored: those the cache holds (each checked against its crc32), the rest
+        fetched with ``fetch`` and kept when their md5 is the index's (a frame that fails is
+        returned as it came: the reader's own checks say what it is)."""
+        offs = [self._offsets[i] for i in ids]
+        lens = [self._lengths[i] for i in ids]
+        got = cache.get_many(ids, offs, lens)
+        missing = [j for j, data in enumerate(got) if data is None]
+        if not missing:
+            return got  # type: ignore[return-value]
+        unique = list(dict.fromkeys(ids[j] for j in missing))  # (a frame asked for twice: fetched once)
+        fetched = dict(zip(unique, fetch(unique)))
+        keep = [i for i in unique if self._md5_matches(i, fetched[i])]
+        cache.put_many(keep, [self._offsets[i] for i in keep], [fetched[i] for i in keep])
+        for j in missing:
+            got[j] = fetched[ids[j]]
+        return got  # type: ignore[return-value]
+
+    def _md5_matches(self, i: int, stored: bytes) -> bool:
+        """Whether a frame's stored bytes (decoded) have the index's md5."""
+        try:
+            return hashlib.md5(self._decode(i, stored)).digest() == self._index_md5s()[i]
+        except HframeError:  # (undecodable: damaged, certainly not cached)
+            return False
+
+    def _index_md5s(self) -> list[bytes]:
+        if self._md5s is None:
+            column = self.read_index_columns(["md5"]).column("md5").to_pylist()
+            self._md5s = [bytes.fromhex(h) if h else b"" for h in column]
+        return self._md5s
 
     def _held(self) -> contextlib.AbstractContextManager[None]:
         """The storage's ``held`` (reads in flight, which a ``close()`` meanwhile waits for),
@@ -941,6 +1006,8 @@ class PackReader:
             self._map_failed = False
             self._storage.close()
         self._index.close()
+        if self._cache is not None and self._cache_pid == os.getpid():
+            self._cache.close()  # (its counts, to the cache's stats)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickles as paths, options and the generation it holds: the process that unpickles it
@@ -952,6 +1019,8 @@ class PackReader:
             "coalesce_gap": self.coalesce_gap,
             "max_read": self.max_read,
             "memory_map": self.memory_map,
+            "cache_dir": self.cache_settings[0] if self.cache_settings else "",
+            "cache_limit": self.cache_settings[1] if self.cache_settings else None,
             "_snapshot": {
                 "uuid": self.info.uuid,
                 "size": self.info.size,

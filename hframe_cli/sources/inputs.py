@@ -430,11 +430,11 @@ def collect_sources(
     if urls:
         if base is not None:
             raise InputError(f"--base {base} with {shown_url(urls[0])}: give --base a URL that the URLs are under")
-        for entry in list_urls(urls, url_base):
-            if entry.problem:  # (a file the list names that is not there: as a missing file is)
-                col.reject(entry.path, entry.problem)
+        for found in list_urls(urls, url_base):
+            if found.problem:  # (a file the list names that is not there: as a missing file is)
+                col.reject(found.path, found.problem)
             else:
-                col.add_located(entry)
+                col.add_located(found)
     elif url_base is not None:
         raise InputError(f"--base {shown_url(url_base)}: a URL as --base names files at URLs; none is given")
     _sort_by_name(col)

@@ -477,6 +477,10 @@ class RemoteFile:
 
     # -- Storage -------------------------------------------------------------------------------
 
+    def generation(self) -> str:
+        """What names the version read: the ETag of the first answer (weak ones too), else ""."""
+        return (self._version or (None, 0))[0] or ""
+
     def size(self) -> int:
         return self._size
 

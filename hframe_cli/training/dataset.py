@@ -74,6 +74,9 @@ class FrameDataset(_Base):
         workers: read threads per ``read_many`` (default: the reader's own choice per batch).
         memory_map: read a local pack through a memory map (``PackReader``): for small frames
             read warm; a pack truncated in place while mapped then kills the worker (SIGBUS).
+        cache_dir, cache_limit: a remote pack's node-local cache (``PackReader``; default
+            ``HFRAME_CACHE_DIR``): epochs after the first read its frames from local disk, and
+            every DataLoader worker and rank on the node shares it.
 
     Raises:
         InputError: an unknown ``decode``, ``target`` column or filter value, an empty
@@ -96,10 +99,13 @@ class FrameDataset(_Base):
         target_transform: Callable[[Any], Any] | None = None,
         workers: int | None = None,
         memory_map: bool = False,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
     ) -> None:
         _check_decoding(decode, mode, size)
         self.path = os.fspath(path)
-        self.reader = open_pack(path, workers=workers, memory_map=memory_map)
+        options: dict[str, Any] = {"cache_dir": cache_dir, "cache_limit": cache_limit} if cache_dir is not None else {}
+        self.reader = open_pack(path, workers=workers, memory_map=memory_map, **options)
         table = self.reader.table
         if target is not None and target not in table.column_names:
             raise InputError(f"target: unknown column {target!r} (columns: {', '.join(table.column_names)})")

@@ -1,0 +1,423 @@
+"""A node-local cache of remote packs' frames: bounded, shared by every process on the node,
+surviving restarts, and never the source of a wrong byte (``man hframe``, CACHE).
+
+Layout, under the cache folder (``--cache-dir``, ``HFRAME_CACHE_DIR``)::
+
+    hframe-cache-1/                   this layout's version: any other folder there is ignored
+      evict.lock                      held (flock) by the one process evicting
+      packs/UUID-GEN/                 one pack generation: its UUID and size, and its ETag
+        pack.json                       what it is (URL shown, UUID, ETag, size, frames)
+        frames                          8 bytes per frame: a mark and the frame's crc32
+        used                            8 bytes per segment: when it was last read or filled
+        seg/000042                      the pack's bytes [42 x 64 MiB, 43 x 64 MiB), sparse
+        stats                           one line per reader closed: hits, misses, bytes
+
+A frame lives in the segment its first byte falls in, at its own offset within it (a segment
+file may run past 64 MiB by its last frame's tail). Only a frame checked against the index's
+md5 when it arrived from the store is written; its record in ``frames`` (mark and crc32) is set
+after its bytes are written, so a process killed between the two leaves bytes nobody trusts.
+Every read from the cache is checked against that crc32: a record whose bytes do not match
+(damaged, evicted under it, never fully written) is dropped and the frame fetched again.
+
+Why this is enough: a segment file only ever holds, at each offset, that generation's own bytes
+or nothing (a hole reads as zeros). Processes filling the same frame at once write the same
+bytes; eviction unlinks whole segments (least recently used first), and a record left behind
+then fails its crc32. ``frames`` and ``used`` are shared memory maps: a lookup is a load, with
+no lock and no system call.
+
+Keyed by the pack's UUID (content-derived, or random: a republished pack has a new one), its
+size and the store's ETag or generation: a replaced pack never gets the old bytes.
+
+A cache that cannot be written (disk full, read-only, no permission) gives one ``CacheWarning``
+per process and the reader goes on without it.
+
+Imports inside functions: none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import mmap
+import os
+import shutil
+import struct
+import threading
+import time
+import warnings
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from ..errors import InputError
+from ..faults import fault_point
+from ..units import parse_size
+
+__all__ = [
+    "CACHE_DIR_ENV",
+    "CACHE_LIMIT_ENV",
+    "CacheWarning",
+    "NodeCache",
+    "PackCache",
+    "cache_settings",
+]
+
+CACHE_DIR_ENV = "HFRAME_CACHE_DIR"
+CACHE_LIMIT_ENV = "HFRAME_CACHE_LIMIT"
+LAYOUT = "hframe-cache-1"
+SEGMENT = 64 << 20
+#: without a limit: at most this share of the cache's file system
+DEFAULT_SHARE = 0.5
+_MARK = 0x31434648  # "HFC1", little-endian
+_RECORD = struct.Struct("<II")  # mark, crc32
+_USED = struct.Struct("<Q")
+_O_READ = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+_O_WRITE = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+
+
+class CacheWarning(UserWarning):
+    """The cache could not be used (it is left alone; reads go on without it)."""
+
+
+def cache_settings(
+    cache_dir: str | os.PathLike[str] | None, cache_limit: int | str | None
+) -> tuple[str, int | None] | None:
+    """The cache folder and limit to use: the arguments, else ``HFRAME_CACHE_DIR`` and
+    ``HFRAME_CACHE_LIMIT``; None when there is no cache folder (or it is ``""``).
+
+    Raises:
+        InputError: a limit that is not a size.
+    """
+    root = os.fspath(cache_dir) if cache_dir is not None else os.environ.get(CACHE_DIR_ENV, "")
+    if not root:
+        return None
+    if cache_limit is None:
+        cache_limit = os.environ.get(CACHE_LIMIT_ENV) or None
+    if isinstance(cache_limit, str):
+        cache_limit = parse_size(cache_limit, "cache limit")
+    if cache_limit is not None and cache_limit <= 0:
+        raise InputError(f"cache limit must be positive (got {cache_limit})")
+    return root, cache_limit
+
+
+@dataclass(frozen=True)
+class PackIdentity:
+    """What names one pack generation in the cache."""
+
+    uuid: str
+    size: int
+    generation: str  # the store's ETag or generation ("" when it has none)
+    frames: int
+    shown: str  # the URL, as messages show it
+
+    @property
+    def key(self) -> str:
+        tag = hashlib.sha256(f"{self.size}\0{self.generation}".encode()).hexdigest()[:16]
+        return f"{self.uuid}-{tag}"
+
+
+class NodeCache:
+    """The cache folder of this node: its packs, its limit, its eviction."""
+
+    def __init__(self, root: str | os.PathLike[str], limit: int | None = None) -> None:
+        self.root = os.path.join(os.fspath(root), LAYOUT)
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._written = 0  # bytes this process wrote since it last looked at the total
+
+    # -- packs -----------------------------------------------------------------------------------
+
+    def pack(self, identity: PackIdentity) -> PackCache | None:
+        """The cache of one pack generation (made if new); None, with a ``CacheWarning``, when
+        the folder cannot be used."""
+        try:
+            return PackCache(self, identity)
+        except OSError as e:
+            warn_unusable(self.root, e)
+            return None
+
+    def packs(self) -> list[str]:
+        """The folders of the pack generations held."""
+        top = os.path.join(self.root, "packs")
+        try:
+            return sorted(e.path for e in os.scandir(top) if e.is_dir())
+        except FileNotFoundError:
+            return []
+
+    # -- size and eviction ---------------------------------------------------------------------
+
+    def effective_limit(self) -> int:
+        """The limit: given, else half of the file system holding the cache."""
+        if self.limit is not None:
+            return self.limit
+        where = os.path.abspath(self.root)
+        while not os.path.exists(where):  # (a cache not made yet: the disk it will be on)
+            where = os.path.dirname(where)
+        st = os.statvfs(where)
+        return int(st.f_blocks * st.f_frsize * DEFAULT_SHARE)
+
+    def segments(self) -> Iterator[tuple[float, str, int]]:
+        """(last used, path, bytes on disk) of every segment held."""
+        for pack in self.packs():
+            used = _read_used(os.path.join(pack, "used"))
+            try:
+                entries = list(os.scandir(os.path.join(pack, "seg")))
+            except FileNotFoundError:
+                continue
+            for e in entries:
+                try:
+                    st = e.stat()
+                    n = int(e.name)
+                except (OSError, ValueError):
+                    continue
+                yield (used[n] if n < len(used) else 0) or st.st_mtime, e.path, st.st_blocks * 512
+
+    def usage(self) -> int:
+        """Bytes the segments take on disk."""
+        return sum(b for _, _, b in self.segments())
+
+    def wrote(self, nbytes: int) -> None:
+        """Count bytes written; past a sixteenth of the limit, look at the total (and evict)."""
+        with self._lock:
+            self._written += nbytes
+            due = self._written * 16 >= self.effective_limit()
+            if due:
+                self._written = 0
+        if due:
+            self.evict()
+
+    def evict(self, down_to: int | None = None) -> int:
+        """Unlink the least recently used segments until the cache holds at most ``down_to``
+        bytes (default: 90 % of the limit), when it holds more than the limit (or ``down_to``).
+        One process at a time: another one evicting means this one need not. Returns the bytes
+        freed."""
+        limit = self.effective_limit()
+        target = int(limit * 0.9) if down_to is None else down_to
+        if not os.path.isdir(self.root):
+            return 0  # (nothing held: nothing to make here)
+        fd = os.open(os.path.join(self.root, "evict.lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0))
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (fcntl.LOCK_NB if down_to is None else 0))
+            except BlockingIOError:
+                return 0
+            found = sorted(self.segments())
+            total = sum(b for _, _, b in found)
+            if total <= (limit if down_to is None else down_to):
+                return 0
+            freed = 0
+            for _, path, nbytes in found:
+                if total - freed <= target:
+                    break
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                    freed += nbytes
+            return freed
+        finally:
+            os.close(fd)
+
+    def clear(self) -> None:
+        """Remove every pack generation (readers using them fetch again)."""
+        for pack in self.packs():
+            shutil.rmtree(pack, ignore_errors=True)
+
+    def stats(self, pack: str) -> dict[str, int]:
+        """A pack generation's summed reader statistics (``stats`` lines)."""
+        total = {"hits": 0, "misses": 0, "hit_bytes": 0, "filled_bytes": 0, "dropped": 0}
+        with contextlib.suppress(FileNotFoundError), open(os.path.join(pack, "stats"), "rb") as f:
+            for line in f:
+                with contextlib.suppress(ValueError):
+                    for k, v in json.loads(line).items():
+                        if k in total and type(v) is int:
+                            total[k] += v
+        return total
+
+
+def warn_unusable(where: str, err: OSError) -> None:
+    """One warning per process and folder: the cache cannot be used."""
+    if where in _WARNED:
+        return
+    _WARNED.add(where)
+    warnings.warn(f"cache {where}: {err.strerror or err}; reading on without it", CacheWarning, stacklevel=3)
+
+
+_WARNED: set[str] = set()
+
+
+def _read_used(path: str) -> list[int]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    return [v for (v,) in _USED.iter_unpack(data[: len(data) // 8 * 8])]
+
+
+class PackCache:
+    """The cached frames of one pack generation, for the readers of this process."""
+
+    def __init__(self, node: NodeCache, identity: PackIdentity) -> None:
+        self.node = node
+        self.identity = identity
+        self.dir = os.path.join(node.root, "packs", identity.key)
+        self.segments = max(1, -(-identity.size // SEGMENT))
+        os.makedirs(os.path.join(self.dir, "seg"), exist_ok=True)
+        info = os.path.join(self.dir, "pack.json")
+        if not os.path.exists(info):
+            tmp = f"{info}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(
+                    {
+                        "url": identity.shown,
+                        "uuid": identity.uuid,
+                        "generation": identity.generation,
+                        "size": identity.size,
+                        "frames": identity.frames,
+                        "layout": LAYOUT,
+                    },
+                    f,
+                )
+            os.replace(tmp, info)
+        self._frames = _shared_map(os.path.join(self.dir, "frames"), max(1, identity.frames) * _RECORD.size)
+        self._used = _shared_map(os.path.join(self.dir, "used"), self.segments * _USED.size)
+        self._touched: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._counts = {"hits": 0, "misses": 0, "hit_bytes": 0, "filled_bytes": 0, "dropped": 0}
+        self.broken = False  # a write failed: this process reads on without filling
+        self._pid = os.getpid()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get_many(self, ids: Sequence[int], offs: Sequence[int], lens: Sequence[int]) -> list[bytes | None]:
+        """Each frame's bytes from the cache, checked against its crc32, or None (not held, or
+        held wrongly: then its record is dropped)."""
+        out: list[bytes | None] = [None] * len(ids)
+        frames = self._frames
+        by_segment: dict[int, list[int]] = {}
+        for j, i in enumerate(ids):
+            mark, _ = _RECORD.unpack_from(frames, i * _RECORD.size)
+            if mark == _MARK:
+                by_segment.setdefault(offs[j] // SEGMENT, []).append(j)
+        hits = hit_bytes = dropped = 0
+        for seg, js in by_segment.items():
+            try:
+                fd = os.open(self._segment_path(seg), _O_READ)
+            except OSError:  # evicted: every record of it is stale
+                continue
+            try:
+                base = seg * SEGMENT
+                for j in js:
+                    i, length = ids[j], lens[j]
+                    mark, crc = _RECORD.unpack_from(frames, i * _RECORD.size)
+                    try:
+                        data = os.pread(fd, length, offs[j] - base)
+                    except OSError:
+                        data = b""
+                    if mark == _MARK and len(data) == length and zlib.crc32(data) == crc:
+                        out[j] = data
+                        hits += 1
+                        hit_bytes += length
+                    else:
+                        self._drop(i, mark, crc)
+                        dropped += 1
+            finally:
+                os.close(fd)
+            self._touch(seg)
+        with self._lock:
+            c = self._counts
+            c["hits"] += hits
+            c["hit_bytes"] += hit_bytes
+            c["misses"] += len(ids) - hits
+            c["dropped"] += dropped
+        return out
+
+    def _drop(self, i: int, mark: int, crc: int) -> None:
+        """Clear a record that did not hold (unless another process set it anew meanwhile)."""
+        at = i * _RECORD.size
+        if _RECORD.unpack_from(self._frames, at) == (mark, crc):
+            self._frames[at : at + _RECORD.size] = bytes(_RECORD.size)
+
+    # -- filling -------------------------------------------------------------------------------
+
+    def put_many(self, ids: Sequence[int], offs: Sequence[int], datas: Sequence[bytes]) -> None:
+        """Keep frames that arrived from the store, already checked against the index's md5:
+        bytes first, then each record (a process killed between the two leaves nothing trusted)."""
+        if self.broken or not ids:
+            return
+        by_segment: dict[int, list[int]] = {}
+        for j, off in enumerate(offs):
+            by_segment.setdefault(off // SEGMENT, []).append(j)
+        written = 0
+        try:
+            for seg, js in by_segment.items():
+                fd = os.open(self._segment_path(seg), _O_WRITE, 0o644)
+                try:
+                    base = seg * SEGMENT
+                    for j in js:
+                        data = datas[j]
+                        n = os.pwrite(fd, data, offs[j] - base)
+                        if n != len(data):
+                            raise OSError(28, "No space left on device")
+                        written += n
+                finally:
+                    os.close(fd)
+                fault_point("cache-fill")  # (tests: killed with the bytes written, no record yet)
+                for j in js:
+                    at = ids[j] * _RECORD.size
+                    self._frames[at : at + _RECORD.size] = _RECORD.pack(_MARK, zlib.crc32(datas[j]))
+                self._touch(seg)
+        except OSError as e:
+            self.broken = True
+            warn_unusable(self.node.root, e)
+            return
+        with self._lock:
+            self._counts["filled_bytes"] += written
+        self.node.wrote(written)
+
+    def _segment_path(self, seg: int) -> str:
+        return os.path.join(self.dir, "seg", f"{seg:06d}")
+
+    def _touch(self, seg: int) -> None:
+        now = int(time.time())
+        if self._touched.get(seg) == now:
+            return
+        self._touched[seg] = now
+        _USED.pack_into(self._used, seg * _USED.size, now)
+
+    def held(self) -> int:
+        """How many frames have a record (not all may still be on disk)."""
+        data = self._frames
+        return sum(1 for k in range(0, len(data), _RECORD.size) if _RECORD.unpack_from(data, k)[0] == _MARK)
+
+    def close(self) -> None:
+        """Append this process's counts to the pack's ``stats`` (one line, ``O_APPEND``)."""
+        with self._lock:
+            counts, self._counts = self._counts, dict.fromkeys(self._counts, 0)
+        if any(counts.values()) and os.getpid() == self._pid:
+            line = (json.dumps(counts, separators=(",", ":")) + "\n").encode()
+            with contextlib.suppress(OSError):
+                fd = os.open(os.path.join(self.dir, "stats"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                try:
+                    os.write(fd, line)
+                finally:
+                    os.close(fd)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+def _shared_map(path: str, size: int) -> mmap.mmap:
+    """``path`` mapped shared, read-write, at least ``size`` bytes (grown, never shrunk: every
+    process maps the same file), its blocks allocated: a store to a page of a sparse file on a
+    full disk would kill the process (SIGBUS), where this fails here with ENOSPC."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        if os.fstat(fd).st_size < size or os.fstat(fd).st_blocks * 512 < size:
+            os.posix_fallocate(fd, 0, size)  # (two processes growing it to the same size: harmless)
+        return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)

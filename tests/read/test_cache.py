@@ -1,0 +1,257 @@
+"""The node-local cache of remote packs (``read/cache.py``): against a real nginx and moto's S3
+on loopback, with real images; processes filling the same frames at once, a fill killed with
+SIGKILL, a flipped byte, a full disk, a pack replaced between epochs, two packs of one name."""
+
+from __future__ import annotations
+
+import glob
+import json
+import multiprocessing
+import os
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+from conftest import make_photos, moto_s3, nginx_serving, real_media, run_bin
+
+import hframe_cli as h
+from hframe_cli.read.cache import CacheWarning
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A pack of real images made by others, and of our photos, served by nginx; yields
+    (its URL, the local pack, the served folder)."""
+    root = tmp_path_factory.mktemp("cache")
+    src = make_photos(root / "src", 20)
+    for i, p in enumerate(real_media(60)):
+        shutil.copyfile(p, src / f"real{i:03d}{p.suffix}")
+    www = root / "www"
+    www.mkdir()
+    assert run_bin(["pack", str(src), "-o", str(www / "p.hframe"), "-q"]).returncode == 0
+    with nginx_serving(www, root / "nginx") as base:
+        yield f"{base}/p.hframe", www / "p.hframe", www
+
+
+def segments(cache: Path) -> list[str]:
+    return sorted(glob.glob(str(cache / "hframe-cache-1" / "packs" / "*" / "seg" / "*")))
+
+
+def test_a_second_epoch_reads_every_frame_from_the_cache_and_each_is_right(served, tmp_path):
+    url, local, _ = served
+    cache = tmp_path / "cache"
+    with h.open_pack(local) as p:
+        want = [p[i] for i in range(len(p))]
+    ids = list(range(len(want)))
+    random.Random(2).shuffle(ids)
+    for epoch in range(2):
+        with h.open_pack(url, cache_dir=cache) as p:
+            opened = p.storage_counters().requests
+            got = [data for k in range(0, len(ids), 16) for data in p.read_many(ids[k : k + 16])]
+            assert got == [want[i] for i in ids]
+            assert p[3] == want[3]
+            counts, requests = p._cache.counts, p.storage_counters().requests - opened
+        if epoch == 0:
+            assert counts["misses"] == len(ids) and counts["filled_bytes"] == sum(map(len, want)) and requests > 0
+        else:
+            assert counts["hits"] == len(ids) + 1 and counts["misses"] == 0 and requests == 0
+    # the same through the CLI, with the cache from the environment
+    r = run_bin(["get", url, "7"], env={"HFRAME_CACHE_DIR": str(cache)})
+    assert r.returncode == 0 and r.stdout == want[7]
+    r = run_bin(["cache", "--cache-dir", str(cache), "--json"])
+    doc = json.loads(r.stdout)
+    assert (
+        r.returncode == 0 and doc["packs"][0]["url"] == url and doc["packs"][0]["hits"] == len(ids) + 3
+    )  # (p[3] hit in both epochs, and get 7)
+
+
+def test_a_flipped_byte_or_an_evicted_segment_is_fetched_again_never_served(served, tmp_path):
+    url, local, _ = served
+    cache = tmp_path / "cache"
+    with h.open_pack(local) as p:
+        want = [p[i] for i in range(len(p))]
+        offsets = p.read_index_columns(["offset"]).column(0).to_pylist()
+    with h.open_pack(url, cache_dir=cache) as p:
+        p.read_many(list(range(len(want))))
+    (seg,) = segments(cache)
+    with open(seg, "r+b") as f:  # one bit of frame 5's bytes
+        f.seek(offsets[5] + 3)
+        b = f.read(1)
+        f.seek(offsets[5] + 3)
+        f.write(bytes([b[0] ^ 0x10]))
+    with h.open_pack(url, cache_dir=cache) as p:
+        assert p.read_many(list(range(len(want)))) == want
+        assert p._cache.counts["dropped"] == 1 and p._cache.counts["misses"] == 1
+    with h.open_pack(url, cache_dir=cache) as p:  # fetched again, and kept: all hits now
+        assert p.read_many(list(range(len(want)))) == want and p._cache.counts["hits"] == len(want)
+    os.unlink(seg)  # evicted under the records
+    with h.open_pack(url, cache_dir=cache) as p:
+        assert p.read_many(list(range(len(want)))) == want and p._cache.counts["misses"] == len(want)
+
+
+def _fill(url: str, cache: str, seed: int, rounds: int) -> None:
+    """A process reading random batches through the cache, checking every frame's md5."""
+    import hashlib
+
+    with h.open_pack(url, cache_dir=cache) as p:
+        md5s = p.read_index_columns(["md5"]).column(0).to_pylist()
+        rng = random.Random(seed)
+        for _ in range(rounds):
+            batch = rng.sample(range(len(p)), 12)
+            for i, data in zip(batch, p.read_many(batch)):
+                assert hashlib.md5(data).hexdigest() == md5s[i], i
+            i = rng.randrange(len(p))
+            assert hashlib.md5(p[i]).hexdigest() == md5s[i]
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_processes_filling_the_same_frames_at_once_never_read_a_wrong_byte(served, tmp_path, method):
+    """Bounded stress: four processes (forked or spawned, as DataLoader workers are) reading
+    random batches of the same frames through one cache at the same time, then a reader that
+    finds every frame there."""
+    url, local, _ = served
+    cache = str(tmp_path / "cache")
+    ctx = multiprocessing.get_context(method)
+    procs = [ctx.Process(target=_fill, args=(url, cache, seed, 60)) for seed in range(4)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+        assert proc.exitcode == 0
+    with h.open_pack(local) as p:
+        want = [p[i] for i in range(len(p))]
+    with h.open_pack(url, cache_dir=cache) as p:
+        assert p.read_many(list(range(len(want)))) == want
+        held = p._cache.counts["hits"]
+    assert held > len(want) // 2  # (what the four sampled is there)
+
+
+def test_a_reader_pickled_into_a_spawned_process_keeps_its_cache(served, tmp_path):
+    url, _, _ = served
+    cache = tmp_path / "cache"
+    with h.open_pack(url, cache_dir=cache) as p:
+        p.read_many(list(range(10)))
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(1) as pool:
+            counts = pool.apply(_hits_of_first_ten, (p,))
+    assert counts["hits"] == 10 and counts["misses"] == 0
+
+
+def _hits_of_first_ten(reader) -> dict:
+    reader.read_many(list(range(10)))
+    return reader._cache.counts
+
+
+def test_a_fill_killed_between_bytes_and_records_leaves_nothing_trusted(served, tmp_path):
+    url, local, _ = served
+    cache = tmp_path / "cache"
+    code = "import sys, hframe_cli as h; p = h.open_pack(sys.argv[1], cache_dir=sys.argv[2]); p.read_many(list(range(len(p))))"
+    r = subprocess.run(
+        [sys.executable, "-c", code, url, str(cache)], env={**os.environ, "HFRAME_FAULT": "cache-fill"}, timeout=120
+    )
+    assert r.returncode == -signal.SIGKILL
+    assert segments(cache) and os.path.getsize(segments(cache)[0]) > 0  # the bytes were written ...
+    with h.open_pack(local) as p:
+        want = [p[i] for i in range(len(p))]
+    with h.open_pack(url, cache_dir=cache) as p:  # ... but no record: nothing is read from them
+        assert p.read_many(list(range(len(want)))) == want
+        assert p._cache.counts["hits"] == 0 and p._cache.counts["misses"] == len(want)
+
+
+def _read_with_a_small_file_size_limit(url: str, cache: str, want: list[bytes]) -> list[str]:
+    """In a child: files may not grow past 64 KiB (EFBIG, as a full disk gives ENOSPC)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            with h.open_pack(url, cache_dir=cache) as p:
+                assert p.read_many(list(range(len(want)))) == want
+                assert p[0] == want[0]
+    return [str(w.message) for w in seen if issubclass(w.category, CacheWarning)]
+
+
+def test_a_full_or_unwritable_cache_warns_once_and_reads_go_on(served, tmp_path):
+    url, local, _ = served
+    with h.open_pack(local) as p:
+        want = [p[i] for i in range(len(p))]
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        said = pool.apply(_read_with_a_small_file_size_limit, (url, str(tmp_path / "full"), want))
+    # (a write cut short at the limit reads as a full disk; one refused outright, as EFBIG)
+    assert len(said) == 1 and "reading on without it" in said[0], said
+    assert "No space left on device" in said[0] or "File too large" in said[0], said
+    blocked = tmp_path / "a-file"
+    blocked.write_bytes(b"x")
+    r = run_bin(["get", url, "4", "--cache-dir", str(blocked / "cache")])
+    err = r.stderr.decode()
+    assert r.returncode == 0 and r.stdout == want[4], err
+    assert err.count("\n") == 1 and "warning: cache" in err and "reading on without it" in err, err
+
+
+def test_a_pack_replaced_between_epochs_and_two_packs_of_one_name_each_get_their_own_bytes(served, tmp_path):
+    url, local, www = served
+    cache = tmp_path / "cache"
+    other = make_photos(tmp_path / "other", 12)
+    second = tmp_path / "www2"
+    second.mkdir()
+    assert run_bin(["pack", str(other), "-o", str(second / "p.hframe"), "-q"]).returncode == 0
+    with h.open_pack(second / "p.hframe") as p:
+        want_b = [p[i] for i in range(len(p))]
+    with h.open_pack(local) as p:
+        want_a = [p[i] for i in range(len(p))]
+    with nginx_serving(second, tmp_path / "nginx2") as base:  # the same name on another server
+        for _ in range(2):
+            with h.open_pack(url, cache_dir=cache) as a, h.open_pack(f"{base}/p.hframe", cache_dir=cache) as b:
+                assert a.read_many(list(range(len(a)))) == want_a
+                assert b.read_many(list(range(len(b)))) == want_b
+    # republished at the first URL (another pack, same name): its bytes, never the cached ones
+    replaced = tmp_path / "www3"
+    shutil.copytree(www, replaced)
+    for suffix in ("", ".index.parquet"):
+        shutil.copyfile(second / f"p.hframe{suffix}", replaced / f"p.hframe{suffix}")
+    with nginx_serving(replaced, tmp_path / "nginx3") as base:
+        with h.open_pack(f"{base}/p.hframe", cache_dir=cache) as b:
+            # (the same generation as b's at the other server when nginx gives it the same ETag:
+            # the same bytes; the cache keeps one folder per pack UUID, size and ETag)
+            assert b.read_many(list(range(len(b)))) == want_b
+    held = glob.glob(str(cache / "hframe-cache-1" / "packs" / "*"))
+    assert len(held) in (2, 3) and len({os.path.basename(f)[:36] for f in held}) == 2  # two pack UUIDs
+
+
+def test_an_s3_pack_epoch_two_makes_no_request_and_prefetch_and_prune_work(tmp_path):
+    photos = make_photos(tmp_path / "photos", 40)
+    local = tmp_path / "p.hframe"
+    assert run_bin(["pack", str(photos), "-o", str(local), "-q"]).returncode == 0
+    with h.open_pack(local) as p:
+        want = [p[i] for i in range(len(p))]
+    with moto_s3(tmp_path / "moto") as endpoint:
+        fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", allow_bucket_creation=True)
+        fs.create_dir("bkt")
+        for suffix in ("", ".index.parquet"):
+            with fs.open_output_stream(f"bkt/p.hframe{suffix}") as f:
+                f.write((tmp_path / f"p.hframe{suffix}").read_bytes())
+        url = f"s3://bkt/p.hframe?endpoint_override={endpoint}&scheme=http"
+        cache = tmp_path / "cache"
+        r = run_bin(["prefetch", url, "--sample", "10", "--seed", "3", "--cache-dir", str(cache), "--json"])
+        doc = json.loads(r.stdout)
+        assert r.returncode == 0 and doc["frames"] == 10 and doc["fetched"] == 10, r.stderr
+        r = run_bin(["prefetch", url, "--cache-dir", str(cache), "--json"])
+        doc = json.loads(r.stdout)
+        assert doc["fetched"] == len(want) - 10 and doc["held_already"] == 10
+        with h.open_pack(url, cache_dir=cache) as p:
+            opened = p.storage_counters().requests
+            assert p.read_many(list(range(len(want)))) == want
+            assert p.storage_counters().requests == opened and p._cache.counts["hits"] == len(want)
+    r = run_bin(["cache", "--cache-dir", str(cache), "--prune", "--cache-limit", "1", "--json"])
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["freed"] > 0 and doc["bytes"] == 0 and segments(cache) == []
+    r = run_bin(["prefetch", str(local), "--cache-dir", str(cache)])
+    assert r.returncode == 2 and b"prefetch is for remote packs" in r.stderr
