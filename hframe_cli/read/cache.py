@@ -333,6 +333,11 @@ class PackCache:
             c["dropped"] += dropped
         return out
 
+    def missing(self, ids: Sequence[int]) -> list[int]:
+        """The frames of ``ids`` without a record (held ones are not read: a fill's question)."""
+        frames = self._frames
+        return [i for i in ids if _RECORD.unpack_from(frames, i * _RECORD.size)[0] != _MARK]
+
     def _drop(self, i: int, mark: int, crc: int) -> None:
         """Clear a record that did not hold (unless another process set it anew meanwhile)."""
         at = i * _RECORD.size

@@ -289,6 +289,18 @@ class DatasetReader:
             self.shard(k).read_into([local for _, local in items], [views[j] for j, _ in items])
         return views
 
+    def fill_cache(self, keys: Sequence[FrameKey], workers: int | None = None) -> int:
+        """``PackReader.fill_cache`` across shards."""
+        return sum(
+            self.shard(k).fill_cache([local for _, local in items], workers)
+            for k, items in self._by_shard(keys).items()
+        )
+
+    @property
+    def caches(self) -> bool:
+        """Whether the shards' reads go through a node cache (the first shard's say)."""
+        return self.shard(0).caches
+
     def read_many(self, keys: Sequence[FrameKey], workers: int | None = None, **kw: Any) -> list[bytes]:
         by_shard = self._by_shard(keys)
         out: list[bytes] = [b""] * len(keys)

@@ -719,6 +719,24 @@ class PackReader:
             got[j] = fetched[ids[j]]
         return got  # type: ignore[return-value]
 
+    def fill_cache(self, keys: Sequence[FrameKey], workers: int | None = None) -> int:
+        """Fetch the frames of ``keys`` that the node cache does not hold into it, without
+        reading back what it holds (``hframe prefetch``, the sampler's read-ahead). Returns how
+        many were fetched (0 without a cache: a local pack, or none configured)."""
+        cache = self._pack_cache()
+        if cache is None or not keys:
+            return 0
+        missing = list(dict.fromkeys(cache.missing(self._frame_ids(keys))))
+        if missing:
+            with self._held():
+                self._cached(missing, cache, lambda miss: self._read_batch(miss, workers, None))
+        return len(missing)
+
+    @property
+    def caches(self) -> bool:
+        """Whether reads go through a node cache (a remote pack with a usable cache folder)."""
+        return self._pack_cache() is not None
+
     def _md5_matches(self, i: int, stored: bytes) -> bool:
         """Whether a frame's stored bytes (decoded) have the index's md5."""
         try:

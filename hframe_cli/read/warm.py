@@ -92,10 +92,10 @@ def prefetch(
     with open_pack(location, cache_dir=settings[0], cache_limit=settings[1]) as reader:
         ids = select_frames(len(reader), frames, sample, seed, part)
         sizes = reader.frame_sizes(ids) if ids else []
-        done = nbytes = 0
+        done = nbytes = fetched = 0
         for k in range(0, len(ids), BATCH):
             batch = ids[k : k + BATCH]
-            reader.read_many(batch)
+            fetched += reader.fill_cache(batch)
             done += len(batch)
             nbytes += sum(sizes[k : k + BATCH])
             if progress is not None:
@@ -107,8 +107,8 @@ def prefetch(
         "cache": os.path.join(settings[0], "hframe-cache-1"),
         "frames": len(ids),
         "bytes": sum(sizes),
-        "fetched": counts["misses"],
-        "held_already": counts["hits"],
+        "fetched": fetched,
+        "held_already": len(ids) - fetched,
         "fetched_bytes": counts["filled_bytes"],
         "requests": requests,
         "seconds": round(time.monotonic() - t0, 3),
@@ -123,7 +123,7 @@ def _readers(reader: Any) -> list[Any]:
 
 
 def _counts(reader: Any) -> dict[str, int]:
-    total = {"hits": 0, "misses": 0, "filled_bytes": 0}
+    total = {"filled_bytes": 0}
     for r in _readers(reader):
         cache = getattr(r, "_cache", None)
         if cache is not None:

@@ -189,6 +189,16 @@ class FrameDataset(_Base):
         datas = self.reader.read_many([self.frame_ids[k] for k in ks])
         return [self._item(k, data) for k, data in zip(ks, datas)]
 
+    @property
+    def caches(self) -> bool:
+        """Whether the frames are read through a node cache (a remote pack with ``cache_dir``)."""
+        return bool(getattr(self.reader, "caches", False))
+
+    def fill_ahead(self, indices: Sequence[Any]) -> int:
+        """Fetch the frames of these items into the node cache without reading them back
+        (``BlockShuffleSampler``'s read-ahead). Returns how many were fetched."""
+        return int(self.reader.fill_cache([self.frame_ids[self._position(i)] for i in indices]))
+
     def __repr__(self) -> str:
         return f"FrameDataset({self.path!r}, {len(self)} frames, {len(self.classes)} classes)"
 

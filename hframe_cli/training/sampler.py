@@ -53,6 +53,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
+from .readahead import ReadAhead
 
 if TYPE_CHECKING:
     _Base = object
@@ -82,6 +83,11 @@ class BlockShuffleSampler(_Base):
         rank, world_size: this process's part; default from ``torch.distributed`` when it is
             initialised, else 0 and 1.
         drop_last: leave out the last items instead of padding (see the module docstring).
+        read_ahead: items past the last one handed out to fetch into the node cache in the
+            background (``readahead.py``; 0: none): a ``FrameDataset`` of a remote pack with a
+            cache only. A few batches' worth (``8 * batch_size``) keeps a remote epoch's
+            workers reading from local disk.
+        read_ahead_batch: items per background fetch (the batch size is a good choice).
     """
 
     def __init__(
@@ -95,6 +101,8 @@ class BlockShuffleSampler(_Base):
         rank: int | None = None,
         world_size: int | None = None,
         drop_last: bool = False,
+        read_ahead: int = 0,
+        read_ahead_batch: int = 256,
     ) -> None:
         if block < 1 or window < 1:
             raise InputError(f"block and window must be at least 1 (got {block}, {window})")
@@ -110,6 +118,17 @@ class BlockShuffleSampler(_Base):
         self.rank, self.world_size, self.drop_last = rank, world_size, drop_last
         #: item ranges [start, end) that blocks never straddle (a sharded dataset's shards)
         self.groups = _groups(data_source, self.n)
+        if read_ahead < 0 or read_ahead_batch < 1:
+            raise InputError("read_ahead must be at least 0 and read_ahead_batch at least 1")
+        if read_ahead and not getattr(data_source, "caches", False):
+            raise InputError(
+                "read_ahead needs a FrameDataset of a remote pack with a node cache "
+                "(cache_dir=... or HFRAME_CACHE_DIR): the workers find what it fetched there"
+            )
+        self.read_ahead, self.read_ahead_batch = read_ahead, read_ahead_batch
+        self._fill = getattr(data_source, "fill_ahead", None) if read_ahead else None
+        #: the current iteration's read-ahead (None: none, or none running)
+        self.ahead: ReadAhead | None = None
         self.epoch = 0
         self._yielded = 0  # items of the epoch's part handed out (a resumed iteration's skip included)
         self._start = 0  # where the current iteration began in the part (after a resume: its offset)
@@ -160,9 +179,19 @@ class BlockShuffleSampler(_Base):
         return self._walk(items, start)
 
     def _walk(self, items: list[int], start: int) -> Iterator[int]:
-        for i in items[start:]:
-            self._yielded += 1
-            yield i
+        if self._fill is None:
+            for i in items[start:]:
+                self._yielded += 1
+                yield i
+            return
+        ahead = self.ahead = ReadAhead(self._fill, items[start:], ahead=self.read_ahead, batch=self.read_ahead_batch)
+        try:
+            for n, i in enumerate(items[start:], 1):
+                self._yielded += 1
+                ahead.handed_out(n)  # (before the item goes: read-ahead never fetches one handed out)
+                yield i
+        finally:  # the epoch's end, or the iteration dropped (set_epoch, a break): stop fetching
+            ahead.stop()
 
     def set_epoch(self, epoch: int) -> None:
         """Use this epoch's order from the next iteration on (call it before each epoch). Another

@@ -255,3 +255,36 @@ def test_an_s3_pack_epoch_two_makes_no_request_and_prefetch_and_prune_work(tmp_p
     assert r.returncode == 0 and doc["freed"] > 0 and doc["bytes"] == 0 and segments(cache) == []
     r = run_bin(["prefetch", str(local), "--cache-dir", str(cache)])
     assert r.returncode == 2 and b"prefetch is for remote packs" in r.stderr
+
+
+def test_the_samplers_read_ahead_fills_the_cache_ahead_of_the_items_handed_out_and_stops(served, tmp_path):
+    import time
+
+    from hframe_cli.errors import InputError
+    from hframe_cli.training import BlockShuffleSampler, FrameDataset
+
+    url, local, _ = served
+    ds = FrameDataset(url, target=None, cache_dir=tmp_path / "cache")
+    sampler = BlockShuffleSampler(ds, seed=1, block=4, window=2, read_ahead=24, read_ahead_batch=8)
+    it = iter(sampler)
+    first = [next(it) for _ in range(16)]  # handed out: 16; read-ahead may fetch up to 16 + 24
+    cache = ds.reader._pack_cache()
+    order = sampler.part()
+    deadline = time.monotonic() + 30
+    while cache.missing([ds.frame_ids[k] for k in order[16:40]]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert cache.missing([ds.frame_ids[k] for k in order[16:40]]) == []  # the next 24, fetched
+    assert len(cache.missing([ds.frame_ids[k] for k in order[40:]])) == len(order) - 40  # nothing past them
+    rest = list(it)  # the epoch's end stops it
+    assert first + rest == order and not sampler.ahead._thread.is_alive() and sampler.ahead.error is None
+    with h.open_pack(local) as p:
+        assert ds.__getitems__(order[16:40]) == p.read_many([ds.frame_ids[k] for k in order[16:40]])
+    # a dropped iteration (set_epoch, a break) stops its read-ahead too
+    sampler.set_epoch(1)
+    it = iter(sampler)
+    next(it)
+    ahead = sampler.ahead
+    it.close()
+    assert not ahead._thread.is_alive()
+    with pytest.raises(InputError, match="read_ahead needs"):
+        BlockShuffleSampler(FrameDataset(local, target=None), read_ahead=8)

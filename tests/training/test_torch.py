@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 from pathlib import Path
 
@@ -192,3 +193,36 @@ def test_size_decodes_jpegs_at_a_reduced_scale_and_resizes_exactly(tmp_path):
         FrameDataset(tmp_path / "p.hframe", decode="pil", size=0)
     with pytest.raises(InputError, match='decode="pil"'):
         FrameDataset(tmp_path / "p.hframe", size=64)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_dataloader_with_a_cache_and_read_ahead_makes_no_frame_request_in_epoch_two(tmp_path, context):
+    """Remote pack, node cache, the sampler's read-ahead, 2 workers (forked or spawned): every
+    frame of each epoch comes once, byte for byte; epoch 2 asks the server for no frame (what
+    the workers send is opening the pack again)."""
+    from range_server import RangeServer
+
+    from hframe_cli.training.sampler import BlockShuffleSampler
+
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    for i in range(48):  # (2 MB: more than opening the pack reads)
+        (blobs / f"{i:02d}.bin").write_bytes(bytes([i]) * 100 + os.urandom(40_000))
+    h.pack([blobs], tmp_path / "p.hframe")
+    with h.open_pack(tmp_path / "p.hframe") as p:
+        want = sorted(p.read(i) for i in range(len(p)))
+    with RangeServer(tmp_path) as srv:
+        ds = FrameDataset(srv.url("p.hframe"), target=None, cache_dir=tmp_path / "cache")
+        sampler = BlockShuffleSampler(ds, seed=2, block=4, window=2, read_ahead=16, read_ahead_batch=4)
+        loader = DataLoader(
+            ds, batch_size=4, sampler=sampler, num_workers=2, multiprocessing_context=context, collate_fn=as_list
+        )
+        asked = []
+        for epoch in range(2):
+            sampler.set_epoch(epoch)
+            before = srv.requests["/p.hframe"]
+            got = sorted(item for batch in loader for item in batch)
+            asked.append(srv.requests["/p.hframe"] - before)
+            assert got == want
+            assert sampler.ahead is not None and sampler.ahead.error is None and sampler.ahead.fetched > 0
+    assert asked[0] > 10 and asked[1] <= 2 * 3, asked  # (epoch 2: each worker's opening requests at most)

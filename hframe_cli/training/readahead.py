@@ -1,0 +1,105 @@
+"""Read-ahead from the sampler's order: while the DataLoader's workers read the batches handed
+out, the frames the sampler will hand out next are fetched into the node cache, so that the
+workers find them there (``BlockShuffleSampler(..., read_ahead=N)``).
+
+The sampler knows the whole epoch's order; its process (the training loop's) runs one thread
+that keeps up to ``ahead`` items past the last one handed out fetched, ``batch`` items per
+``fill_cache`` call (coalesced ranges, the reader's requests in flight), ``in_flight`` calls at
+once: bounded in bytes (about ``ahead`` frames) and in requests. It never fetches an item
+already handed out (a worker is reading it), stops at the end of the epoch, when the
+iteration is dropped (``set_epoch``, a ``break``), on Ctrl-C, and at the first error (the
+worker's own read of that frame says what is wrong: read-ahead only saves time). Every
+process of the node shares the cache (``read/cache.py``), which is how the workers benefit:
+the cache is required.
+
+Imports inside functions: none.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from ..signals import pending_signal
+
+__all__ = ["ReadAhead"]
+
+
+class ReadAhead:
+    """One epoch's read-ahead over ``items`` (dataset positions, in the order handed out)."""
+
+    def __init__(
+        self,
+        fill: Callable[[list[int]], object],
+        items: Sequence[int],
+        *,
+        ahead: int,
+        batch: int = 256,
+        in_flight: int = 4,
+    ) -> None:
+        self.items = items
+        self.ahead, self.batch, self.in_flight = ahead, max(1, batch), max(1, in_flight)
+        self.fill = fill
+        self.fetched = 0  # items asked for (for tests and reports)
+        self.error: BaseException | None = None
+        self._handed = 0
+        self._stopped = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="hframe-read-ahead", daemon=True)
+        self._thread.start()
+
+    def handed_out(self, count: int) -> None:
+        """The sampler has handed out ``count`` items of the epoch."""
+        with self._cond:
+            self._handed = count
+            self._cond.notify()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop fetching (what is in flight finishes) and wait for the thread."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def _next(self, pos: int) -> int | None:
+        """Where the next fetch starts, once it may (None: stop)."""
+        with self._cond:
+            while True:
+                if self._stopped or pending_signal() is not None:
+                    return None
+                pos = max(pos, self._handed)  # (what is handed out is the workers' to read)
+                if pos >= len(self.items):
+                    return None
+                if pos < self._handed + self.ahead:
+                    return pos
+                self._cond.wait(0.5)
+
+    def _run(self) -> None:
+        pending: deque[Future[object]] = deque()
+        try:
+            with ThreadPoolExecutor(self.in_flight, thread_name_prefix="hframe-read-ahead") as pool:
+                pos = 0
+                while True:
+                    start = self._next(pos)
+                    if start is None:
+                        break
+                    end = min(len(self.items), start + self.batch, self._limit())
+                    chunk = list(self.items[start:end])
+                    pos = end
+                    pending.append(pool.submit(self.fill, chunk))
+                    self.fetched += len(chunk)
+                    while len(pending) >= self.in_flight or (pending and pending[0].done()):
+                        pending.popleft().result()
+                while pending:
+                    pending.popleft().result()
+        except BaseException as e:  # (a failed fetch ends read-ahead; the worker's read reports it)
+            self.error = e
+            with self._cond:
+                self._stopped = True
+
+    def _limit(self) -> int:
+        with self._cond:
+            return self._handed + self.ahead
