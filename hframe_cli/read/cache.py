@@ -71,6 +71,10 @@ SEGMENT = 64 << 20
 #: without a limit: at most this share of the cache's file system
 DEFAULT_SHARE = 0.5
 _MARK = 0x31434648  # "HFC1", little-endian
+#: a frame one process is fetching now (its crc field: that process's id): others wait for it
+#: rather than fetch it too, while that process lives, for at most ``FILLING_FOR`` seconds
+_FILLING = 0x31464648  # "HFF1"
+FILLING_FOR = 10.0
 _RECORD = struct.Struct("<II")  # mark, crc32
 _USED = struct.Struct("<Q")
 _O_READ = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
@@ -290,14 +294,17 @@ class PackCache:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def get_many(self, ids: Sequence[int], offs: Sequence[int], lens: Sequence[int]) -> list[bytes | None]:
+    def get_many(
+        self, ids: Sequence[int], offs: Sequence[int], lens: Sequence[int], again: bool = False
+    ) -> list[bytes | None]:
         """Each frame's bytes from the cache, checked against its crc32, or None (not held, or
-        held wrongly: then its record is dropped)."""
+        held wrongly: then its record is dropped). Frames of one segment close to each other
+        are read together (one ``pread`` per run, as a batch of a block-shuffled epoch is)."""
         out: list[bytes | None] = [None] * len(ids)
-        frames = self._frames
+        frames, unpack = self._frames, _RECORD.unpack_from
+        records = [unpack(frames, i * _RECORD.size) for i in ids]
         by_segment: dict[int, list[int]] = {}
-        for j, i in enumerate(ids):
-            mark, _ = _RECORD.unpack_from(frames, i * _RECORD.size)
+        for j, (mark, _) in enumerate(records):
             if mark == _MARK:
                 by_segment.setdefault(offs[j] // SEGMENT, []).append(j)
         hits = hit_bytes = dropped = 0
@@ -305,23 +312,28 @@ class PackCache:
             try:
                 fd = os.open(self._segment_path(seg), _O_READ)
             except OSError:  # evicted: every record of it is stale
+                for j in js:
+                    self._drop(ids[j], *records[j])
+                dropped += len(js)
                 continue
             try:
                 base = seg * SEGMENT
-                for j in js:
-                    i, length = ids[j], lens[j]
-                    mark, crc = _RECORD.unpack_from(frames, i * _RECORD.size)
+                for run_start, run_end, members in _runs(js, offs, lens):
                     try:
-                        data = os.pread(fd, length, offs[j] - base)
+                        blob = memoryview(os.pread(fd, run_end - run_start, run_start - base))
                     except OSError:
-                        data = b""
-                    if mark == _MARK and len(data) == length and zlib.crc32(data) == crc:
-                        out[j] = data
-                        hits += 1
-                        hit_bytes += length
-                    else:
-                        self._drop(i, mark, crc)
-                        dropped += 1
+                        blob = memoryview(b"")
+                    for j in members:
+                        at, length = offs[j] - run_start, lens[j]
+                        piece = blob[at : at + length]
+                        mark, crc = records[j]
+                        if len(piece) == length and zlib.crc32(piece) == crc:
+                            out[j] = piece.tobytes()
+                            hits += 1
+                            hit_bytes += length
+                        else:
+                            self._drop(ids[j], mark, crc)
+                            dropped += 1
             finally:
                 os.close(fd)
             self._touch(seg)
@@ -329,14 +341,60 @@ class PackCache:
             c = self._counts
             c["hits"] += hits
             c["hit_bytes"] += hit_bytes
-            c["misses"] += len(ids) - hits
+            c["misses"] += -hits if again else len(ids) - hits  # (again: misses counted already)
             c["dropped"] += dropped
         return out
 
     def missing(self, ids: Sequence[int]) -> list[int]:
-        """The frames of ``ids`` without a record (held ones are not read: a fill's question)."""
+        """The frames of ``ids`` neither held nor being fetched by another process (held ones
+        are not read: a fill's question)."""
         frames = self._frames
-        return [i for i in ids if _RECORD.unpack_from(frames, i * _RECORD.size)[0] != _MARK]
+        out = []
+        for i in ids:
+            mark, owner = _RECORD.unpack_from(frames, i * _RECORD.size)
+            if mark != _MARK and not (mark == _FILLING and _alive(owner)):
+                out.append(i)
+        return out
+
+    def claim(self, ids: Sequence[int]) -> tuple[list[int], list[int]]:
+        """Mark the frames of ``ids`` as fetched by this process now; returns (claimed, being
+        fetched by another process or thread: ``wait_for`` those). Two processes claiming one
+        frame at the same instant both fetch it: the same bytes, written twice."""
+        frames, me = self._frames, os.getpid()
+        mine, theirs = [], []
+        for i in ids:
+            at = i * _RECORD.size
+            mark, owner = _RECORD.unpack_from(frames, at)
+            if mark == _FILLING and _alive(owner):
+                theirs.append(i)
+            else:  # (a record the caller found stale, or none)
+                frames[at : at + _RECORD.size] = _RECORD.pack(_FILLING, me)
+                mine.append(i)
+        return mine, theirs
+
+    def release(self, ids: Sequence[int]) -> None:
+        """Clear this process's claims of ``ids`` that were not filled (a failed fetch, an md5
+        mismatch)."""
+        frames, me = self._frames, os.getpid()
+        for i in ids:
+            at = i * _RECORD.size
+            if _RECORD.unpack_from(frames, at) == (_FILLING, me):
+                frames[at : at + _RECORD.size] = bytes(_RECORD.size)
+
+    def wait_for(self, ids: Sequence[int], poll: float = 0.002) -> None:
+        """Wait until no frame of ``ids`` is being fetched by a live process any more (held, or
+        given up), at most ``FILLING_FOR`` seconds."""
+        frames = self._frames
+        waiting = list(ids)
+        deadline = time.monotonic() + FILLING_FOR
+        while waiting and time.monotonic() < deadline:
+            waiting = [
+                i
+                for i in waiting
+                if (r := _RECORD.unpack_from(frames, i * _RECORD.size))[0] == _FILLING and _alive(r[1])
+            ]
+            if waiting:
+                time.sleep(poll)
 
     def _drop(self, i: int, mark: int, crc: int) -> None:
         """Clear a record that did not hold (unless another process set it anew meanwhile)."""
@@ -426,3 +484,44 @@ def _shared_map(path: str, size: int) -> mmap.mmap:
         return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
     finally:
         os.close(fd)
+
+
+#: frames of a segment at most this far apart are read with one ``pread`` (the bytes between
+#: are read for nothing: a few KiB, against a system call per frame)
+_RUN_GAP = 16 << 10
+_RUN_MAX = 8 << 20
+
+
+def _runs(js: list[int], offs: Sequence[int], lens: Sequence[int]) -> list[tuple[int, int, list[int]]]:
+    """The frames ``js`` (indexes into ``offs``/``lens``) in offset order, neighbours merged
+    into (start, end, members) runs."""
+    runs: list[tuple[int, int, list[int]]] = []
+    members: list[int] = []
+    start = end = 0
+    for j in sorted(js, key=offs.__getitem__):
+        off = offs[j]
+        stop = off + lens[j]
+        if members and off - end <= _RUN_GAP and stop - start <= _RUN_MAX:
+            members.append(j)
+            end = max(end, stop)
+            continue
+        if members:
+            runs.append((start, end, members))
+        members, start, end = [j], off, stop
+    if members:
+        runs.append((start, end, members))
+    return runs
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process that claimed a frame still runs (on this node: a pid of another
+    container reads as gone, and its frames are fetched twice, harmlessly)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0
+    return pid > 0

@@ -155,6 +155,8 @@ class DatasetReader:
         if r is None:
             try:
                 r = PackReader(self.shard_paths[k], **self._options)
+                if getattr(self, "_in_flight", 0):
+                    r.widen(self._in_flight)
             except InputError:
                 if self._rebuilt():  # its shard files were replaced or removed by a repack
                     raise PackReplaced(
@@ -300,6 +302,13 @@ class DatasetReader:
     def caches(self) -> bool:
         """Whether the shards' reads go through a node cache (the first shard's say)."""
         return self.shard(0).caches
+
+    def widen(self, in_flight: int) -> None:
+        """``PackReader.widen`` for every shard opened, and those opened later."""
+        self._in_flight = max(in_flight, getattr(self, "_in_flight", 0))
+        for r in self._readers:
+            if r is not None:
+                r.widen(in_flight)
 
     def read_many(self, keys: Sequence[FrameKey], workers: int | None = None, **kw: Any) -> list[bytes]:
         by_shard = self._by_shard(keys)

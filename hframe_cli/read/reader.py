@@ -712,12 +712,35 @@ class PackReader:
         if not missing:
             return got  # type: ignore[return-value]
         unique = list(dict.fromkeys(ids[j] for j in missing))  # (a frame asked for twice: fetched once)
-        fetched = dict(zip(unique, fetch(unique)))
-        keep = [i for i in unique if self._md5_matches(i, fetched[i])]
-        cache.put_many(keep, [self._offsets[i] for i in keep], [fetched[i] for i in keep])
+        # what another process (the sampler's read-ahead, a worker) is fetching now is waited
+        # for, not fetched again; the rest is claimed, fetched and kept
+        mine, theirs = cache.claim(unique)
+        fetched = self._fetch_and_keep(mine, cache, fetch)
+        if theirs:
+            cache.wait_for(theirs)
+            theirs_offs, theirs_lens = [self._offsets[i] for i in theirs], [self._lengths[i] for i in theirs]
+            again = cache.get_many(theirs, theirs_offs, theirs_lens, again=True)
+            fetched.update((i, data) for i, data in zip(theirs, again) if data is not None)
+            gone = [i for i, data in zip(theirs, again) if data is None]  # (given up there: fetched here)
+            fetched.update(zip(gone, fetch(gone)) if gone else ())
         for j in missing:
             got[j] = fetched[ids[j]]
         return got  # type: ignore[return-value]
+
+    def _fetch_and_keep(
+        self, ids: list[int], cache: PackCache, fetch: Callable[[list[int]], list[bytes]]
+    ) -> dict[int, bytes]:
+        """Fetch frames this process claimed, keep those whose md5 is the index's, and give the
+        claims of the rest up (also when the fetch fails)."""
+        if not ids:
+            return {}
+        try:
+            fetched = dict(zip(ids, fetch(ids)))
+            keep = [i for i in ids if self._md5_matches(i, fetched[i])]
+            cache.put_many(keep, [self._offsets[i] for i in keep], [fetched[i] for i in keep])
+        finally:
+            cache.release(ids)  # (what was kept has its record: only claims left are cleared)
+        return fetched
 
     def fill_cache(self, keys: Sequence[FrameKey], workers: int | None = None) -> int:
         """Fetch the frames of ``keys`` that the node cache does not hold into it, without
@@ -736,6 +759,13 @@ class PackReader:
     def caches(self) -> bool:
         """Whether reads go through a node cache (a remote pack with a usable cache folder)."""
         return self._pack_cache() is not None
+
+    def widen(self, in_flight: int) -> None:
+        """A remote pack: allow up to ``in_flight`` requests at once in this process (the
+        sampler's read-ahead fetches for every worker). Nothing for a local pack."""
+        widen = getattr(self._storage, "widen", None)
+        if widen is not None:
+            widen(in_flight)
 
     def _md5_matches(self, i: int, stored: bytes) -> bool:
         """Whether a frame's stored bytes (decoded) have the index's md5."""

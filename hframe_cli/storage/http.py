@@ -453,6 +453,14 @@ class RemoteFile:
             self._gone = message
         return PackReplaced(message)
 
+    def widen(self, in_flight: int) -> None:
+        """Allow up to ``in_flight`` requests at once from now on (never fewer than the policy's):
+        a reader that fetches ahead for others (the sampler's read-ahead) keeps more in flight."""
+        with self._pending_lock:
+            if in_flight > self.policy.in_flight:
+                self.policy.in_flight = in_flight
+                self._pool = None  # (the next request makes the wider pool; the old one's threads finish)
+
     def _executor(self) -> ThreadPoolExecutor:
         pid = os.getpid()
         if self._pool is None or self._pool_pid != pid:

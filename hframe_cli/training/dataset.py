@@ -194,6 +194,12 @@ class FrameDataset(_Base):
         """Whether the frames are read through a node cache (a remote pack with ``cache_dir``)."""
         return bool(getattr(self.reader, "caches", False))
 
+    def widen(self, in_flight: int) -> None:
+        """Allow this process's reader ``in_flight`` requests at once (``PackReader.widen``)."""
+        widen = getattr(self.reader, "widen", None)
+        if widen is not None:
+            widen(in_flight)
+
     def fill_ahead(self, indices: Sequence[Any]) -> int:
         """Fetch the frames of these items into the node cache without reading them back
         (``BlockShuffleSampler``'s read-ahead). Returns how many were fetched."""

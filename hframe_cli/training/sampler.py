@@ -88,6 +88,8 @@ class BlockShuffleSampler(_Base):
             cache only. A few batches' worth (``8 * batch_size``) keeps a remote epoch's
             workers reading from local disk.
         read_ahead_batch: items per background fetch (the batch size is a good choice).
+        read_ahead_in_flight: requests the read-ahead keeps in flight (its reader's, in the
+            sampler's process; the workers keep their own ``HFRAME_IO_IN_FLIGHT`` each).
     """
 
     def __init__(
@@ -103,6 +105,7 @@ class BlockShuffleSampler(_Base):
         drop_last: bool = False,
         read_ahead: int = 0,
         read_ahead_batch: int = 256,
+        read_ahead_in_flight: int = 64,
     ) -> None:
         if block < 1 or window < 1:
             raise InputError(f"block and window must be at least 1 (got {block}, {window})")
@@ -127,6 +130,8 @@ class BlockShuffleSampler(_Base):
             )
         self.read_ahead, self.read_ahead_batch = read_ahead, read_ahead_batch
         self._fill = getattr(data_source, "fill_ahead", None) if read_ahead else None
+        self._widen = getattr(data_source, "widen", None) if read_ahead else None
+        self.read_ahead_in_flight = read_ahead_in_flight
         #: the current iteration's read-ahead (None: none, or none running)
         self.ahead: ReadAhead | None = None
         self.epoch = 0
@@ -184,7 +189,12 @@ class BlockShuffleSampler(_Base):
                 self._yielded += 1
                 yield i
             return
-        ahead = self.ahead = ReadAhead(self._fill, items[start:], ahead=self.read_ahead, batch=self.read_ahead_batch)
+        if self._widen is not None:  # (here: after a DataLoader forked its workers, which keep their own)
+            self._widen(self.read_ahead_in_flight)
+        # (fetches of a batch at once: enough to keep the reader's requests in flight busy)
+        ahead = self.ahead = ReadAhead(
+            self._fill, items[start:], ahead=self.read_ahead, batch=self.read_ahead_batch, in_flight=4
+        )
         try:
             for n, i in enumerate(items[start:], 1):
                 self._yielded += 1

@@ -288,3 +288,42 @@ def test_the_samplers_read_ahead_fills_the_cache_ahead_of_the_items_handed_out_a
     assert not ahead._thread.is_alive()
     with pytest.raises(InputError, match="read_ahead needs"):
         BlockShuffleSampler(FrameDataset(local, target=None), read_ahead=8)
+
+
+def test_a_frame_another_reader_is_fetching_is_waited_for_not_fetched_twice(tmp_path):
+    """A claim (another process or thread fetching a frame now) makes a second reader wait for
+    its bytes instead of asking the server again; a claim whose owner died is not waited for."""
+    import threading
+    import time
+
+    from range_server import RangeServer
+
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    for i in range(40):  # (more than opening the pack reads)
+        (blobs / f"{i:02d}.bin").write_bytes(os.urandom(40_000))
+    www = tmp_path / "www"
+    www.mkdir()
+    h.pack([blobs], www / "p.hframe")
+    cache = tmp_path / "cache"
+    with RangeServer(www) as srv, h.open_pack(srv.url("p.hframe"), cache_dir=cache) as a:
+        with h.open_pack(srv.url("p.hframe"), cache_dir=cache) as b:
+            ca, ids = a._pack_cache(), [3, 4, 5, 30]
+            assert ca.claim(ids) == (ids, [])
+            data = a._read_batch(ids, None, None)
+            offs = [a._offsets[i] for i in ids]
+            before = srv.total_requests()
+            filler = threading.Timer(0.3, ca.put_many, (ids, offs, data))
+            filler.start()
+            t0 = time.monotonic()
+            assert b.read_many(ids) == data
+            assert srv.total_requests() == before and time.monotonic() - t0 >= 0.25  # waited, asked nothing
+            filler.join()
+            # a claim left by a process that died: fetched at once
+            dead = subprocess.Popen([sys.executable, "-c", "pass"])
+            dead.wait()
+            frames = b._pack_cache()._frames
+            frames[8 * 9 : 8 * 10] = (0x31464648).to_bytes(4, "little") + dead.pid.to_bytes(4, "little")
+            t0 = time.monotonic()
+            assert b.read_many([9]) == a._read_batch([9], None, None)
+            assert time.monotonic() - t0 < 2
