@@ -320,15 +320,17 @@ class PackCache:
                 base = seg * SEGMENT
                 for run_start, run_end, members in _runs(js, offs, lens):
                     try:
-                        blob = memoryview(os.pread(fd, run_end - run_start, run_start - base))
+                        raw = os.pread(fd, run_end - run_start, run_start - base)
                     except OSError:
-                        blob = memoryview(b"")
+                        raw = b""
+                    blob = memoryview(raw)
                     for j in members:
                         at, length = offs[j] - run_start, lens[j]
                         piece = blob[at : at + length]
                         mark, crc = records[j]
                         if len(piece) == length and zlib.crc32(piece) == crc:
-                            out[j] = piece.tobytes()
+                            # (a run of one frame is that frame's bytes: no copy)
+                            out[j] = raw if len(members) == 1 else piece.tobytes()
                             hits += 1
                             hit_bytes += length
                         else:
