@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark training from a remote pack through the node cache, against the same pack on local disk.
 
-Usage: python scripts/bench_cache.py DATA_DIR [--count N] [--rtt-ms MS] [--batch B] [--workers W] [--decode]
+Usage: python scripts/bench_cache.py DATA_DIR [--count N] [--rtt-ms MS] [--batch B] [--workers W] [--decode] [--mds]
 
 Packs the first ``--count`` files (default 5,000) of ``DATA_DIR/jpegs`` (``scripts/make_bench_data.py``),
 serves the pack with nginx (``apt-get install nginx-light``) behind a delaying proxy on loopback
@@ -20,7 +20,16 @@ Runs (frames/s of the epoch, and seconds to the first batch):
   (``block=1, window=1``: every frame its own request, latency-bound), the others use the
   sampler's default blocks (64 x 4: a batch is a few long ranges);
 * ``cache_warm`` / ``cache_cold``: a second epoch, every frame in the cache;
-* ``sample10_fetched_bytes``: ``hframe prefetch --sample 10%`` into an empty cache, bytes fetched.
+* ``sample10_fetched_bytes``: ``hframe prefetch --sample 10%`` into an empty cache, bytes fetched;
+* ``link_limit_frames_per_s``: the whole pack fetched through the proxy in 8 parallel ranges (best
+  of 3), in frames/s: what the link can carry, the physical limit of any epoch 1.
+
+``--mds`` adds the same images read from an S3 server (moto, behind the same proxy) by hframe
+(node cache + read-ahead) and by MosaicML Streaming (MDS shards, default 64 MB, its local cache):
+epoch 1 and 2 frames/s, time to the first batch, bytes fetched for a 10% random sample.
+
+Every run prints its frames/s over the whole epoch (the open and the DataLoader's start
+included), its seconds to the first batch, and ``steady``: frames/s after the first batch.
 
 Ratios (goals from issue 34): ``cache_warm_vs_local_warm`` and ``cache_cold_vs_local_cold`` >= 0.8;
 ``read_ahead_vs_epoch1`` (and ``shuffled_read_ahead_vs_epoch1``) >= 3; ``sample10_bytes_share`` (fetched / pack) about 0.1.
@@ -70,8 +79,68 @@ for got in loader:
     if first is None:
         first = time.perf_counter() - t0
 seconds = time.perf_counter() - t0
-print(json.dumps({"frames": n, "seconds": seconds, "first_batch_s": first}))
+print(json.dumps({"frames": n, "seconds": seconds, "first_batch_s": first, "batch": batch}))
 """
+
+#: MosaicML Streaming's epoch over the same images (MDS shards on the same S3 server, behind the
+#: same proxy). streaming 0.13 imports transformers and torchvision at import time for its text
+#: and vision helpers, which this run does not use: those two modules are stubbed in this process
+#: (install it with ``pip install --no-deps mosaicml-streaming xxhash zstd python-snappy cramjam
+#: brotli catalogue filelock``; its full requirements pull a CUDA torch).
+STUBS = """
+import sys, types
+for name, attrs in {"transformers": [], "transformers.feature_extraction_utils": ["BatchFeature"],
+                    "transformers.tokenization_utils_base": ["BatchEncoding"], "transformers.models": [],
+                    "transformers.models.auto": [], "transformers.models.auto.tokenization_auto": ["AutoTokenizer"],
+                    "torchvision": [], "torchvision.datasets": ["VisionDataset"], "torchvision.transforms": [],
+                    "torchvision.transforms.functional": ["to_tensor"]}.items():
+    if name not in sys.modules:
+        module = types.ModuleType(name)
+        for a in attrs:
+            setattr(module, a, type(a, (), {}))
+        sys.modules[name] = module
+"""
+
+RUN_MDS = (
+    r"""
+import io, json, os, random, sys, time
+"""
+    + STUBS
+    + r"""
+from streaming import StreamingDataset
+from torch.utils.data import DataLoader
+
+remote, local, batch, workers, decode, epoch, sample = sys.argv[1:8]
+batch, workers, epoch, sample = int(batch), int(workers), int(epoch), int(sample)
+
+
+class Images(StreamingDataset):
+    def __getitem__(self, i):
+        image = super().__getitem__(i)["image"]
+        if decode == "1":
+            from PIL import Image
+            Image.open(io.BytesIO(image)).load()
+        return image
+
+
+t0 = time.perf_counter()
+ds = Images(remote=remote, local=local, shuffle=True, shuffle_seed=1 + epoch, batch_size=batch)
+if sample:  # a random sample, read one by one: each frame's shard is downloaded whole
+    for i in random.Random(1).sample(range(len(ds)), sample):
+        ds.get_item(i)
+    print(json.dumps({"frames": sample, "seconds": time.perf_counter() - t0}))
+    sys.exit(0)
+loader = DataLoader(ds, batch_size=batch, num_workers=workers, collate_fn=lambda b: len(b),
+                    multiprocessing_context="fork", prefetch_factor=2)
+n, first = 0, None
+for got in loader:
+    n += got
+    if first is None:
+        first = time.perf_counter() - t0
+seconds = time.perf_counter() - t0
+print(json.dumps({"frames": n, "seconds": seconds, "first_batch_s": first, "batch": batch}))
+"""
+)
 
 
 def free_port() -> int:
@@ -86,6 +155,7 @@ class DelayProxy:
 
     def __init__(self, target_port: int, delay: float) -> None:
         self.target_port, self.delay, self.port = target_port, delay, free_port()
+        self.delivered = 0  # bytes sent back to clients (what readers fetched)
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
@@ -95,9 +165,9 @@ class DelayProxy:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
-        await asyncio.gather(self._pipe(reader, up_w), self._pipe(up_r, writer), return_exceptions=True)
+        await asyncio.gather(self._pipe(reader, up_w), self._pipe(up_r, writer, count=True), return_exceptions=True)
 
-    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, count: bool = False) -> None:
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
 
         async def deliver() -> None:
@@ -109,6 +179,8 @@ class DelayProxy:
                 if wait > 0:
                     await asyncio.sleep(wait)
                 dst.write(data)
+                if count:
+                    self.delivered += len(data)
                 await dst.drain()
             dst.close()
 
@@ -151,6 +223,121 @@ http {{ access_log off; keepalive_requests 100000;
     raise SystemExit("nginx did not start")
 
 
+def link_limit(url: str, size: int, streams: int = 8) -> float:
+    """Seconds to GET the whole pack through the proxy in ``streams`` parallel ranges: the most
+    any reader can get from this link (the physical limit of an epoch 1)."""
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+
+    step = -(-size // streams)
+
+    def get(start: int) -> int:
+        req = urllib.request.Request(url, headers={"Range": f"bytes={start}-{min(size, start + step) - 1}"})
+        with urllib.request.urlopen(req) as r:
+            return len(r.read())
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(streams) as pool:
+        got = sum(pool.map(get, range(0, size, step)))
+    assert got == size, (got, size)
+    return time.perf_counter() - t0
+
+
+def moto(work: str) -> tuple[subprocess.Popen[bytes], int]:
+    """moto's S3 server (``pip install 'moto[server]'``) on a free loopback port."""
+    exe = shutil.which("moto_server") or os.path.join(os.path.dirname(sys.executable), "moto_server")
+    port = free_port()
+    log = open(os.path.join(work, "moto.log"), "wb")
+    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log)
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit("moto_server did not start")
+
+
+def mds_epoch(remote: str, local: str, args: argparse.Namespace, *, number: int = 0, sample: int = 0) -> dict:
+    argv = [remote, local, str(args.batch), str(args.workers), "1" if args.decode else "0", str(number), str(sample)]
+    r = subprocess.run([sys.executable, "-c", RUN_MDS, *argv], capture_output=True, check=False)
+    if r.returncode != 0:
+        raise SystemExit(f"MDS run failed: {r.stderr.decode()[-2000:]}")
+    return json.loads(r.stdout.decode().strip().splitlines()[-1])
+
+
+def against_mds(args: argparse.Namespace, work: str, src: str, names: list[str], pack: str) -> None:
+    """hframe (node cache + read-ahead) and MosaicML Streaming (MDS shards + local cache) reading
+    the same images from one S3 server (moto) behind the same delaying proxy."""
+    import boto3  # (moto's dependency)
+
+    exec(STUBS)
+    from streaming import MDSWriter  # type: ignore[import-not-found]
+
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
+    server, port = moto(work)
+    try:
+        s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}")
+        s3.create_bucket(Bucket="bench")
+        s3.upload_file(pack, "bench", "p.hframe")
+        s3.upload_file(pack + ".index.parquet", "bench", "p.hframe.index.parquet")
+        shards = os.path.join(work, "mds")
+        classes = sorted({n.split(os.sep)[0] for n in names})
+        with MDSWriter(out=shards, columns={"image": "bytes", "label": "int"}) as w:  # (64 MB shards)
+            for n in names:
+                with open(os.path.join(src, n), "rb") as f:
+                    w.write({"image": f.read(), "label": classes.index(n.split(os.sep)[0])})
+        mds_bytes = 0
+        for f in os.listdir(shards):
+            s3.upload_file(os.path.join(shards, f), "bench", f"mds/{f}")
+            mds_bytes += os.path.getsize(os.path.join(shards, f))
+        proxy = DelayProxy(port, args.rtt_ms / 2000)
+        os.environ["S3_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy.port}"  # (MDS's setting)
+        url = f"s3://bench/p.hframe?endpoint_override=127.0.0.1:{proxy.port}&scheme=http"
+        remote = "s3://bench/mds"
+        print(f"mds_shards={len(os.listdir(shards)) - 1}")
+        print(f"mds_bytes={mds_bytes}")
+        out: dict[str, dict] = {}
+        c, m = os.path.join(work, "s3cache"), os.path.join(work, "mdslocal")
+        out["s3_hframe_epoch1"] = epoch(url, c, args, read_ahead=8 * args.batch)
+        out["s3_hframe_epoch2"] = epoch(url, c, args, read_ahead=8 * args.batch, number=1)
+        out["s3_mds_epoch1"] = mds_epoch(remote, m, args)
+        out["s3_mds_epoch2"] = mds_epoch(remote, m, args, number=1)
+        report(out)
+        rate = {k: v["frames"] / v["seconds"] for k, v in out.items()}
+        for e in ("epoch1", "epoch2"):
+            print(f"hframe_vs_mds_{e}={rate[f's3_hframe_{e}'] / rate[f's3_mds_{e}']:.2f}")
+        first = out["s3_mds_epoch1"]["first_batch_s"] / out["s3_hframe_epoch1"]["first_batch_s"]
+        print(f"mds_vs_hframe_first_batch_time={first:.2f}")
+        sample = len(names) // 10
+        before = proxy.delivered
+        subprocess.run(
+            [HFRAME, "prefetch", url, "--sample", str(sample), "--seed", "1", "--cache-dir", c + "10", "-q"],
+            check=True,
+        )
+        hframe_bytes = proxy.delivered - before
+        before = proxy.delivered
+        mds_epoch(remote, m + "10", args, sample=sample)
+        mds_sample_bytes = proxy.delivered - before
+        print(f"s3_hframe_sample10_bytes={hframe_bytes}")
+        print(f"s3_mds_sample10_bytes={mds_sample_bytes}")
+        print(f"mds_vs_hframe_sample10_bytes={mds_sample_bytes / max(hframe_bytes, 1):.2f}")
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def report(out: dict[str, dict]) -> None:
+    """Each run's frames/s over the whole epoch (opening included), seconds to the first batch,
+    and frames/s after it (the steady rate, the open and first round trips left out)."""
+    for k, v in out.items():
+        print(f"{k}_frames_per_s={v['frames'] / v['seconds']:.0f}")
+        print(f"{k}_first_batch_s={v['first_batch_s']:.3f}")
+        after = v["seconds"] - v["first_batch_s"]
+        if after > 0:
+            print(f"{k}_steady_frames_per_s={(v['frames'] - v['batch']) / after:.0f}")
+
+
 def epoch(
     where: str,
     cache: str,
@@ -181,6 +368,9 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--decode", action="store_true")
+    ap.add_argument(
+        "--mds", action="store_true", help="also read the same images from S3 (moto) with MosaicML Streaming"
+    )
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="hframe-bench-cache-")
     server = None
@@ -218,13 +408,16 @@ def main() -> int:
         out["shuffled_epoch1_read_ahead"] = epoch(url, c5, args, read_ahead=8 * args.batch, block=1)
         out["cache_warm"] = epoch(url, c1, args, number=1)
         out["cache_cold"] = epoch(url, c1, args, number=2, cold=True)
-        for k, v in out.items():
-            print(f"{k}_frames_per_s={v['frames'] / v['seconds']:.0f}")
-            print(f"{k}_first_batch_s={v['first_batch_s']:.3f}")
+        report(out)
         rate = {k: v["frames"] / v["seconds"] for k, v in out.items()}
         print(f"cache_warm_vs_local_warm={rate['cache_warm'] / rate['local_warm']:.2f}")
         print(f"cache_cold_vs_local_cold={rate['cache_cold'] / rate['local_cold']:.2f}")
+        steady = {k: (v["frames"] - v["batch"]) / (v["seconds"] - v["first_batch_s"]) for k, v in out.items()}
+        print(f"cache_warm_vs_local_warm_steady={steady['cache_warm'] / steady['local_warm']:.2f}")
         print(f"read_ahead_vs_epoch1={rate['remote_epoch1_read_ahead'] / rate['remote_epoch1']:.2f}")
+        limit = len(names) / min(link_limit(url, size) for _ in range(3))
+        print(f"link_limit_frames_per_s={limit:.0f}")  # the whole pack in 8 ranges: no epoch 1 beats it
+        print(f"epoch1_read_ahead_vs_link_limit={rate['remote_epoch1_read_ahead'] / limit:.2f}")
         print(f"shuffled_read_ahead_vs_epoch1={rate['shuffled_epoch1_read_ahead'] / rate['shuffled_epoch1']:.2f}")
         c3 = os.path.join(work, "cache3")
         r = subprocess.run(
@@ -236,6 +429,8 @@ def main() -> int:
         print(f"sample10_fetched_bytes={doc['fetched_bytes']}")
         print(f"sample10_bytes_share={doc['fetched_bytes'] / size:.3f}")
         print(f"sample10_seconds={doc['seconds']:.2f}")
+        if args.mds:
+            against_mds(args, work, src, names, pack)
     finally:
         if server is not None:
             server.terminate()

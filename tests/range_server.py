@@ -10,6 +10,7 @@ It answers HEAD and path-style ``/BUCKET/KEY`` too, with S3's XML error bodies, 
     with RangeServer(root) as srv:
         srv.url("p.hframe")                   # http://127.0.0.1:PORT/p.hframe
         srv.faults.extend(["500", "500"])     # the next two requests fail, then all is well
+        srv.path_faults["/p.hframe"] = ["403"]  # the next request of that path fails
         srv.latency_s = 0.02                  # every request waits this long first (benchmarks)
         srv.auth = ("alice", "secret")        # 401 for every request without these Basic credentials
 """
@@ -53,7 +54,8 @@ class _Handler(BaseHTTPRequestHandler):
             srv.requests[self.path] += 1
             srv.log.append((self.path, self.headers.get("Range")))
             srv.authorization.append(self.headers.get("Authorization"))
-            fault = srv.faults.pop(0) if srv.faults else None
+            mine = srv.path_faults.get(self.path.partition("?")[0])
+            fault = mine.pop(0) if mine else srv.faults.pop(0) if srv.faults else None
         if srv.auth is not None and self.headers.get("Authorization") != srv.basic():
             body = b"<html><body>401 Authorization Required</body></html>"
             self.send_response(401)
@@ -64,7 +66,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(body)
             return
         if srv.latency_s:
+            with srv.lock:
+                srv.waiting += 1
+                srv.peak_waiting = max(srv.peak_waiting, srv.waiting)
             time.sleep(srv.latency_s)
+            with srv.lock:
+                srv.waiting -= 1
         if fault in ("500", "503", "429", "403"):
             code = {"500": "InternalError", "503": "SlowDown", "429": "SlowDown", "403": "AccessDenied"}[fault]
             self._status(int(fault), f"<Error><Code>{code}</Code><Message>{code}</Message></Error>".encode())
@@ -165,7 +172,11 @@ class RangeServer:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self.faults: list[str] = []
+        #: path → faults for the next requests of that path only (before ``faults``)
+        self.path_faults: dict[str, list[str]] = {}
         self.latency_s = 0.0
+        #: requests in their ``latency_s`` now, and the most there were at once (since reset_counts)
+        self.waiting = self.peak_waiting = 0
         self.hang_s = 30.0
         self.weak_etag = False  # send W/"..." ETags (as a server that compresses on the fly)
         self.requests: Counter[str] = Counter()
@@ -195,6 +206,7 @@ class RangeServer:
     def reset_counts(self) -> None:
         with self.lock:
             self.requests.clear()
+            self.peak_waiting = 0
             self.log.clear()
             self.authorization.clear()
 

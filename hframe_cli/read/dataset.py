@@ -25,9 +25,10 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import FormatError, HframeError, InputError, NotFound, PackReplaced, UnsupportedVersion
+from ..format.index import index_location
 from ..locations import is_remote, shown_url, with_suffix
 from ..names import MANIFEST_SUFFIX, checkpoint_paths, shard_path
-from ..storage.access import open_storage
+from ..storage.access import open_storage, opening_ahead
 from ..storage.policy import Counters
 from .reader import FrameKey, PackReader, buffer_for, carved
 
@@ -412,6 +413,11 @@ def open_pack(
     If ``path`` is not a file but ``path.dataset.json`` exists (a sharded dataset), the shards
     are opened as one ``DatasetReader`` with the same API over global frame ids.
     """
-    if index_path is None and is_dataset(path):
-        return DatasetReader(path, **options)
-    return PackReader(path, index_path, **options)
+    if index_path is not None:
+        return PackReader(path, index_path, **options)
+    where = os.fspath(path)
+    # a remote pack's manifest (is it a dataset?), pack and index are asked for at once
+    with opening_ahead([manifest_location(where), where, index_location(where)]):
+        if is_dataset(path):
+            return DatasetReader(path, **options)
+        return PackReader(path, None, **options)

@@ -13,13 +13,15 @@ or a stream is opened.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import io
 import os
 import stat
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from ..errors import HframeError, InputError, OutOfMemory, PackReplaced, StorageError
@@ -431,8 +433,18 @@ for _scheme in REMOTE_SCHEMES:
 def open_storage(location: str | os.PathLike[str], **options: Any) -> Storage:
     """Open a pack location for reading: a local path, or ``scheme://...`` through the opener
     registered for that scheme. ``options`` go to the opener (``LocalFile``: ``origin``,
-    ``same_generation``)."""
+    ``same_generation``). A remote location that ``opening_ahead`` is opening already is taken
+    from it (its first request made once, not twice)."""
     loc = os.fspath(location)
+    if not options and _AHEAD:
+        with _AHEAD_LOCK:
+            ahead = _AHEAD.pop((os.getpid(), loc), None)
+        if ahead is not None:
+            return ahead.result()  # (what it raised, it raises here: as opening it now would)
+    return _open_now(loc, **options)
+
+
+def _open_now(loc: str, **options: Any) -> Storage:
     scheme, sep, _ = loc.partition("://")
     if not sep:
         return LocalFile(loc, **options)
@@ -440,6 +452,42 @@ def open_storage(location: str | os.PathLike[str], **options: Any) -> Storage:
     if opener is None:
         raise InputError(f"{loc}: unknown URI scheme {scheme!r}")
     return opener(loc, **options)
+
+
+#: (process id, location) → a remote open under way (``opening_ahead``)
+_AHEAD: dict[tuple[int, str], Future[Storage]] = {}
+_AHEAD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def opening_ahead(locations: Sequence[str]) -> Iterator[None]:
+    """Open the remote ``locations`` at once, each on its own thread, while the block runs:
+    opening a remote pack reads a manifest (is it a dataset?), the pack and its index, and each
+    first request is a round trip; made together they cost one. ``open_storage`` of one of them
+    in the block takes its open; what the block did not take is closed at its end (on a worker
+    thread, when it is still under way: an interrupted block does not wait for the network)."""
+    remote = [loc for loc in dict.fromkeys(locations) if is_remote(loc)]
+    if len(remote) < 2:
+        yield
+        return
+    pool = ThreadPoolExecutor(len(remote), thread_name_prefix="hframe-open")
+    keys = [(os.getpid(), loc) for loc in remote]
+    with _AHEAD_LOCK:
+        for key, loc in zip(keys, remote):
+            _AHEAD[key] = pool.submit(_open_now, loc)
+    pool.shutdown(wait=False)  # (its threads end with their opens)
+    try:
+        yield
+    finally:
+        with _AHEAD_LOCK:
+            left = [f for key in keys if (f := _AHEAD.pop(key, None)) is not None]
+        for f in left:
+            f.add_done_callback(_close_opened)
+
+
+def _close_opened(opened: Future[Storage]) -> None:
+    if not opened.cancelled() and opened.exception() is None:
+        opened.result().close()
 
 
 def evict_from_page_cache(path: str | os.PathLike[str]) -> bool:

@@ -12,6 +12,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -46,6 +47,7 @@ def served(tmp_path_factory):
 def srv(served, monkeypatch):
     server, _ = served
     server.faults.clear()
+    server.path_faults.clear()
     server.latency_s = 0.0
     server.hang_s = 30.0
     server.weak_etag = False
@@ -79,6 +81,27 @@ def test_open_and_read_every_frame_with_few_requests(srv, served):
         assert all(r and r.startswith("bytes=") for _, r in srv.log)  # every read a bounded range
         wanted = sum(len(f) for f in got)
         assert p.storage_counters().bytes - before <= 1.1 * wanted  # gaps read for nothing: <= 10%
+
+
+def test_opening_a_remote_pack_asks_for_manifest_pack_and_index_at_once(srv, served):
+    """Is it a dataset? The pack's head, the index: three first requests, one round trip (then
+    the trailer: two in all), each made once; what the open did not use is not left open."""
+    srv.latency_s = 0.3
+    with h.open_pack(srv.url("p.hframe")) as p:
+        assert len(p) == len(md5s(served[1]))
+        assert srv.peak_waiting >= 3
+        assert srv.requests["/p.hframe.dataset.json"] == 1 and srv.requests["/p.hframe.index.parquet"] == 1
+        assert srv.requests["/p.hframe"] == 2  # its head, its trailer
+    srv.latency_s = 0.0
+    deadline = time.monotonic() + 5
+    while any(t.name.startswith("hframe-open") for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("hframe-open")]
+
+
+def test_a_missing_remote_pack_is_still_one_line_naming_it(srv):
+    r = run_bin(["index", srv.url("nothing.hframe")])
+    assert r.returncode == 2 and "nothing.hframe" in r.stderr.decode() and "Traceback" not in r.stderr.decode()
 
 
 def test_the_commands_work_on_a_url_as_on_the_file(srv, served, tmp_path):
@@ -449,7 +472,8 @@ def test_answers_hframe_cannot_use_are_one_line_exit_2(srv, fault, code, words):
 
 def test_a_403_for_the_manifest_does_not_hide_the_pack(srv, served):
     _, local = served
-    srv.faults.append("403")  # the dataset check comes first and meets it, as on a store without list rights
+    # the dataset check meets it, as on a store without list rights
+    srv.path_faults["/p.hframe.dataset.json"] = ["403"]
     r = run_bin(["get", srv.url("p.hframe"), "7"])
     assert r.returncode == 0 and r.stdout == run_bin(["get", str(local), "7"]).stdout
 
