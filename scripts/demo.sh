@@ -48,10 +48,13 @@ fi
 step hframe pack sample/clips -o sample/clips.hframe --video-frames fps:2 --frame-format jpeg:90 --split train=0.8,val=0.2
 step hframe index sample/clips.hframe --columns name,source,frame_index,pts_s,keyframe,width,height,split --match 'clip000*'
 step hframe get sample/clips.hframe 'clip000.mp4#frame=5' -o sample/clip000-5.jpg
+# look instead of read: contact sheets (open sample/sheet.jpg and sample/clip000.png)
+step hframe sheet sample/photos.hframe --sample 24 --seed 1 --columns 6 -o sample/sheet.jpg
+step hframe sheet sample/clips.hframe --match 'clip000*' --columns 6 --tile 128 -o sample/clip000.png
 step hframe pack sample/records -o sample/records.hframe --compress zstd:3 --zstd-dict auto
 step hframe verify sample/records.hframe
 step hframe get sample/records.hframe 00007.json -o sample/00007.json
 step cmp sample/00007.json sample/records/00007.json
 step hframe bench-warm sample/records.hframe --frames 64 --batches 5 --seed 1 --md5
 echo >&2
-echo "demo ok: pack, verify, dump-header, index, get, dd, rebuild, cold/warm bench, Python reader, DataLoader (with torch), video frames, zstd" >&2
+echo "demo ok: pack, verify, dump-header, index, get, dd, rebuild, cold/warm bench, Python reader, DataLoader (with torch), video frames, contact sheets, zstd" >&2

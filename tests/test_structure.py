@@ -23,6 +23,7 @@ LAYERS: list[set[str]] = [
     {"sources"},
     {"read"},
     {"verify"},
+    {"view"},
     {"write"},
     {"training", "torchdata", "sampler"},  # the last two: the README's old import paths, re-exported
     {"api", "__init__"},

@@ -132,6 +132,11 @@ EXAMPLES = {
         "hframe get photos.hframe 1 2 3 -o out/",
         "hframe index photos.hframe -c name --label cats --no-header | hframe get photos.hframe -T - --format tar | tar x",
     ],
+    "sheet": [
+        "hframe sheet photos.hframe -o sheet.jpg",
+        "hframe sheet photos.hframe --label cats --sample 32 --seed 7 -o cats.png",
+        "hframe sheet photos.hframe 0 1 2 3 --columns 2 --tile 128 -o first4.png",
+    ],
 }
 
 
@@ -1015,6 +1020,59 @@ def get(
     )
     if written is not None and not quiet and (output is not None and os.fspath(output) != "-"):
         render.note(f"wrote {count(written, 'frame')} {'into' if fmt == GetFormat.tar else 'under'} {output}")
+
+
+@_command("sheet", "Draw a contact sheet: a grid of frames, each with a caption.")
+def sheet(
+    pack: PackArg,
+    frames: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            metavar="FRAME...",
+            help="Frame ids or names (omit: filters, or a sample of 64).",
+            show_default=False,
+        ),
+    ] = None,
+    output: Annotated[
+        str,
+        typer.Option("--output", "-o", metavar="FILE|-", help="The sheet: .jpg, .png or .webp (- : PNG on stdout)."),
+    ] = "sheet.jpg",
+    match: MatchOpt = None,
+    label: LabelOpt = None,
+    split: SplitOpt = None,
+    kind: KindOpt = None,
+    sample: Annotated[
+        Optional[int], typer.Option("--sample", metavar="N", help="A seeded random sample of N of the chosen frames.")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", metavar="SEED", help="Seed of --sample.")] = 0,
+    columns: Annotated[int, typer.Option("--columns", metavar="N", help="Tiles to a row.")] = 8,
+    tile: Annotated[int, typer.Option("--tile", metavar="PX", help="Thumbnail size (a square), in pixels.")] = 192,
+    by_name: Annotated[bool, typer.Option("--by-name", help="Treat FRAME as a name even if it is all digits.")] = False,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Draw chosen frames as thumbnails in a grid, in frame id order (a clip's frames in time
+    order), with each frame's id, label, name and size (or time in its video) under it. A frame
+    that cannot be decoded is a red, crossed tile saying why; one that is not an image, a grey
+    tile saying what it is."""
+    from ..view.sheet import contact_sheet, image_format, save
+
+    image_format(output)  # (a wrong extension is said before any frame is read)
+    stdout = None if render.interactive(sys.stdout) else sys.stdout.buffer
+    if output == "-" and stdout is None:
+        raise InputError("refusing to write an image to a terminal; redirect stdout or use -o FILE")
+    drawn = contact_sheet(
+        pack,
+        [_frame_key(f, by_name) for f in frames or ()],
+        match=match,
+        equal={"label": label, "split": split, "kind": kind},
+        sample=sample,
+        seed=seed,
+        columns=columns,
+        tile_size=tile,
+    )
+    save(drawn, output, stdout)
+    render.sheet_drawn(drawn.describe(), output, json_out and output != "-", quiet)
 
 
 _VALUED_GLOBALS = ("--io-timeout", "--cache-dir", "--cache-limit")

@@ -627,6 +627,18 @@ def prefetched(doc: dict[str, Any], as_json: bool, quiet: bool) -> None:
         )
 
 
+def sheet_drawn(doc: dict[str, Any], output: str, as_json: bool, quiet: bool) -> None:
+    """After ``hframe sheet``: its layout and tiles as JSON, or one line."""
+    if as_json:
+        print_json({"output": output, **doc})
+    elif not quiet and output != "-":
+        bad = f", {doc['undecodable']} that could not be decoded" if doc["undecodable"] else ""
+        note(
+            f"wrote {output}: {count(doc['frames'], 'frame')} of {doc['selected']}{bad}, "
+            f"{doc['width']} x {doc['height']} px"
+        )
+
+
 def cache_report(doc: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print_json(doc)

@@ -20,38 +20,11 @@ import av
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import killed_and_resumed, make_photos, run_bin, run_cli
+from conftest import FRAMES, GOP, RATE, killed_and_resumed, make_photos, make_video, run_bin, run_cli
 from PIL import Image, ImageDraw
 
 import hframe_cli as h
 from hframe_cli.format.labels import split_of
-
-FRAMES, RATE, GOP = 30, 10, 10
-
-
-def make_video(
-    path: Path, codec: str, n: int = FRAMES, rate: int = RATE, size=(64, 48), pts_step: int = 1, **container_opts: str
-) -> Path:
-    """Encode ``n`` frames at ``rate`` fps, a keyframe every GOP frames (scene-cut detection off);
-    ``pts_step`` > 1 stores only every so many frame periods (a sparse, variable-rate file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w", options=container_opts) as c:
-        s = c.add_stream(codec, rate=rate)
-        s.width, s.height = size
-        s.pix_fmt = "yuv420p"
-        s.gop_size = GOP
-        s.codec_context.options = {"sc_threshold": "1000000000", "x264-params": "scenecut=0:bframes=0"}
-        for i in range(n):
-            img = Image.new("RGB", size, (i * 8 % 256, 40, 200 - i * 5 % 200))
-            ImageDraw.Draw(img).line([(0, i % size[1]), (size[0], i % size[1])], fill=(0, 255, 0))
-            frame = av.VideoFrame.from_image(img)
-            frame.pts = i * pts_step
-            frame.time_base = Fraction(1, rate)
-            for p in s.encode(frame):
-                c.mux(p)
-        for p in s.encode():
-            c.mux(p)
-    return path
 
 
 def keyframe_indices(path: Path) -> list[int]:

@@ -1,0 +1,1 @@
+"""What users look at instead of read: contact sheets of frames (``hframe sheet``)."""
