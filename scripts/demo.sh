@@ -16,8 +16,9 @@ step hframe verify sample/photos.hframe --sample 25% --seed 7 --decode
 cp sample/photos.hframe sample/damaged.hframe && cp sample/photos.hframe.index.parquet sample/damaged.hframe.index.parquet
 printf '\x00\x00' | dd of=sample/damaged.hframe bs=1 seek=5000 conv=notrunc status=none
 echo "(flipped 2 bytes at offset 5000 of a copy; verify must name the frame and exit 1)" >&2
-set +e; step hframe verify sample/photos.hframe sample/damaged.hframe; rc=$?; set -e
+set +e; step hframe verify sample/photos.hframe sample/damaged.hframe --html sample/verify.html; rc=$?; set -e
 [[ $rc == 1 ]] || { echo "expected exit 1 from verify, got $rc" >&2; exit 1; }
+echo "(the same report as a page: open sample/verify.html)" >&2
 step hframe dump-header sample/photos.hframe
 step hframe dump-header sample/photos.hframe --frame 0 --bytes 16
 step hframe index sample/photos.hframe --columns frame_id,name,offset,length,md5,media_type,label --match 'cats/*'

@@ -8,6 +8,7 @@ Imports inside functions: each command imports the core it calls, so that ``hfra
 # string at start-up (about 50 ms on every command).
 import contextlib
 import os
+import shlex
 import sys
 import warnings
 from collections.abc import Callable
@@ -658,6 +659,14 @@ def verify(
         Optional[Path],
         typer.Option("--junit", metavar="FILE", help="Also write a JUnit XML report (one testcase per pack)."),
     ] = None,
+    html_file: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--html",
+            metavar="FILE",
+            help="Also write the report as one self-contained HTML page (thumbnails of damaged frames inline).",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
     jsonl: Annotated[bool, typer.Option("--jsonl", help="Print one JSON line per problem.")] = False,
     quiet: QuietOpt = False,
@@ -688,6 +697,10 @@ def verify(
             progress=render.progress_factory(quiet or json_out or jsonl, label="verifying"),
             part=part,
         )
+    if html_file is not None:
+        from ..view.report import write_html_report
+
+        write_html_report(report.to_dict(), html_file, shlex.join(["hframe", *sys.argv[1:]]))
     render.verify_outcome(
         report, junit=os.fspath(junit) if junit else None, as_json=json_out, as_jsonl=jsonl, quiet=quiet
     )

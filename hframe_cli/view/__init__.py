@@ -1,1 +1,2 @@
-"""What users look at instead of read: contact sheets of frames (``hframe sheet``)."""
+"""What users look at instead of read: contact sheets of frames (``hframe sheet``) and the
+verify report as a page (``verify --html``)."""

@@ -306,7 +306,10 @@ def save(sheet: Sheet, output: str, stdout: BinaryIO | None) -> None:
     buf = io.BytesIO()
     sheet.image.save(buf, fmt, **({"quality": 90} if fmt in ("JPEG", "WEBP") else {}))
     if output != "-":
-        write_atomically(output, buf.getvalue(), durable=False)
+        try:
+            write_atomically(output, buf.getvalue(), durable=False)
+        except OSError as e:
+            raise InputError(f"{output}: cannot write the sheet ({e.strerror or e})") from None
     elif stdout is None:
         raise InputError("refusing to write an image to a terminal; redirect stdout or use -o FILE")
     else:
