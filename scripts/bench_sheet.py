@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Benchmark ``hframe sheet``: 64 frames of a 20,000-JPEG pack, cold and warm, local and over HTTP.
+"""Benchmark ``hframe sheet`` (64 frames of a 20,000-JPEG pack, cold and warm, local and over
+HTTP) and what ``verify --html`` adds to ``verify``.
 
 Usage: python scripts/bench_sheet.py DATA_DIR [--frames 64] [--repeat 3]
 
@@ -13,7 +14,8 @@ sample of ``--frames`` frames (a new seed each run, so no run reads what the one
   nginx-light``), its pages evicted on the server side for the cold run.
 
 Also ``in_process_warm``: ``contact_sheet`` called in this process, warm (no start-up, no
-image written): what the command's own work costs. Output: one ``key=value`` line per measurement (medians of ``--repeat``, seconds).
+image written): what the command's own work costs; and ``verify`` of the same clean pack, warm,
+with and without ``--html`` (runs alternated), as ``html_overhead`` (goal: <= 0.05). Output: one ``key=value`` line per measurement (medians of ``--repeat``, seconds).
 """
 
 from __future__ import annotations
@@ -75,6 +77,13 @@ def main() -> int:
         t0 = time.perf_counter()
         contact_sheet(pack, sample=args.frames, seed=1)
         print(f"in_process_warm_s={time.perf_counter() - t0:.3f}")
+        plain, page = [], []
+        for _ in range(args.repeat):
+            plain.append(timed(["verify", pack, "-q"]))
+            page.append(timed(["verify", pack, "-q", "--html", os.path.join(work, "r.html")]))
+        print(f"verify_s={statistics.median(plain):.3f}")
+        print(f"verify_html_s={statistics.median(page):.3f}")
+        print(f"html_overhead={statistics.median(page) / statistics.median(plain) - 1:.3f}")
     finally:
         if server is not None:
             server.terminate()

@@ -31,7 +31,7 @@ dd if=sample/photos.hframe bs=1 skip="$off" count="$len" status=none | cmp - sam
 echo "dd at the indexed offset: bytes identical to the source" >&2
 rm sample/photos.hframe.index.parquet
 step hframe index sample/photos.hframe --rebuild
-step hframe bench-cold sample/photos.hframe --frames 16 --batches 5 --seed 1 --compare sample/photos --md5
+step hframe bench-cold sample/photos.hframe --frames 16 --batches 5 --seed 1 --compare sample/photos --md5 --plot sample/bench-cold.png
 step hframe bench-warm sample/photos.hframe --frames 16 --batches 5 --seed 1 --sampler block-local --block-size 20
 step python -c "import hframe_cli as h; p = h.open_pack('sample/photos.hframe'); print(len(p), 'frames;', 'read_many of 8:', [len(b) for b in p.read_many(range(8))])"
 # training: a DataLoader over the pack (only where torch is installed: pip install 'hframe[torch]')
@@ -58,4 +58,5 @@ step hframe get sample/records.hframe 00007.json -o sample/00007.json
 step cmp sample/00007.json sample/records/00007.json
 step hframe bench-warm sample/records.hframe --frames 64 --batches 5 --seed 1 --md5
 echo >&2
+echo "pictures: sample/sheet.jpg, sample/clip000.png, sample/verify.html, sample/bench-cold.png" >&2
 echo "demo ok: pack, verify, dump-header, index, get, dd, rebuild, cold/warm bench, Python reader, DataLoader (with torch), video frames, contact sheets, zstd" >&2

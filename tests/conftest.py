@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import random
@@ -99,11 +100,20 @@ def real_media(limit: int = 120) -> list[Path]:
 
 @functools.cache
 def _real_media(limit: int) -> tuple[Path, ...]:  # (walking both trees costs about a second)
-    found: list[Path] = []
+    # varied: every kind from both trees in turn, at most three files of one folder (a package's
+    # folder of toolbar icons would otherwise be all of them)
+    groups: list[list[Path]] = []
     for root in (Path(sys.prefix), Path("/usr/share")):
         for ext in ("png", "jpg", "jpeg", "gif", "webp"):
-            found += sorted(root.rglob(f"*.{ext}"))[:limit]
-    return tuple([p for p in found if p.is_file() and 0 < p.stat().st_size < 4 << 20][:limit])
+            per_folder: dict[Path, int] = {}
+            group = []
+            for p in sorted(root.rglob(f"*.{ext}")):
+                if per_folder.get(p.parent, 0) < 3 and p.is_file() and 0 < p.stat().st_size < 4 << 20:
+                    per_folder[p.parent] = per_folder.get(p.parent, 0) + 1
+                    group.append(p)
+            groups.append(group)
+    mixed = [p for round_ in itertools.zip_longest(*groups) for p in round_ if p is not None]
+    return tuple(mixed[:limit])
 
 
 def make_photos(root: Path, count: int = 30) -> Path:

@@ -778,9 +778,22 @@ def _bench_command(mode: str) -> Any:
         memory_map: Annotated[
             bool, typer.Option("--memory-map", help="Read through a memory map of the pack (bench-warm only).")
         ] = False,
+        plot: Annotated[
+            Optional[Path],
+            typer.Option(
+                "--plot",
+                metavar="FILE",
+                help="Also draw the frame and batch latency distributions (.png, .svg or .pdf; needs matplotlib).",
+            ),
+        ] = None,
         json_out: JsonOpt = False,
     ) -> None:
         from ..read.bench import run_bench
+
+        if plot is not None:
+            from ..view.plot import check_plotting
+
+            check_plotting(plot)  # (before the benchmark: it may take a while)
 
         result = run_bench(
             pack,
@@ -799,6 +812,10 @@ def _bench_command(mode: str) -> Any:
             md5=md5,
             memory_map=memory_map,
         )
+        if plot is not None:
+            from ..view.plot import plot_latencies
+
+            plot_latencies(result, plot)
         render.bench_result(result, json_out)
         raise typer.Exit(result.exit_code)
 

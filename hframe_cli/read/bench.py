@@ -28,7 +28,7 @@ from ..storage.access import evict_from_page_cache
 from .dataset import DatasetReader, open_pack
 from .reader import PackReader, ReadStats, default_workers
 
-__all__ = ["CACHE_METHODS", "SAMPLERS", "BenchResult", "ReadSide", "evict", "run_bench", "sample_batches"]
+__all__ = ["CACHE_METHODS", "SAMPLERS", "BenchResult", "ReadSide", "evict", "percentile", "run_bench", "sample_batches"]
 
 SAMPLERS = ("random", "block-local", "sequential")
 CACHE_METHODS = ("auto", "drop_caches", "fadvise", "none")
@@ -104,7 +104,8 @@ def evict(method: str, paths: Sequence[str]) -> str:
     return "none"
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-quantile of ``values``, interpolated between neighbours (0 for none)."""
     if not values:
         return 0.0
     s = sorted(values)
@@ -142,14 +143,14 @@ class ReadSide:
             "frames_per_s": round(self.frames / self.elapsed_s, 1) if self.elapsed_s > 0 else 0.0,
             "mb_per_s": round(self.bytes_requested / self.elapsed_s / 1e6, 3) if self.elapsed_s > 0 else 0.0,
             "frame_latency_ms": {
-                "p50": round(_percentile(fl, 0.50) * ms, 4),
-                "p95": round(_percentile(fl, 0.95) * ms, 4),
-                "p99": round(_percentile(fl, 0.99) * ms, 4),
+                "p50": round(percentile(fl, 0.50) * ms, 4),
+                "p95": round(percentile(fl, 0.95) * ms, 4),
+                "p99": round(percentile(fl, 0.99) * ms, 4),
                 "max": round(max(fl, default=0.0) * ms, 4),
             },
             "batch_latency_ms": {
-                "p50": round(_percentile(bl, 0.50) * ms, 4),
-                "p99": round(_percentile(bl, 0.99) * ms, 4),
+                "p50": round(percentile(bl, 0.50) * ms, 4),
+                "p99": round(percentile(bl, 0.99) * ms, 4),
             },
             "decode_s": None if self.decode_s is None else round(self.decode_s, 6),
             "decode_frames_per_s": (round(self.frames / self.decode_s, 1) if self.decode_s else None),

@@ -143,7 +143,7 @@ def test_stdout_remote_and_dataset_give_the_same_sheet(images, tmp_path):
         remote = run_bin(["sheet", f"{base}/p.hframe", "-o", "-", *args])
     assert remote.returncode == 0 and remote.stdout == local.stdout
     ds = tmp_path / "ds.hframe"
-    r = run_bin(["pack", str(src), "-o", str(ds), "-q", "--max-pack-bytes", "200KiB", *CREATED])
+    r = run_bin(["pack", str(src), "-o", str(ds), "-q", "--max-pack-bytes", "16KiB", *CREATED])
     assert r.returncode == 0, r.stderr
     assert len(list(tmp_path.glob("ds-*.hframe"))) > 1
     sharded = run_bin(["sheet", str(ds), "-o", "-", *args])
