@@ -133,6 +133,11 @@ EXAMPLES = {
         "hframe get photos.hframe 1 2 3 -o out/",
         "hframe index photos.hframe -c name --label cats --no-header | hframe get photos.hframe -T - --format tar | tar x",
     ],
+    "mount": [
+        "mkdir -p mnt && hframe mount photos.hframe mnt --background && ls -l mnt/cats | head -3 && hframe umount mnt",
+        "mkdir -p mnt && hframe mount https://data.example.com/photos.hframe mnt",
+    ],
+    "umount": ["mkdir -p mnt && hframe mount photos.hframe mnt -b && hframe umount mnt"],
     "sheet": [
         "hframe sheet photos.hframe -o sheet.jpg",
         "hframe sheet photos.hframe --label cats --sample 32 --seed 7 -o cats.png",
@@ -1103,6 +1108,34 @@ def sheet(
     )
     save(drawn, output, stdout)
     render.sheet_drawn(drawn.describe(), output, json_out and output != "-", quiet)
+
+
+@_command("mount", "Mount a pack, dataset or remote pack as a read-only folder (FUSE).")
+def mount(
+    source: PackArg,
+    mountpoint: Annotated[str, typer.Argument(metavar="MOUNTPOINT", help="An empty folder to mount it on.")],
+    stored: Annotated[
+        bool, typer.Option("--stored", help="Files as stored (compressed frames stay compressed).")
+    ] = False,
+    background: Annotated[
+        bool, typer.Option("--background", "-b", help="Return once mounted; unmount with 'hframe umount'.")
+    ] = False,
+) -> None:
+    """Show the frames of SOURCE as files under MOUNTPOINT (their names, sizes and mtimes from
+    the index), read through hframe's reader, read-only, until Ctrl-C, SIGTERM or 'hframe umount'."""
+    from ..read.mount import mount as mount_pack
+
+    mount_pack(os.fspath(source), mountpoint, stored=stored, background=background, argv=sys.argv[1:])
+
+
+@_command("umount", "Unmount a folder that 'hframe mount' mounted.")
+def umount(
+    mountpoint: Annotated[str, typer.Argument(metavar="MOUNTPOINT", help="Where it is mounted.")],
+) -> None:
+    """Unmount MOUNTPOINT (fusermount3 -u)."""
+    from ..read.mount import unmount
+
+    unmount(mountpoint)
 
 
 _VALUED_GLOBALS = ("--io-timeout", "--cache-dir", "--cache-limit")

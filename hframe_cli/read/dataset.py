@@ -256,6 +256,10 @@ class DatasetReader:
         k, local = self.locate(self.frame_id(key))
         return self.shard(k).head(local, nbytes)
 
+    def read_part(self, key: FrameKey, start: int, nbytes: int, stored: bool = False) -> bytes:
+        k, local = self.locate(self.frame_id(key))
+        return self.shard(k).read_part(local, start, nbytes, stored)
+
     def range_of(self, frame_id: int) -> tuple[int, int]:
         k, local = self.locate(frame_id)
         return self.shard(k).range_of(local)

@@ -481,12 +481,24 @@ class PackReader:
 
     def head(self, key: FrameKey, nbytes: int) -> bytes:
         """The first ``nbytes`` bytes of a frame (all of it when shorter)."""
+        return self.read_part(key, 0, nbytes)
+
+    def read_part(self, key: FrameKey, start: int, nbytes: int, stored: bool = False) -> bytes:
+        """``nbytes`` bytes of a frame from byte ``start`` of it (fewer at its end, none past
+        it): one read of the pack for a frame stored as it is (``hframe mount``'s reads). A
+        compressed frame is decompressed whole first (unless ``stored``); a frame of an unpinned
+        remote pack, or of a remote pack with a node cache, is read whole (checked, or kept)."""
         i = self.frame_id(key)
-        if (self._codecs is not None and self._codecs[i]) or self.checks_md5:
-            return self.read(i)[: max(nbytes, 0)]  # (unpinned remote: a frame is checked whole)
+        start, nbytes = max(start, 0), max(nbytes, 0)
+        compressed = not stored and self._codecs is not None and self._codecs[i]
+        if compressed or self.checks_md5 or (self.remote and self._pack_cache() is not None):
+            whole = self.read_stored(i) if stored else self.read(i)
+            return whole[start : start + nbytes]
         offset, length = self._offsets[i], self._lengths[i]
         self._check_range(i, offset, length)
-        return self._storage.read_at(offset, min(max(nbytes, 0), length))
+        if start >= length or not nbytes:
+            return b""
+        return self._storage.read_at(offset + start, min(nbytes, length - start))
 
     def read_many(
         self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None

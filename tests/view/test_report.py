@@ -140,7 +140,9 @@ def test_a_headless_browser_renders_the_verdict_and_the_damaged_frame(packs, tmp
     good, bad, row = packs
     page_file = tmp_path / "r.html"
     assert run_bin(["verify", str(good), str(bad), "--html", str(page_file), "-q"]).returncode == 1
-    browser = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+    browser = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run"]
+    # (no network here: without these it tries, and waits for, Google's hosts at every start)
+    browser += ["--disable-quic", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
     browser += [f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,900"]
     shot = tmp_path / "r.png"
     subprocess.run([*browser, f"--screenshot={shot}", page_file.as_uri()], capture_output=True, timeout=120, check=True)

@@ -1,0 +1,262 @@
+"""``hframe mount``: packs (images, real media, zstd, video frames), a dataset and a pack over
+nginx, mounted with FUSE and used by real tools (``md5sum -c``, ``ls -lR``, ``stat``, ``cp -r``,
+``tar``, Pillow, a folder-of-classes reader); a republish while mounted never mixes generations;
+errors are one line and leave nothing mounted. Skipped (with the reason) where FUSE cannot run:
+no ``/dev/fuse``, no libfuse 3 (``.ci/run`` installs Debian's fuse3), no mfusepy."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import hframe_bin, make_photos, make_video, nginx_serving, real_media, run_bin
+from PIL import Image
+
+
+def _why_not() -> str | None:
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse here"
+    if not (shutil.which("fusermount3") or shutil.which("fusermount")):
+        return "no fusermount3 (apt-get install fuse3; .ci/run does)"
+    try:
+        import mfusepy  # noqa: F401
+    except (ImportError, OSError) as e:
+        return f"mfusepy or libfuse 3 missing: {e}"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))
+
+CREATED = ["--created", "1700000000"]
+
+
+@contextmanager
+def mounted(source: str | Path, mnt: Path, *extra: str) -> Iterator[Path]:
+    mnt.mkdir(parents=True, exist_ok=True)
+    r = run_bin(["mount", str(source), str(mnt), "--background", *extra])
+    assert r.returncode == 0, r.stderr
+    try:
+        assert os.path.ismount(mnt)
+        yield mnt
+    finally:
+        if os.path.ismount(mnt) and run_bin(["umount", str(mnt)]).returncode != 0 or not os.path.isdir(mnt):
+            subprocess.run(["fusermount3", "-uz", str(mnt)], check=False, capture_output=True)
+        deadline = time.monotonic() + 10
+        while os.path.ismount(mnt) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.ismount(mnt)
+
+
+def sources(root: Path) -> dict[str, Path]:
+    return {p.relative_to(root).as_posix(): p for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    src = make_photos(tmp_path / "src", 30)
+    for k, m in enumerate(real_media(40)[:16]):
+        (src / "real").mkdir(exist_ok=True)
+        shutil.copyfile(m, src / "real" / f"{k:02d}{m.suffix}")
+    return src
+
+
+def test_real_tools_read_a_mounted_pack_as_the_folder_it_was_packed_from(tree, tmp_path):
+    pack = tmp_path / "p.hframe"
+    assert run_bin(["pack", str(tree), "-o", str(pack), "-q", *CREATED]).returncode == 0
+    want = sources(tree)
+    sums = tmp_path / "sums.md5"
+    sums.write_text("".join(f"{hashlib.md5(p.read_bytes()).hexdigest()}  {n}\n" for n, p in sorted(want.items())))
+    with mounted(pack, tmp_path / "mnt") as mnt:
+        r = subprocess.run(["md5sum", "-c", "--quiet", str(sums)], cwd=mnt, capture_output=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        listing = subprocess.run(["ls", "-lR", str(mnt)], capture_output=True, text=True, check=True).stdout
+        assert all(Path(n).name in listing for n in want)
+        found = subprocess.run(["find", ".", "-type", "f"], cwd=mnt, capture_output=True, text=True, check=True)
+        assert sorted(line[2:] for line in found.stdout.split()) == sorted(want)
+        rows = {r["name"]: r for r in pq.read_table(f"{pack}.index.parquet").to_pylist()}
+        for name, path in want.items():
+            st = os.stat(mnt / name)
+            assert st.st_size == path.stat().st_size == rows[name]["raw_length"]
+            assert int(st.st_mtime) == int(path.stat().st_mtime)
+        shutil.copytree(mnt, tmp_path / "copy")
+        assert {n: p.read_bytes() for n, p in sources(tmp_path / "copy").items()} == {
+            n: p.read_bytes() for n, p in want.items()
+        }
+        subprocess.run(["tar", "cf", str(tmp_path / "m.tar"), "-C", str(mnt), "."], check=True)
+        with tarfile.open(tmp_path / "m.tar") as t:
+            assert sorted(m.name[2:] for m in t.getmembers() if m.isfile()) == sorted(want)
+        # a folder-of-classes reader (torchvision ImageFolder's walk): classes, labels, decoded images
+        classes = sorted(d.name for d in mnt.iterdir() if d.is_dir())
+        samples = [(p, classes.index(c)) for c in classes for p in sorted((mnt / c).iterdir())]
+        assert len(samples) == len(want)
+        for p, _ in samples:
+            if p.suffix.lower() in (".jpg", ".png"):
+                with Image.open(p) as im:
+                    im.load()
+        with pytest.raises(OSError):
+            (mnt / "new.txt").write_bytes(b"x")  # read-only
+
+
+def test_compressed_frames_video_frames_and_stored_bytes(tmp_path):
+    src = make_photos(tmp_path / "src", 12)
+    (src / "records").mkdir()
+    for i in range(20):
+        (src / "records" / f"{i:03d}.json").write_text(f'{{"i": {i}, "pad": "{"x" * (100 + i * 300)}"}}')
+    make_video(src / "clips" / "one.mp4", "libx264")
+    pack = tmp_path / "z.hframe"
+    args = ["pack", str(src), "-o", str(pack), "-q", "--compress", "zstd:3", "--video-frames", "every:10", *CREATED]
+    assert run_bin(args).returncode == 0
+    rows = pq.read_table(f"{pack}.index.parquet").to_pylist()
+    assert any(r["codec"] != "none" for r in rows) and any("#frame=" in r["name"] for r in rows)
+    with mounted(pack, tmp_path / "mnt") as mnt:
+        for i in range(20):
+            name = f"records/{i:03d}.json"
+            assert (mnt / name).read_bytes() == (src / name).read_bytes()
+        frames = sorted((mnt / "clips").glob("one.mp4#frame=*"))
+        assert len(frames) == 3
+        for f in frames:
+            with Image.open(f) as im:
+                im.load()
+    with mounted(pack, tmp_path / "mnt2", "--stored") as mnt:
+        from hframe_cli import open_pack
+
+        with open_pack(pack) as p:
+            for r in rows[:10]:
+                got = (mnt / r["name"]).read_bytes()
+                assert len(got) == r["length"] and got == p.read_stored(r["frame_id"])
+
+
+def test_a_dataset_and_a_pack_over_nginx_mount_as_the_local_pack(tree, tmp_path):
+    want = {n: p.read_bytes() for n, p in sources(tree).items()}
+    ds = tmp_path / "ds.hframe"
+    assert run_bin(["pack", str(tree), "-o", str(ds), "-q", "--max-pack-bytes", "16KiB", *CREATED]).returncode == 0
+    assert len(list(tmp_path.glob("ds-*.hframe"))) > 1
+    with mounted(ds, tmp_path / "mnt") as mnt:
+        assert {n: p.read_bytes() for n, p in sources(mnt).items()} == want
+    site = tmp_path / "site"
+    site.mkdir()
+    assert run_bin(["pack", str(tree), "-o", str(site / "p.hframe"), "-q", *CREATED]).returncode == 0
+    with nginx_serving(site, tmp_path / "ng") as base, mounted(f"{base}/p.hframe", tmp_path / "mnt3") as mnt:
+        assert {n: p.read_bytes() for n, p in sources(mnt).items()} == want
+
+
+def test_a_pack_republished_while_mounted_serves_its_old_bytes_never_a_mix(tmp_path):
+    old_src = make_photos(tmp_path / "old", 20)
+    new_src = tmp_path / "new"
+    shutil.copytree(old_src, new_src)
+    for p in new_src.rglob("*.*"):  # same names and sizes, other bytes
+        p.write_bytes(bytes(255 - b for b in p.read_bytes()))
+    pack = tmp_path / "p.hframe"
+    assert run_bin(["pack", str(old_src), "-o", str(pack), "-q", *CREATED]).returncode == 0
+    old = {n: p.read_bytes() for n, p in sources(old_src).items()}
+    with mounted(pack, tmp_path / "mnt") as mnt:
+        reader = subprocess.Popen(
+            [
+                *hframe_bin_python(),
+                "-c",
+                "import sys, os, time\n"
+                "root = sys.argv[1]\n"
+                "end = time.monotonic() + 4\n"
+                "while time.monotonic() < end:\n"
+                "    for d, _, fs in os.walk(root):\n"
+                "        for f in fs:\n"
+                "            p = os.path.join(d, f)\n"
+                "            try:\n"
+                "                data = open(p, 'rb').read()\n"
+                "            except OSError:\n"
+                "                print('EIO', os.path.relpath(p, root), flush=True); continue\n"
+                "            sys.stdout.buffer.write(os.path.relpath(p, root).encode() + b' ' + data.hex().encode() + b'\\n')\n",
+                str(mnt),
+            ],
+            stdout=subprocess.PIPE,
+        )
+        for k in range(3):  # republish, back and forth, while it reads
+            time.sleep(0.5)
+            src = new_src if k % 2 == 0 else old_src
+            assert run_bin(["pack", str(src), "-o", str(pack), "-q", "--force", *CREATED]).returncode == 0
+        out, _ = reader.communicate(timeout=60)
+    lines = out.decode().splitlines()
+    assert len(lines) > len(old)
+    for line in lines:
+        name, value = line.split(" ", 1)
+        if name != "EIO":
+            assert bytes.fromhex(value) == old[name], name  # the generation it mounted, whole
+
+
+def hframe_bin_python() -> list[str]:
+    return [str(Path(hframe_bin()).with_name("python"))]
+
+
+def test_bad_mounts_are_one_line_and_leave_nothing_mounted(tree, tmp_path):
+    pack = tmp_path / "p.hframe"
+    assert run_bin(["pack", str(tree), "-o", str(pack), "-q", *CREATED]).returncode == 0
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    (tmp_path / "empty").mkdir()
+    cases = [
+        ([str(pack), str(tmp_path / "missing")], "no such folder"),
+        ([str(pack), str(tmp_path / "full")], "not empty"),
+        ([str(tmp_path / "nope.hframe"), str(tmp_path / "empty"), "--background"], "nope.hframe"),
+    ]
+    for args, words in cases:
+        r = run_bin(["mount", *args])
+        err = r.stderr.decode()
+        assert r.returncode == 2 and words in err and err.count("\n") == 1, err
+    assert not os.path.ismount(tmp_path / "empty") and not os.path.ismount(tmp_path / "full")
+    r = run_bin(["umount", str(tmp_path / "empty")])
+    assert r.returncode == 2 and "nothing is mounted there" in r.stderr.decode()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_foreground_mount_unmounts_on_ctrl_c_and_sigterm(tree, tmp_path, sig):
+    pack = tmp_path / "p.hframe"
+    assert run_bin(["pack", str(tree), "-o", str(pack), "-q", *CREATED]).returncode == 0
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.Popen([hframe_bin(), "mount", str(pack), str(mnt)], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.ismount(mnt) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.path.ismount(mnt)
+        assert (mnt / "cats").is_dir()
+        proc.send_signal(sig)
+        proc.wait(timeout=10)
+        assert not os.path.ismount(mnt)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        # (a killed server's mount is "not connected", which ismount does not see: always detach)
+        subprocess.run(["fusermount3", "-uz", str(mnt)], check=False, capture_output=True)
+
+
+def test_a_mount_whose_process_was_killed_is_still_unmounted_by_umount(tree, tmp_path):
+    pack = tmp_path / "p.hframe"
+    assert run_bin(["pack", str(tree), "-o", str(pack), "-q", *CREATED]).returncode == 0
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.Popen([hframe_bin(), "mount", str(pack), str(mnt)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.ismount(mnt) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait(timeout=10)
+        with pytest.raises(OSError):
+            os.listdir(mnt)  # "Transport endpoint is not connected"
+        r = run_bin(["mount", str(pack), str(mnt)])
+        assert r.returncode == 2 and "mounted there already" in r.stderr.decode()
+        assert run_bin(["umount", str(mnt)]).returncode == 0
+        assert os.listdir(mnt) == []
+    finally:
+        subprocess.run(["fusermount3", "-uz", str(mnt)], check=False, capture_output=True)
