@@ -53,7 +53,19 @@ import time
 
 HFRAME = os.path.join(os.path.dirname(sys.executable), "hframe")
 
-RUN = r"""
+#: the end of both runs: the epoch through the DataLoader, timed, as one JSON line
+EPOCH = r"""
+n, first = 0, None
+for got in loader:
+    n += got
+    if first is None:
+        first = time.perf_counter() - t0
+seconds = time.perf_counter() - t0
+print(json.dumps({"frames": n, "seconds": seconds, "first_batch_s": first, "batch": batch}))
+"""
+
+RUN = (
+    r"""
 import json, os, sys, time
 from torch.utils.data import DataLoader
 from hframe_cli.training import BlockShuffleSampler, FrameDataset
@@ -74,14 +86,9 @@ sampler = BlockShuffleSampler(ds, seed=1, block=block, window=4 if block > 1 els
 sampler.set_epoch(epoch)
 loader = DataLoader(ds, batch_size=batch, sampler=sampler, num_workers=workers, collate_fn=lambda b: len(b),
                     multiprocessing_context="fork", prefetch_factor=2)
-n, first = 0, None
-for got in loader:
-    n += got
-    if first is None:
-        first = time.perf_counter() - t0
-seconds = time.perf_counter() - t0
-print(json.dumps({"frames": n, "seconds": seconds, "first_batch_s": first, "batch": batch}))
 """
+    + EPOCH
+)
 
 #: MosaicML Streaming's epoch over the same images (MDS shards on the same S3 server, behind the
 #: same proxy). streaming 0.13 imports transformers and torchvision at import time for its text
@@ -133,14 +140,8 @@ if sample:  # a random sample, read one by one: each frame's shard is downloaded
     sys.exit(0)
 loader = DataLoader(ds, batch_size=batch, num_workers=workers, collate_fn=lambda b: len(b),
                     multiprocessing_context="fork", prefetch_factor=2)
-n, first = 0, None
-for got in loader:
-    n += got
-    if first is None:
-        first = time.perf_counter() - t0
-seconds = time.perf_counter() - t0
-print(json.dumps({"frames": n, "seconds": seconds, "first_batch_s": first, "batch": batch}))
 """
+    + EPOCH
 )
 
 
