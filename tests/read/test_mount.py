@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import hframe_bin, make_photos, make_video, nginx_serving, real_media, run_bin
+from conftest import FRAMES, hframe_bin, make_photos, make_video, nginx_serving, real_media, run_bin
 from PIL import Image
 
 
@@ -134,6 +134,26 @@ def test_compressed_frames_video_frames_and_stored_bytes(tmp_path):
             for r in rows[:10]:
                 got = (mnt / r["name"]).read_bytes()
                 assert len(got) == r["length"] and got == p.read_stored(r["frame_id"])
+
+
+def test_a_video_stored_whole_plays_through_the_mount(tmp_path):
+    """A container read as a video reader reads it: seeks into the file (mp4's index), partial
+    reads; PyAV (FFmpeg's libraries, as ffprobe) demuxes and decodes every frame."""
+    import av
+
+    src = tmp_path / "src"
+    make_video(src / "one.mp4", "libx264", movflags="faststart")
+    make_video(src / "two.mkv", "mpeg4")
+    pack = tmp_path / "v.hframe"
+    assert run_bin(["pack", str(src), "-o", str(pack), "-q", *CREATED]).returncode == 0
+    with mounted(pack, tmp_path / "mnt") as mnt:
+        for name in ("one.mp4", "two.mkv"):
+            with av.open(str(mnt / name)) as c:
+                stream = c.streams.video[0]
+                frames = [f.to_ndarray(format="rgb24").tobytes() for f in c.decode(stream)]
+            with av.open(str(src / name)) as c:
+                want = [f.to_ndarray(format="rgb24").tobytes() for f in c.decode(c.streams.video[0])]
+            assert len(frames) == FRAMES and frames == want
 
 
 def test_a_dataset_and_a_pack_over_nginx_mount_as_the_local_pack(tree, tmp_path):
