@@ -280,3 +280,16 @@ def test_a_mount_whose_process_was_killed_is_still_unmounted_by_umount(tree, tmp
         assert os.listdir(mnt) == []
     finally:
         subprocess.run(["fusermount3", "-uz", str(mnt)], check=False, capture_output=True)
+
+
+def test_a_missing_fuse_binding_is_one_line_exit_3_and_nothing_mounted(tree, tmp_path):
+    pack = tmp_path / "p.hframe"
+    assert run_bin(["pack", str(tree), "-o", str(pack), "-q", *CREATED]).returncode == 0
+    blocker = tmp_path / "blocker"  # an mfusepy that fails to import, first on the path
+    blocker.mkdir()
+    (blocker / "mfusepy.py").write_text("raise ImportError('No module named mfusepy')\n")
+    (tmp_path / "mnt").mkdir()
+    r = run_bin(["mount", str(pack), str(tmp_path / "mnt")], env={**os.environ, "PYTHONPATH": str(blocker)})
+    err = r.stderr.decode()
+    assert r.returncode == 3 and "pip install 'hframe[mount]'" in err and err.count("\n") == 1
+    assert not os.path.ismount(tmp_path / "mnt")
