@@ -183,9 +183,9 @@ def _in_background(mountpoint: str, argv: list[str]) -> None:
             return
         if proc.poll() is not None:
             said = open(log_path, encoding="utf-8", errors="replace").read().strip().splitlines()
-            raise InputError(
-                said[-1].removeprefix("hframe: error: ") if said else f"{mountpoint}: the mount ended at once"
-            )
+            why = said[-1].removeprefix("hframe: error: ") if said else f"{mountpoint}: the mount ended at once"
+            # (its exit status says which kind: a store that cannot be read is 3, as it would be here)
+            raise (StorageError if proc.returncode == StorageError.exit_code else InputError)(why)
         time.sleep(0.02)
     proc.kill()
     raise StorageError(f"{mountpoint}: not mounted within {READY_WITHIN_S:g} s")
