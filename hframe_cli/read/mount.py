@@ -21,7 +21,6 @@ Imports inside functions: mfusepy loads libfuse when imported, so only a mount i
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import shutil
 import signal
@@ -40,8 +39,6 @@ from ..errors import InputError, StorageError
 from .dataset import open_pack
 
 __all__ = ["MountTree", "check_mountable", "is_mounted", "mount", "unmount"]
-
-log = logging.getLogger("hframe.mount")
 
 #: decompressed frames kept for the reads that follow (a big frame is read in 128 KiB pieces)
 KEEP_DECODED = 8
@@ -309,7 +306,6 @@ class _Operations:
                 return data[offset : offset + size]
             return bytes(self._reader.read_part(fh, offset, size, self._stored))
         except Exception as e:  # (the pack was replaced, the store failed: EIO, said in the log)
-            log.error("%s: frame %d of %s: %s", path, fh, self._source, e)
             sys.stderr.write(f"hframe mount: {path}: frame {fh} of {self._source}: {e}\n")
             raise _fuse_error(errno.EIO) from None
 

@@ -213,6 +213,34 @@ def test_a_pack_republished_while_mounted_serves_its_old_bytes_never_a_mix(tmp_p
             assert bytes.fromhex(value) == old[name], name  # the generation it mounted, whole
 
 
+def test_a_remote_pack_replaced_on_the_server_gives_eio_never_new_bytes(tmp_path):
+    old_src = make_photos(tmp_path / "old", 200)  # (well past the first 64 KiB, which come with the open)
+    new_src = tmp_path / "new"
+    shutil.copytree(old_src, new_src)
+    for p in new_src.rglob("*.*"):
+        p.write_bytes(bytes(255 - b for b in p.read_bytes()))
+    site = tmp_path / "site"
+    site.mkdir()
+    assert run_bin(["pack", str(old_src), "-o", str(site / "p.hframe"), "-q", *CREATED]).returncode == 0
+    old = {n: p.read_bytes() for n, p in sources(old_src).items()}
+    names = sorted(old)
+    with nginx_serving(site, tmp_path / "ng") as base, mounted(f"{base}/p.hframe", tmp_path / "mnt") as mnt:
+        for n in names[:5]:
+            assert (mnt / n).read_bytes() == old[n]
+        assert run_bin(["pack", str(new_src), "-o", str(site / "p.hframe"), "-q", "--force", *CREATED]).returncode == 0
+        failed = 0
+        for n in names:
+            try:
+                got = (mnt / n).read_bytes()
+            except OSError as e:
+                assert e.errno == 5  # EIO
+                failed += 1
+                continue
+            assert got == old[n], n  # the generation it mounted, never the new one
+        head = sum(1 for r in pq.read_table(site / "p.hframe.index.parquet").to_pylist() if r["offset"] < 65536)
+        assert failed >= len(names) - 5 - head  # the frames not read before: the old generation is gone
+
+
 def hframe_bin_python() -> list[str]:
     return [str(Path(hframe_bin()).with_name("python"))]
 
