@@ -179,7 +179,8 @@ def _in_background(mountpoint: str, argv: list[str]) -> None:
         if os.path.ismount(mountpoint):
             return
         if proc.poll() is not None:
-            said = open(log_path, encoding="utf-8", errors="replace").read().strip().splitlines()
+            with open(log_path, encoding="utf-8", errors="replace") as f:
+                said = f.read().strip().splitlines()
             why = said[-1].removeprefix("hframe: error: ") if said else f"{mountpoint}: the mount ended at once"
             # (its exit status says which kind: a store that cannot be read is 3, as it would be here)
             raise (StorageError if proc.returncode == StorageError.exit_code else InputError)(why)

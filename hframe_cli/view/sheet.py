@@ -29,6 +29,7 @@ from PIL import Image, ImageDraw, ImageFont
 from ..durable import write_atomically
 from ..errors import InputError, NotFound
 from ..format.index import describe_filters, select_rows
+from ..format.layout import MEDIA_TYPES
 from ..processes import usable_cpus
 from ..read.dataset import open_pack
 
@@ -50,6 +51,9 @@ DEFAULT_SAMPLE = 64
 MAX_FRAMES = 4096
 #: image formats a sheet is written in, by the output's extension
 FORMATS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".webp": "WEBP"}
+
+#: the index's media types of images (a frame of another that does not decode is no damage)
+IMAGE_TYPES = frozenset(t for t in MEDIA_TYPES if t != "unknown")
 
 _BACKGROUND = (24, 24, 24)
 _TILE = (40, 40, 40)
@@ -227,14 +231,11 @@ def _draw(
 
     def decode(k: int) -> Image.Image | str:
         row, data = rows[k], datas[k]
-        if row.get("media_type") not in ("jpeg", "png", "gif", "webp", "bmp", "tiff", "image"):
-            try:  # a frame the index does not call an image may still be one (sniffing is cautious)
-                return thumbnail(data, size)
-            except Exception:
-                return f"not an image: {row.get('media_type')}, {len(data)} bytes"
-        try:
+        try:  # (a frame the index does not call an image may still be one: sniffing is cautious)
             return thumbnail(data, size)
         except Exception as e:  # (Pillow raises many kinds for damaged bytes)
+            if row.get("media_type") not in IMAGE_TYPES:
+                return f"not an image: {row.get('media_type')}, {len(data)} bytes"
             return f"cannot decode: {' '.join(str(e).split()) or type(e).__name__}"
 
     n = len(rows)

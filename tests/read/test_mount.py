@@ -57,6 +57,15 @@ def mounted(source: str | Path, mnt: Path, *extra: str) -> Iterator[Path]:
         assert not os.path.ismount(mnt)
 
 
+def in_the_foreground(pack: Path, mnt: Path) -> subprocess.Popen[bytes]:
+    """``hframe mount PACK MNT`` as a running process, once MNT is mounted (at most 20 s: a hang)."""
+    proc = subprocess.Popen([hframe_bin(), "mount", str(pack), str(mnt)], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while not os.path.ismount(mnt) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    return proc
+
+
 def sources(root: Path) -> dict[str, Path]:
     return {p.relative_to(root).as_posix(): p for p in root.rglob("*") if p.is_file()}
 
@@ -271,11 +280,8 @@ def test_a_foreground_mount_unmounts_on_ctrl_c_and_sigterm(tree, tmp_path, sig):
     assert run_bin(["pack", str(tree), "-o", str(pack), "-q", *CREATED]).returncode == 0
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    proc = subprocess.Popen([hframe_bin(), "mount", str(pack), str(mnt)], stderr=subprocess.PIPE)
+    proc = in_the_foreground(pack, mnt)
     try:
-        deadline = time.monotonic() + 20
-        while not os.path.ismount(mnt) and time.monotonic() < deadline:
-            time.sleep(0.05)
         assert os.path.ismount(mnt)
         assert (mnt / "cats").is_dir()
         proc.send_signal(sig)
@@ -293,11 +299,8 @@ def test_a_mount_whose_process_was_killed_is_still_unmounted_by_umount(tree, tmp
     assert run_bin(["pack", str(tree), "-o", str(pack), "-q", *CREATED]).returncode == 0
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    proc = subprocess.Popen([hframe_bin(), "mount", str(pack), str(mnt)], stderr=subprocess.DEVNULL)
+    proc = in_the_foreground(pack, mnt)
     try:
-        deadline = time.monotonic() + 20
-        while not os.path.ismount(mnt) and time.monotonic() < deadline:
-            time.sleep(0.05)
         proc.kill()
         proc.wait(timeout=10)
         with pytest.raises(OSError):
