@@ -134,7 +134,7 @@ EXAMPLES = {
         "hframe index photos.hframe -c name --label cats --no-header | hframe get photos.hframe -T - --format tar | tar x",
     ],
     "mount": [
-        "mkdir -p mnt && hframe mount photos.hframe mnt --background && ls -l mnt/cats | head -3 && hframe umount mnt",
+        "mkdir -p mnt && hframe mount photos.hframe mnt --background && ls -l mnt/cats && hframe umount mnt",
         "mkdir -p mnt && hframe mount https://data.example.com/photos.hframe mnt",
     ],
     "umount": ["mkdir -p mnt && hframe mount photos.hframe mnt -b && hframe umount mnt"],
