@@ -1,13 +1,15 @@
 """``hframe mount``: a pack, a dataset or a remote pack as a read-only folder (FUSE).
 
 The tree is the frames' names (``a/b/c.jpg``: folders ``a`` and ``a/b``), each file's size the
-frame's size (decompressed; ``--stored``: as stored) and its mtime the source's, from the index.
-A read of a file is ``PackReader.read_part``: one ``pread`` of the pack for a frame stored as it
-is, one ranged GET for a remote one (or the node cache's copy); a compressed frame is
-decompressed once and kept among the last few. Every read goes through the one reader opened
+frame's size (decompressed; ``--stored``: as stored) and its mtime the source's, from the
+index. The mount answers no ``open`` where the kernel allows it: the kernel then opens and
+closes files by itself and keeps each file's pages while mounted, so a file is read from the
+pack once. A read of a file is ``PackReader.read_part``: one ``pread`` of the pack for a frame
+stored as it is, one ranged GET for a remote one (or the node cache's copy); a compressed frame
+is decompressed once and kept among the last few. Every read goes through the one reader opened
 at mount time, which holds its pack generation: a pack republished while mounted keeps serving
-the old generation's bytes (a local pack's open file), or its reads fail with EIO and a log line
-(a remote pack pinned to its ETag), never a mix of the two.
+the old generation's bytes (a local pack's open file), or its reads fail with EIO and a log
+line (a remote pack pinned to its ETag), never a mix of the two.
 
 The file system runs on libfuse 3 through mfusepy (the binding ratarmount uses), both optional:
 ``check_mountable`` says in one line what is missing (the package, the library, ``/dev/fuse``)
@@ -42,6 +44,9 @@ __all__ = ["MountTree", "check_mountable", "is_mounted", "mount", "unmount"]
 
 #: decompressed frames kept for the reads that follow (a big frame is read in 128 KiB pieces)
 KEEP_DECODED = 8
+#: libfuse's ``FUSE_CAP_NO_OPEN_SUPPORT``: the kernel takes ENOSYS from ``open`` as "opens need
+#: no answer" (Linux >= 4.19)
+_FUSE_CAP_NO_OPEN_SUPPORT = 1 << 17
 #: how long ``mount(background=True)`` waits for the folder to be mounted
 READY_WITHIN_S = 30.0
 
@@ -243,6 +248,7 @@ class _Operations:
         )
         self._decoded: OrderedDict[int, bytes] = OrderedDict()
         self._lock = threading.Lock()
+        self._no_open = False
         now = time.time_ns()
         self._uid, self._gid, self._now = os.getuid(), os.getgid(), now
 
@@ -283,38 +289,44 @@ class _Operations:
             raise _fuse_error(errno.ENOTDIR)
         return [".", "..", *(e.decode("utf-8", "surrogateescape") for e in entries)]
 
+    def init_with_config(self, conn: Any, config: Any) -> None:
+        self._no_open = bool(conn is not None and conn.capable & _FUSE_CAP_NO_OPEN_SUPPORT)
+
     def open(self, path: str, flags: int) -> int:
-        if flags & (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC):
-            raise _fuse_error(errno.EROFS)
+        # "no open" (Linux >= 4.19): the kernel takes ENOSYS for success and sends no more opens
+        # or releases (nor, after its first ENOSYS, flushes), keeping the pages of a file across
+        # opens (FOPEN_KEEP_CACHE). Reads name the file by its path. Writes never get here: the
+        # mount is read-only (EROFS from the kernel).
+        if self._no_open:
+            raise _fuse_error(errno.ENOSYS)
+        if self._tree.files.get(self._path(path)) is None:
+            raise _fuse_error(errno.ENOENT)
+        return 0
+
+    def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
         i = self._tree.files.get(self._path(path))
         if i is None:
             raise _fuse_error(errno.ENOENT)
-        return i
-
-    def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
         try:
-            if self._compressed[fh] and not self._stored:
+            if self._compressed[i] and not self._stored:
                 with self._lock:
-                    data = self._decoded.get(fh)
+                    data = self._decoded.get(i)
                     if data is not None:
-                        self._decoded.move_to_end(fh)
+                        self._decoded.move_to_end(i)
                 if data is None:
-                    data = self._reader.read(fh)
+                    data = self._reader.read(i)
                     with self._lock:
-                        self._decoded[fh] = data
+                        self._decoded[i] = data
                         while len(self._decoded) > KEEP_DECODED:
                             self._decoded.popitem(last=False)
                 return data[offset : offset + size]
-            return bytes(self._reader.read_part(fh, offset, size, self._stored))
+            return bytes(self._reader.read_part(i, offset, size, self._stored))
         except Exception as e:  # (the pack was replaced, the store failed: EIO, said in the log)
-            sys.stderr.write(f"hframe mount: {path}: frame {fh} of {self._source}: {e}\n")
+            sys.stderr.write(f"hframe mount: {path}: frame {i} of {self._source}: {e}\n")
             raise _fuse_error(errno.EIO) from None
 
     def flush(self, path: str, fh: int) -> int:
-        return 0  # (nothing is written: answered at once, as close(2) waits for it)
-
-    def release(self, path: str, fh: int) -> int:
-        return 0
+        raise _fuse_error(errno.ENOSYS)  # (nothing is written: the kernel stops asking)
 
     def statfs(self, path: str) -> dict[str, int]:
         return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": 0, "f_bfree": 0, "f_bavail": 0, "f_namemax": 255}

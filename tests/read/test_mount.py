@@ -250,6 +250,76 @@ def test_a_remote_pack_replaced_on_the_server_gives_eio_never_new_bytes(tmp_path
         assert failed >= len(names) - 5 - head  # the frames not read before: the old generation is gone
 
 
+def test_a_file_read_once_is_served_by_the_kernel_with_the_mount_stopped(tree, tmp_path):
+    """The mount answers no open (nor flush): the kernel then opens and closes files itself and
+    keeps their pages, so a file read once reads again, and any file opens and closes, with the
+    mount's process stopped (a request to it would hang: each try is bounded by a timeout)."""
+    pack = tmp_path / "p.hframe"
+    assert run_bin(["pack", str(tree), "-o", str(pack), "-q", *CREATED]).returncode == 0
+    want = sources(tree)
+    names = sorted(want)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = in_the_foreground(pack, mnt)
+    try:
+        assert os.path.ismount(mnt)
+        for n in names[:10]:
+            assert (mnt / n).read_bytes() == want[n].read_bytes()
+        os.listdir(mnt / "real")  # (its entries known: the last names need no lookup either)
+        for n in names[10:]:
+            os.stat(mnt / n)
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            # md5sum opens, reads, closes: no ioctl (Python's open() would ask isatty)
+            # (absolute paths, no cwd in the mount: a chdir there would ask it for access)
+            r = subprocess.run(
+                ["timeout", "10", "md5sum", *(str(mnt / n) for n in names[:10])], capture_output=True, text=True
+            )
+            assert r.returncode == 0, r.stderr
+            got = {
+                Path(p).relative_to(mnt).as_posix(): h
+                for h, p in (ln.split(maxsplit=1) for ln in r.stdout.splitlines())
+            }
+            assert got == {n: hashlib.md5(want[n].read_bytes()).hexdigest() for n in names[:10]}
+            opener = "import os, sys\nfor p in sys.argv[1:]: os.close(os.open(p, os.O_RDONLY))\n"
+            python = os.path.abspath(hframe_bin_python()[0])
+            r = subprocess.run(["timeout", "10", python, "-c", opener, *(str(mnt / n) for n in names[10:])])
+            assert r.returncode == 0  # opened and closed, not read: nothing asked of the mount
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        assert (mnt / names[-1]).read_bytes() == want[names[-1]].read_bytes()  # (and on it goes)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            subprocess.run(["fusermount3", "-uz", str(mnt)], check=False, capture_output=True)
+
+
+def test_a_remote_mount_with_a_cache_dir_reads_each_frame_once_from_the_server(tmp_path):
+    src = make_photos(tmp_path / "src", 120)
+    want = {n: p.read_bytes() for n, p in sources(src).items()}
+    site = tmp_path / "site"
+    site.mkdir()
+    assert run_bin(["pack", str(src), "-o", str(site / "p.hframe"), "-q", *CREATED]).returncode == 0
+    log = tmp_path / "access.log"
+    cache = tmp_path / "cache"
+    with nginx_serving(site, tmp_path / "ng", location=f"access_log {log};") as base:
+        url = f"{base}/p.hframe"
+        counts = []
+        for k in range(2):  # mounted, read, unmounted; then again: the second time from the cache
+            with mounted(url, tmp_path / f"mnt{k}", "--cache-dir", str(cache)) as mnt:
+                assert {n: p.read_bytes() for n, p in sources(mnt).items()} == want
+            counts.append(len(log.read_text().splitlines()))
+    first, second = counts[0], counts[1] - counts[0]
+    assert first > 20  # the frames past the pack's head, fetched
+    assert second <= 4  # the open's requests (manifest, head, index), no frame
+    r = run_bin(["cache", "--cache-dir", str(cache), "--json"])
+    assert r.returncode == 0 and url in r.stdout.decode()
+
+
 def hframe_bin_python() -> list[str]:
     return [str(Path(hframe_bin()).with_name("python"))]
 
