@@ -7,6 +7,7 @@ no ``/dev/fuse``, no libfuse 3 (``.ci/run`` installs Debian's fuse3), no mfusepy
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -21,6 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import FRAMES, hframe_bin, make_photos, make_video, nginx_serving, real_media, run_bin
 from PIL import Image
+
+from hframe_cli import open_pack
 
 
 def _why_not() -> str | None:
@@ -163,6 +166,58 @@ def test_a_video_stored_whole_plays_through_the_mount(tmp_path):
             with av.open(str(src / name)) as c:
                 want = [f.to_ndarray(format="rgb24").tobytes() for f in c.decode(c.streams.video[0])]
             assert len(frames) == FRAMES and frames == want
+
+
+@pytest.mark.skipif(shutil.which("ffprobe") is None, reason="no ffprobe (apt-get install ffmpeg; .ci/run does)")
+def test_ffprobe_and_ffmpeg_read_videos_and_frames_through_the_mount(tmp_path):
+    """FFmpeg's own tools on the mount: ffprobe's streams of a whole video and of a frame cut from
+    one equal those of the files packed; ffmpeg decodes every frame to the same picture md5s."""
+    src = tmp_path / "src"
+    make_video(src / "one.mp4", "libx264", movflags="faststart")
+    make_video(src / "two.mkv", "mpeg4")
+    pack = tmp_path / "v.hframe"
+    assert run_bin(["pack", str(src), "-o", str(pack), "-q", *CREATED]).returncode == 0
+    cut = tmp_path / "cut.hframe"
+    assert (
+        run_bin(["pack", str(src / "one.mp4"), "-o", str(cut), "-q", "--video-frames", "every:10", *CREATED]).returncode
+        == 0
+    )
+
+    def probe(path: Path) -> dict:
+        entries = "stream=codec_name,width,height,pix_fmt,nb_frames,duration:format=format_name,size"
+        r = subprocess.run(
+            ["ffprobe", "-v", "error", "-show_entries", entries, "-of", "json", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    def framemd5(path: Path) -> list[str]:
+        r = subprocess.run(
+            ["ffmpeg", "-v", "error", "-nostdin", "-i", str(path), "-map", "0:v", "-f", "framemd5", "-"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        return [line for line in r.stdout.splitlines() if not line.startswith("#")]
+
+    with mounted(pack, tmp_path / "mnt") as mnt:
+        for name in ("one.mp4", "two.mkv"):
+            assert probe(mnt / name) == probe(src / name)
+            sums = framemd5(mnt / name)
+            assert len(sums) == FRAMES and sums == framemd5(src / name)
+    with mounted(cut, tmp_path / "mnt2") as mnt, open_pack(cut) as p:
+        frames = sorted(mnt.rglob("one.mp4#frame=*"))
+        assert frames
+        for f in frames:
+            got = probe(f)
+            assert got["streams"][0]["codec_name"] in ("mjpeg", "png")
+            (tmp_path / "frame").write_bytes(p[f.relative_to(mnt).as_posix()])
+            assert got == {**probe(tmp_path / "frame"), "format": got["format"]}
+            assert int(got["format"]["size"]) == f.stat().st_size
 
 
 def test_a_dataset_and_a_pack_over_nginx_mount_as_the_local_pack(tree, tmp_path):
