@@ -157,6 +157,8 @@ def mount(
                 attr_timeout=86400,
                 entry_timeout=86400,
                 negative_timeout=86400,
+                # (libfuse 3.14 says "Ignoring invalid max threads value" when this is left unset)
+                **({} if not remote else {"max_idle_threads": 10}),
             )
         finally:
             for sig, handler in saved.items():

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import tarfile
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -232,6 +233,9 @@ def test_a_dataset_and_a_pack_over_nginx_mount_as_the_local_pack(tree, tmp_path)
     assert run_bin(["pack", str(tree), "-o", str(site / "p.hframe"), "-q", *CREATED]).returncode == 0
     with nginx_serving(site, tmp_path / "ng") as base, mounted(f"{base}/p.hframe", tmp_path / "mnt3") as mnt:
         assert {n: p.read_bytes() for n, p in sources(mnt).items()} == want
+        where = str(mnt.absolute()).replace("/", "_")
+        log = Path(tempfile.gettempdir()) / f"hframe-mount-{os.getuid()}{where}.log"
+        assert log.read_text() == ""  # (libfuse's threads configured: no "Ignoring invalid max threads")
 
 
 def test_a_pack_republished_while_mounted_serves_its_old_bytes_never_a_mix(tmp_path):
