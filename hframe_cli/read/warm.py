@@ -12,6 +12,7 @@ Imports inside functions: ``open_pack`` (it imports pyarrow, which ``hframe cach
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -21,7 +22,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..locations import is_remote, shown_url
-from .cache import NodeCache, cache_settings
+from .cache import LAYOUT, NodeCache, cache_settings
 
 __all__ = ["cache_report", "prefetch", "select_frames"]
 
@@ -104,7 +105,7 @@ def prefetch(
         requests = _requests(reader)
     return {
         "pack": shown_url(location),
-        "cache": os.path.join(settings[0], "hframe-cache-1"),
+        "cache": os.path.join(settings[0], LAYOUT),
         "frames": len(ids),
         "bytes": sum(sizes),
         "fetched": fetched,
@@ -148,10 +149,11 @@ def cache_report(cache_dir: str | None, prune: bool = False, clear: bool = False
         raise InputError("no cache: give --cache-dir DIR or set HFRAME_CACHE_DIR")
     node = NodeCache(*settings)
     freed = 0
+    old: list[dict[str, Any]] = [{"folder": f, "bytes": _disk_bytes(f)} for f in node.old_layouts()]
     if clear:
-        before = node.usage()
+        before = node.usage() + sum(int(o["bytes"]) for o in old)
         node.clear()
-        freed = before
+        freed, old = before, []
     elif prune:
         freed = node.evict(down_to=node.effective_limit())
     packs = []
@@ -178,7 +180,17 @@ def cache_report(cache_dir: str | None, prune: bool = False, clear: bool = False
         "bytes": sum(p["bytes"] for p in packs),
         "freed": freed,
         "packs": packs,
+        "old_layouts": old,  # (an older hframe's cache beside it: never read; --clear removes it)
     }
+
+
+def _disk_bytes(folder: str) -> int:
+    total = 0
+    for d, _, files in os.walk(folder):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(d, f)).st_blocks * 512
+    return total
 
 
 def _info(folder: str) -> dict[str, Any]:

@@ -41,7 +41,7 @@ def served(tmp_path_factory):
 
 
 def segments(cache: Path) -> list[str]:
-    return sorted(glob.glob(str(cache / "hframe-cache-1" / "packs" / "*" / "seg" / "*")))
+    return sorted(glob.glob(str(cache / "hframe-cache-2" / "packs" / "*" / "seg" / "*")))
 
 
 def test_a_second_epoch_reads_every_frame_from_the_cache_and_each_is_right(served, tmp_path):
@@ -70,6 +70,34 @@ def test_a_second_epoch_reads_every_frame_from_the_cache_and_each_is_right(serve
     assert (
         r.returncode == 0 and doc["packs"][0]["url"] == url and doc["packs"][0]["hits"] == len(ids) + 3
     )  # (p[3] hit in both epochs, and get 7)
+
+
+def test_an_older_hframes_cache_beside_it_is_never_read_and_clear_removes_it(served, tmp_path):
+    """A cache folder of the layout before (``hframe-cache-1``: 8-byte records, crc32) holding
+    this very pack generation, every byte of it wrong: nothing of it is served or counted;
+    ``hframe cache`` names it with its size, ``--clear`` removes it."""
+    url, local, _ = served
+    cache = tmp_path / "cache"
+    with h.open_pack(url, cache_dir=cache) as p:
+        want = p.read_many(list(range(len(p))))
+    current = cache / "hframe-cache-2"
+    old = cache / "hframe-cache-1"
+    shutil.copytree(current, old)
+    shutil.rmtree(current)
+    for seg in old.rglob("seg/*"):
+        seg.write_bytes(bytes(255 - b for b in seg.read_bytes()))
+    with h.open_pack(url, cache_dir=cache) as p:
+        assert p.read_many(list(range(len(p)))) == want
+        assert p._cache.counts["hits"] == 0 and p._cache.counts["misses"] == len(want)
+    r = run_bin(["cache", "--cache-dir", str(cache), "--json"])
+    doc = json.loads(r.stdout)
+    olds = doc["old_layouts"]
+    assert len(olds) == 1 and olds[0]["folder"] == str(old) and olds[0]["bytes"] >= sum(map(len, want))
+    r = run_bin(["cache", "--cache-dir", str(cache)])
+    assert f"{old}:" in r.stdout.decode() and "--clear removes it" in r.stdout.decode()
+    r = run_bin(["cache", "--cache-dir", str(cache), "--clear", "--json"])
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and not old.exists() and doc["old_layouts"] == [] and doc["freed"] >= olds[0]["bytes"]
 
 
 def test_a_flipped_byte_or_an_evicted_segment_is_fetched_again_never_served(served, tmp_path):
@@ -222,7 +250,7 @@ def test_a_pack_replaced_between_epochs_and_two_packs_of_one_name_each_get_their
             # (the same generation as b's at the other server when nginx gives it the same ETag:
             # the same bytes; the cache keeps one folder per pack UUID, size and ETag)
             assert b.read_many(list(range(len(b)))) == want_b
-    held = glob.glob(str(cache / "hframe-cache-1" / "packs" / "*"))
+    held = glob.glob(str(cache / "hframe-cache-2" / "packs" / "*"))
     assert len(held) in (2, 3) and len({os.path.basename(f)[:36] for f in held}) == 2  # two pack UUIDs
 
 
