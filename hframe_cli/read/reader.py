@@ -714,7 +714,7 @@ class PackReader:
         return self._cache
 
     def _cached(self, ids: Sequence[int], cache: PackCache, fetch: Callable[[list[int]], list[bytes]]) -> list[bytes]:
-        """Frames as stored: those the cache holds (each checked against its crc32), the rest
+        """Frames as stored: those the cache holds (each checked against its hash), the rest
         fetched with ``fetch`` and kept when their md5 is the index's (a frame that fails is
         returned as it came: the reader's own checks say what it is)."""
         offs = [self._offsets[i] for i in ids]
