@@ -355,3 +355,21 @@ def test_a_frame_another_reader_is_fetching_is_waited_for_not_fetched_twice(tmp_
             t0 = time.monotonic()
             assert b.read_many([9]) == a._read_batch([9], None, None)
             assert time.monotonic() - t0 < 2
+
+
+def test_small_neighbours_are_read_together_and_a_big_frame_alone():
+    """``get_many``'s reads: frames under 8 KiB close to each other in one ``pread``; a big frame
+    by itself, straight into the bytes returned (a run of big frames costs a buffer and copies)."""
+    from hframe_cli.read.cache import _runs
+
+    lens = [100, 200, 300, 40_000, 50, 60, 9_000]
+    offs = [0, 100, 400, 700, 40_700, 40_750, 40_810]
+    js = [6, 5, 4, 3, 2, 1, 0]  # (any order in: offset order out)
+    assert _runs(js, offs, lens) == [
+        (0, 700, [0, 1, 2]),
+        (700, 40_700, [3]),
+        (40_700, 40_810, [4, 5]),
+        (40_810, 49_810, [6]),
+    ]
+    far = [0, 100, 200_000]  # (small, but far apart: not merged)
+    assert _runs([0, 1, 2], far, [10, 10, 10]) == [(0, 110, [0, 1]), (200_000, 200_010, [2])]
