@@ -35,7 +35,8 @@ size and the store's ETag or generation: a replaced pack never gets the old byte
 A cache that cannot be written (disk full, read-only, no permission) gives one ``CacheWarning``
 per process and the reader goes on without it.
 
-Imports inside functions: none.
+Imports inside functions: xxhash, by the first pack cache opened (4 ms that every command
+importing the reader would pay otherwise).
 """
 
 from __future__ import annotations
@@ -53,8 +54,7 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-
-import xxhash
+from typing import Any
 
 from ..errors import InputError
 from ..faults import fault_point
@@ -84,7 +84,6 @@ _MARK_BYTES = struct.pack("<I", _MARK)
 _FILLING = 0x32464648  # "HFF2"
 FILLING_FOR = 10.0
 _RECORD = struct.Struct("<IIQ")  # mark, owner (a claim's pid, else 0), xxh3-64 of the frame
-_hash = xxhash.xxh3_64_intdigest
 _USED = struct.Struct("<Q")
 _O_READ = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 _O_WRITE = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
@@ -308,6 +307,7 @@ class PackCache:
         self._counts = {"hits": 0, "misses": 0, "hit_bytes": 0, "filled_bytes": 0, "dropped": 0}
         self.broken = False  # a write failed: this process reads on without filling
         self._pid = os.getpid()
+        self._hash = _xxh3()
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -318,7 +318,7 @@ class PackCache:
         held wrongly: then its record is dropped). Frames of one segment close to each other
         are read together (one ``pread`` per run, as a batch of a block-shuffled epoch is)."""
         out: list[bytes | None] = [None] * len(ids)
-        frames, unpack = self._frames, _RECORD.unpack_from
+        frames, unpack, hash_of = self._frames, _RECORD.unpack_from, self._hash
         records = [unpack(frames, i * _RECORD.size) for i in ids]
         by_segment: dict[int, list[int]] = {}
         for j, record in enumerate(records):
@@ -344,7 +344,7 @@ class PackCache:
                     for j in members:
                         at, length = offs[j] - run_start, lens[j]
                         piece = blob[at : at + length]
-                        if len(piece) == length and _hash(piece) == records[j][2]:
+                        if len(piece) == length and hash_of(piece) == records[j][2]:
                             # (a run of one frame is that frame's bytes: no copy)
                             out[j] = raw if len(members) == 1 else piece.tobytes()
                             hits += 1
@@ -447,7 +447,7 @@ class PackCache:
                 fault_point("cache-fill")  # (tests: killed with the bytes written, no record yet)
                 for j in js:  # the hash first, the mark last: a mark read is a whole record
                     at = ids[j] * _RECORD.size
-                    self._frames[at + 4 : at + _RECORD.size] = _RECORD.pack(0, 0, _hash(datas[j]))[4:]
+                    self._frames[at + 4 : at + _RECORD.size] = _RECORD.pack(0, 0, self._hash(datas[j]))[4:]
                     self._frames[at : at + 4] = _MARK_BYTES
                 self._touch(seg)
         except OSError as e:
@@ -490,6 +490,12 @@ class PackCache:
     def counts(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counts)
+
+
+def _xxh3() -> Any:
+    import xxhash
+
+    return xxhash.xxh3_64_intdigest
 
 
 def _shared_map(path: str, size: int) -> mmap.mmap:
