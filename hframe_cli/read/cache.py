@@ -235,13 +235,14 @@ class NodeCache:
         the layouts of hframe before this one."""
         for pack in self.packs():
             shutil.rmtree(pack, ignore_errors=True)
-        for old in self.old_layouts():
+        for old, _ in self.old_layouts():
             shutil.rmtree(old, ignore_errors=True)
 
-    def old_layouts(self) -> list[str]:
-        """The folders beside this layout's of the layouts before it (ignored: never read)."""
+    def old_layouts(self) -> list[tuple[str, int]]:
+        """(folder, bytes on disk) of the layouts before this one beside it (never read)."""
         parent = os.path.dirname(self.root)
-        return [p for p in (os.path.join(parent, name) for name in OLD_LAYOUTS) if os.path.isdir(p)]
+        found = [p for p in (os.path.join(parent, name) for name in OLD_LAYOUTS) if os.path.isdir(p)]
+        return [(p, _disk_bytes(p)) for p in found]
 
     def stats(self, pack: str) -> dict[str, int]:
         """A pack generation's summed reader statistics (``stats`` lines)."""
@@ -264,6 +265,15 @@ def warn_unusable(where: str, err: OSError) -> None:
 
 
 _WARNED: set[str] = set()
+
+
+def _disk_bytes(folder: str) -> int:
+    total = 0
+    for d, _, files in os.walk(folder):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(d, f)).st_blocks * 512
+    return total
 
 
 def _read_used(path: str) -> list[int]:

@@ -12,7 +12,6 @@ Imports inside functions: ``open_pack`` (it imports pyarrow, which ``hframe cach
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -149,9 +148,10 @@ def cache_report(cache_dir: str | None, prune: bool = False, clear: bool = False
         raise InputError("no cache: give --cache-dir DIR or set HFRAME_CACHE_DIR")
     node = NodeCache(*settings)
     freed = 0
-    old: list[dict[str, Any]] = [{"folder": f, "bytes": _disk_bytes(f)} for f in node.old_layouts()]
+    held_before = node.old_layouts()
+    old = [{"folder": f, "bytes": nbytes} for f, nbytes in held_before]
     if clear:
-        before = node.usage() + sum(int(o["bytes"]) for o in old)
+        before = node.usage() + sum(nbytes for _, nbytes in held_before)
         node.clear()
         freed, old = before, []
     elif prune:
@@ -182,15 +182,6 @@ def cache_report(cache_dir: str | None, prune: bool = False, clear: bool = False
         "packs": packs,
         "old_layouts": old,  # (an older hframe's cache beside it: never read; --clear removes it)
     }
-
-
-def _disk_bytes(folder: str) -> int:
-    total = 0
-    for d, _, files in os.walk(folder):
-        for f in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(d, f)).st_blocks * 512
-    return total
 
 
 def _info(folder: str) -> dict[str, Any]:
