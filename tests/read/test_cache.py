@@ -22,6 +22,7 @@ import pytest
 from conftest import make_photos, moto_s3, nginx_serving, real_media, run_bin
 
 import hframe_cli as h
+import hframe_cli.read.cache as cache_mod
 from hframe_cli.read.cache import CacheWarning
 
 
@@ -350,11 +351,12 @@ def test_a_frame_another_reader_is_fetching_is_waited_for_not_fetched_twice(tmp_
             # a claim left by a process that died: fetched at once
             dead = subprocess.Popen([sys.executable, "-c", "pass"])
             dead.wait()
-            frames = b._pack_cache()._frames
-            frames[8 * 9 : 8 * 10] = (0x31464648).to_bytes(4, "little") + dead.pid.to_bytes(4, "little")
+            frames, size = b._pack_cache()._frames, cache_mod._RECORD.size
+            frames[size * 9 : size * 10] = cache_mod._RECORD.pack(cache_mod._FILLING, dead.pid, 0)
+            assert b._pack_cache().missing([9]) == [9]  # (the claim is there, its owner gone)
             t0 = time.monotonic()
             assert b.read_many([9]) == a._read_batch([9], None, None)
-            assert time.monotonic() - t0 < 2
+            assert time.monotonic() - t0 < cache_mod.FILLING_FOR / 2  # (not the wait for a live claim)
 
 
 def test_small_neighbours_are_read_together_and_a_big_frame_alone():
