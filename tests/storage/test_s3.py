@@ -280,8 +280,11 @@ def test_s3_access_denied_is_exit_3_and_never_retried(flaky):
     t0 = time.monotonic()
     r = run_bin(["get", fake_url(flaky), "1"], env=FAST_FAIL)
     assert r.returncode == 3 and b"s3://bkt/p.hframe" in r.stderr and time.monotonic() - t0 < 5
-    # the dataset manifest (none: a plain pack), the pack and its index, asked at once: each once
-    assert sorted(flaky.requests.values()) == [1, 1, 1] and len(flaky.requests) == 3
+    # the dataset manifest (none: a plain pack), the pack and its index, asked at once: each at
+    # most once, never retried (the first 403 ends the command: an open still starting on its
+    # thread may not have reached the server by then, as seen once under load)
+    assert set(flaky.requests.values()) == {1} and any(k.endswith("/p.hframe") for k in flaky.requests)
+    assert len(flaky.requests) <= 3, flaky.requests
 
 
 # -- GCS (emulator) and HDFS ----------------------------------------------------------------------
