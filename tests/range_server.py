@@ -11,6 +11,7 @@ It answers HEAD and path-style ``/BUCKET/KEY`` too, with S3's XML error bodies, 
         srv.url("p.hframe")                   # http://127.0.0.1:PORT/p.hframe
         srv.faults.extend(["500", "500"])     # the next two requests fail, then all is well
         srv.path_faults["/p.hframe"] = ["403"]  # the next request of that path fails
+        srv.range_faults["bytes=-64"] = ["500"]  # the next request for that Range fails
         srv.latency_s = 0.02                  # every request waits this long first (benchmarks)
         srv.auth = ("alice", "secret")        # 401 for every request without these Basic credentials
 """
@@ -54,7 +55,7 @@ class _Handler(BaseHTTPRequestHandler):
             srv.requests[self.path] += 1
             srv.log.append((self.path, self.headers.get("Range")))
             srv.authorization.append(self.headers.get("Authorization"))
-            mine = srv.path_faults.get(self.path.partition("?")[0])
+            mine = srv.path_faults.get(self.path.partition("?")[0]) or srv.range_faults.get(self.headers.get("Range"))
             fault = mine.pop(0) if mine else srv.faults.pop(0) if srv.faults else None
         if srv.auth is not None and self.headers.get("Authorization") != srv.basic():
             body = b"<html><body>401 Authorization Required</body></html>"
@@ -110,7 +111,10 @@ class _Handler(BaseHTTPRequestHandler):
             partial = rng is not None and fault != "ignore-range"
             if partial:
                 first, _, last = rng.removeprefix("bytes=").partition("-")
-                start, end = int(first), min(int(last), size - 1)
+                if first:
+                    start, end = int(first), min(int(last), size - 1)
+                else:  # a suffix range: the last N bytes (RFC 9110)
+                    start, end = max(0, size - int(last)), size - 1
                 if start >= size:
                     self.send_response(416)
                     self.send_header("Content-Range", f"bytes */{size}")
@@ -174,6 +178,8 @@ class RangeServer:
         self.faults: list[str] = []
         #: path → faults for the next requests of that path only (before ``faults``)
         self.path_faults: dict[str, list[str]] = {}
+        #: Range header → faults for the next requests asking for that range (after ``path_faults``)
+        self.range_faults: dict[str, list[str]] = {}
         self.latency_s = 0.0
         #: requests in their ``latency_s`` now, and the most there were at once (since reset_counts)
         self.waiting = self.peak_waiting = 0

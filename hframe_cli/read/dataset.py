@@ -31,6 +31,7 @@ from ..names import MANIFEST_SUFFIX, checkpoint_paths, shard_path
 from ..storage.access import open_storage, opening_ahead
 from ..storage.policy import Counters
 from .reader import FrameKey, PackReader, buffer_for, carved
+from .snapshot import INDEX_OPEN, PACK_OPEN
 
 __all__ = [
     "MANIFEST_SUFFIX",
@@ -421,7 +422,8 @@ def open_pack(
         return PackReader(path, index_path, **options)
     where = os.fspath(path)
     # a remote pack's manifest (is it a dataset?), pack and index are asked for at once
-    with opening_ahead([manifest_location(where), where, index_location(where)]):
+    ipath = index_location(where)
+    with opening_ahead([manifest_location(where), where, ipath], {where: PACK_OPEN, ipath: INDEX_OPEN}):
         if is_dataset(path):
             return DatasetReader(path, **options)
         return PackReader(path, None, **options)

@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 from ..errors import FormatError, HframeError, InputError, PackReplaced, StorageError
 from ..format.index import IndexMeta, format_time_us, read_index_meta
 from ..format.layout import HEADER_SIZE, TRAILER_SIZE, Header, Trailer
+from ..locations import is_remote
 from ..names import partial_name
-from ..storage.access import LocalFile, Storage, open_storage, unpinned_and_moved
+from ..storage.access import LocalFile, Storage, open_storage, opening_ahead, unpinned_and_moved
 
 T = TypeVar("T")
 
@@ -63,6 +64,12 @@ def read_pack_info(storage: Storage) -> PackInfo:
     return PackInfo(where, header, trailer, size)
 
 
+#: What a remote open fetches with its first request (``RemoteFile``): a pack's trailer too
+#: (read right after its header), an index whole (it is read whole): one round trip for both
+#: (``open_pack`` makes theirs at once, ``storage.access.opening_ahead``)
+PACK_OPEN: dict[str, Any] = {"tail": TRAILER_SIZE}
+INDEX_OPEN: dict[str, Any] = {"whole": True}
+
 #: How often ``open_generation`` looks again when the pack or index at the path changed while it
 #: was opening them (a publish under way); each look is a few syscalls, with a short pause between.
 OPEN_ATTEMPTS = 10
@@ -90,7 +97,7 @@ def open_generation(
         return _reopen_generation(path, index_path, snapshot)
 
     def attempt() -> tuple[Storage, PackInfo, Storage, IndexMeta]:
-        storage = open_storage(path)
+        storage = open_storage(path, **PACK_OPEN)
         try:
             info = read_pack_info(storage)
             index, meta = pinned_index(storage, index_path, {info.uuid})
@@ -175,16 +182,34 @@ def _reopen_generation(
     it lives (``/proc/PID/fd``), else by path if the path still holds the same generation."""
     want, size = snapshot["uuid"], snapshot["size"]
     same_pack, same_index, replaced = generation_checks(path, index_path, want, size)
-    storage = open_storage(path, origin=snapshot.get("pack"), same_generation=same_pack)
+    location = snapshot.get("index_location") or index_path
+    if is_remote(path):  # pinned by the checks below; pack and index asked for at once
+        with opening_ahead([path, location], {path: PACK_OPEN, location: INDEX_OPEN}):
+            return _reopen_from(path, index_path, location, want, PACK_OPEN, INDEX_OPEN, same_index, replaced)
+    pack_options = {"origin": snapshot.get("pack"), "same_generation": same_pack}
+    index_options = {"origin": snapshot.get("index"), "same_generation": same_index}
+    return _reopen_from(path, index_path, location, want, pack_options, index_options, same_index, replaced)
+
+
+def _reopen_from(
+    path: str,
+    index_path: str,
+    location: str,
+    want: str,
+    pack_options: dict[str, Any],
+    index_options: dict[str, Any],
+    same_index: Callable[[int], None],
+    replaced: Callable[[str], PackReplaced],
+) -> tuple[Storage, PackInfo, Storage, IndexMeta]:
+    storage = open_storage(path, **pack_options)
     try:
         info = read_pack_info(storage)
         if info.uuid != want:
             raise replaced(f"pack {info.uuid}")
-        location = snapshot.get("index_location") or index_path
         try:
-            index = open_storage(location, origin=snapshot.get("index"), same_generation=same_index)
+            index = open_storage(location, **index_options)
         except InputError:  # e.g. it was opened as INDEX.partial, since renamed: the path now
-            index = open_storage(index_path)
+            index = open_storage(index_path, **INDEX_OPEN)
             try:
                 if isinstance(index, LocalFile):  # a remote index is checked by its metadata below
                     same_index(index.fileno())
@@ -212,7 +237,7 @@ def pinned_index(storage: Storage, ipath: str, uuids: set[str]) -> tuple[Storage
     ``ipath.partial`` (``man/hframe.5``, PUBLISHING AND READERS). An index of another pack is
     returned as it is (the caller reports it) unless the pack was replaced meanwhile."""
     try:
-        index: Storage | None = open_storage(ipath)
+        index: Storage | None = open_storage(ipath, **INDEX_OPEN)
     except InputError:
         index = None
     meta: IndexMeta | None = None

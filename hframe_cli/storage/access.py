@@ -436,7 +436,7 @@ def open_storage(location: str | os.PathLike[str], **options: Any) -> Storage:
     ``same_generation``). A remote location that ``opening_ahead`` is opening already is taken
     from it (its first request made once, not twice)."""
     loc = os.fspath(location)
-    if not options and _AHEAD:
+    if _AHEAD and options.keys() <= _HINTS:
         with _AHEAD_LOCK:
             ahead = _AHEAD.pop((os.getpid(), loc), None)
         if ahead is not None:
@@ -444,10 +444,15 @@ def open_storage(location: str | os.PathLike[str], **options: Any) -> Storage:
     return _open_now(loc, **options)
 
 
+#: options of ``open_storage`` that say what to fetch with a remote open (``RemoteFile``'s
+#: ``whole`` and ``tail``): a local file has no use for them
+_HINTS = frozenset({"whole", "tail"})
+
+
 def _open_now(loc: str, **options: Any) -> Storage:
     scheme, sep, _ = loc.partition("://")
     if not sep:
-        return LocalFile(loc, **options)
+        return LocalFile(loc, **{k: v for k, v in options.items() if k not in _HINTS})
     opener = _SCHEMES.get(scheme.lower())
     if opener is None:
         raise InputError(f"{loc}: unknown URI scheme {scheme!r}")
@@ -460,21 +465,24 @@ _AHEAD_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def opening_ahead(locations: Sequence[str]) -> Iterator[None]:
+def opening_ahead(locations: Sequence[str], hints: dict[str, dict[str, Any]] | None = None) -> Iterator[None]:
     """Open the remote ``locations`` at once, each on its own thread, while the block runs:
     opening a remote pack reads a manifest (is it a dataset?), the pack and its index, and each
-    first request is a round trip; made together they cost one. ``open_storage`` of one of them
-    in the block takes its open; what the block did not take is closed at its end (on a worker
-    thread, when it is still under way: an interrupted block does not wait for the network)."""
+    first request is a round trip; made together they cost one. ``hints`` are a location's
+    ``whole``/``tail`` options (what its open fetches: an index whole, a pack's trailer).
+    ``open_storage`` of one of them in the block takes its open; what the block did not take is
+    closed at its end (on a worker thread, when it is still under way: an interrupted block does
+    not wait for the network)."""
     remote = [loc for loc in dict.fromkeys(locations) if is_remote(loc)]
     if len(remote) < 2:
         yield
         return
+    hints = hints or {}
     pool = ThreadPoolExecutor(len(remote), thread_name_prefix="hframe-open")
     keys = [(os.getpid(), loc) for loc in remote]
     with _AHEAD_LOCK:
         for key, loc in zip(keys, remote):
-            _AHEAD[key] = pool.submit(_open_now, loc)
+            _AHEAD[key] = pool.submit(_open_now, loc, **hints.get(loc, {}))
     pool.shutdown(wait=False)  # (its threads end with their opens)
     try:
         yield

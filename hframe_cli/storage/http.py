@@ -1,8 +1,8 @@
 """Remote packs: every read one bounded ``Range`` GET, under one request policy.
 
 ``RemoteFile`` is the ``Storage`` (see ``access.py``) of a pack or index behind a URL. It is
-built on a *backend* that does one ranged GET and nothing else (``HttpBackend`` here: stdlib
-``http.client``, keep-alive connections per thread); everything a user relies on is decided
+built on a *backend* that does one ranged GET and nothing else (``HttpBackend`` here: a lean
+HTTP/1.1 client, ``wire``, keep-alive connections per thread); everything a user relies on is decided
 here, once, the same for every backend (``man/hframe.1``, REMOTE PACKS):
 
 * **retries** of what can pass (5xx, 429, connection resets, timeouts, a body cut short):
@@ -25,10 +25,8 @@ Imports inside functions: pyarrow, only for an object store's stream.
 from __future__ import annotations
 
 import base64
-import http.client
 import os
 import random
-import socket
 import threading
 import time
 import urllib.parse
@@ -37,11 +35,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
-from ..errors import InputError, PackReplaced, StorageError
+from ..errors import HframeError, InputError, PackReplaced, StorageError
 from ..locations import scheme_family, shown_url
 from ..signals import pending_signal
 from .objectstore import ObjectBackend, join
 from .policy import Budget, Counters, Permanent, RequestPolicy, Response, Transient
+from .wire import Answer, Connection
 
 __all__ = ["Counters", "HttpBackend", "RemoteFile", "RequestPolicy", "remote_url"]
 
@@ -110,7 +109,7 @@ def backend_for(location: str) -> Callable[[str, RequestPolicy], Any]:
 
 
 class HttpBackend:
-    """Ranged GETs over HTTP(S) with ``http.client``: one keep-alive connection per thread (and
+    """Ranged GETs over HTTP(S) (``wire.Connection``): one keep-alive connection per thread (and
     per process: a forked child opens its own), ``TCP_NODELAY`` on."""
 
     def __init__(self, url: str, policy: RequestPolicy) -> None:
@@ -135,12 +134,11 @@ class HttpBackend:
         self.policy = policy
         self._local = threading.local()
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _connection(self) -> Connection:
         conn = getattr(self._local, "conn", None)
         if conn is not None and getattr(self._local, "pid", None) == os.getpid():
             return conn  # type: ignore[no-any-return]
-        cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
-        conn = cls(self.host, self.port, timeout=self.policy.connect_timeout_s)
+        conn = Connection(self.host, self.port, self.https, self.policy.connect_timeout_s)
         self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 
@@ -150,9 +148,13 @@ class HttpBackend:
             conn.close()
         self._local.conn = None
 
+    #: ``get`` takes a negative ``start``: the last ``length`` bytes, whatever the object's size
+    suffix_ranges = True
+
     def get(self, start: int, length: int | None, etag: str | None, deadline: float | None = None) -> Response:
-        """``length`` bytes from ``start`` (None: the whole object, no Range header), all of it
-        received before ``deadline`` (``time.monotonic()``) or ``Transient``."""
+        """``length`` bytes from ``start`` (None: the whole object, no Range header; ``start``
+        < 0: the last ``length`` bytes), all of it received before ``deadline``
+        (``time.monotonic()``) or ``Transient``."""
         resp, body = self._exchange(start, length, etag, deadline)
         status = resp.status
         if status == 416 and (resp.getheader("Content-Range") or "").endswith("/0"):
@@ -168,38 +170,38 @@ class HttpBackend:
 
     def _exchange(
         self, start: int, length: int | None, etag: str | None, deadline: float | None
-    ) -> tuple[http.client.HTTPResponse, bytes]:
+    ) -> tuple[Answer, bytes]:
         """One request on this thread's connection, and its answer: the body where the status
         carries data (200, 206), else nothing (a short error body is drained so the connection
         can be reused). A connection failure or timeout is ``Transient``."""
         conn = self._connection()
         headers = {"Accept-Encoding": "identity", "User-Agent": "hframe"}
-        if length is not None:
-            headers["Range"] = f"bytes={start}-{start + length - 1}"
+        if length is not None:  # (start < 0: the last ``length`` bytes, a suffix range)
+            headers["Range"] = f"bytes=-{length}" if start < 0 else f"bytes={start}-{start + length - 1}"
         if etag is not None:
             headers["If-Match"] = etag
         if self.authorization is not None:
             headers["Authorization"] = self.authorization
+
+        def timeout() -> float:  # each receive: what is left of the deadline, at most the request timeout
+            return self._timeout(deadline)
+
         reused, answered = conn.sock is not None, False
         try:
             if conn.sock is None:
                 conn.connect()
-            sock = conn.sock
-            assert sock is not None
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.settimeout(self._timeout(deadline))
-            conn.request("GET", self.target, headers=headers)
-            resp = conn.getresponse()
+            conn.request(self.target, headers)
+            resp = conn.answer(timeout)
             answered = True
             if resp.status == 206 or (resp.status == 200 and (length is None or _whole_for_range(resp, start, length))):
-                body = self._body(resp, sock, deadline)
+                body = conn.body(resp, timeout)
             else:
-                resp.read(64 * 1024)  # drain a short error body so the connection can be reused
+                conn.body(resp, timeout, limit=64 * 1024)  # drain a short error body so the connection can be reused
                 body = b""
         except TimeoutError as e:
             self._drop()
             raise Transient(f"timed out ({e or 'no answer'})") from None
-        except (OSError, http.client.HTTPException) as e:
+        except OSError as e:
             self._drop()
             if reused and not answered and isinstance(e, (ConnectionResetError, BrokenPipeError)):
                 # a kept-alive connection the server had closed (idle too long, or nginx after a
@@ -207,11 +209,11 @@ class HttpBackend:
                 # new one is not ``reused``), as no attempt of the policy was spent
                 return self._exchange(start, length, etag, deadline)
             raise Transient(f"connection failed: {e.__class__.__name__}: {e}") from None
-        if resp.getheader("Connection", "").lower() == "close" or resp.status not in (200, 206):
+        if not resp.keep_alive or resp.status not in (200, 206):
             self._drop()  # nginx closes after a 412 though its answer says keep-alive: so do we
         return resp, body
 
-    def _failure(self, resp: http.client.HTTPResponse) -> Transient | Permanent | None:
+    def _failure(self, resp: Answer) -> Transient | Permanent | None:
         """What an answer's status means when it is not data (200, 206): ``Transient`` (retried:
         throttling, 5xx, 408) or ``Permanent`` (``_PERMANENT_STATUS``; any other status is a
         refusal)."""
@@ -227,7 +229,7 @@ class HttpBackend:
         kind, text = _PERMANENT_STATUS.get(status, ("denied", "HTTP {status} {reason}"))
         return Permanent(kind, text.format(status=status, reason=resp.reason, location=resp.getheader("Location")))
 
-    def _response(self, resp: http.client.HTTPResponse, body: bytes, start: int, length: int | None) -> Response:
+    def _response(self, resp: Answer, body: bytes, start: int, length: int | None) -> Response:
         """The data of a 200 or 206 answer, checked to be the bytes asked for, whole."""
         tag = resp.getheader("ETag")
         size_said = _declared_length(resp)
@@ -244,6 +246,8 @@ class HttpBackend:
                 "unsupported", f"no usable Content-Range in a 206 answer ({resp.getheader('Content-Range')!r})"
             )
         first, last, total = span
+        if start < 0:  # a suffix range: the last bytes of an object whose size this answer says
+            start = max(0, total - length)
         want = min(length, max(0, total - start))
         if first != start or last != start + want - 1:  # another range than asked for is not this data
             raise Transient(f"answered bytes {first}-{last} for {start}-{start + want - 1}")
@@ -261,19 +265,6 @@ class HttpBackend:
         if left <= 0:
             raise TimeoutError("the deadline passed")
         return min(self.policy.request_timeout_s, left)
-
-    def _body(self, resp: http.client.HTTPResponse, sock: socket.socket, deadline: float | None) -> bytes:
-        """The body, in 1 MiB pieces, each under what is left of the deadline: a server that
-        trickles bytes cannot stretch a read past it."""
-        parts: list[bytes] = []
-        while resp.length != 0:  # None: chunked, read to its end
-            sock.settimeout(self._timeout(deadline))
-            piece = resp.read1(1 << 20)  # what one receive brings (read() would wait for all of it)
-            if not piece:
-                break
-            parts.append(piece)
-        parts.append(resp.read())  # nothing left: this completes the response (the connection is reusable)
-        return b"".join(parts)
 
     def version(self) -> tuple[str | None, int]:
         """(ETag, size) of what the URL serves now (one small request)."""
@@ -295,15 +286,16 @@ _PERMANENT_STATUS = {
 }
 
 
-def _declared_length(resp: http.client.HTTPResponse) -> int | None:
+def _declared_length(resp: Answer) -> int | None:
     declared = resp.getheader("Content-Length")
     return int(declared) if declared is not None and declared.isdigit() else None
 
 
-def _whole_for_range(resp: http.client.HTTPResponse, start: int, length: int) -> bool:
-    """A 200 to a range from 0 that covers a whole small object: the server sent all of it."""
+def _whole_for_range(resp: Answer, start: int, length: int) -> bool:
+    """A 200 to a range from 0 (or to a suffix range) that covers a whole small object: the
+    server sent all of it."""
     size_said = _declared_length(resp)
-    return resp.status == 200 and start == 0 and size_said is not None and size_said <= length
+    return resp.status == 200 and start <= 0 and size_said is not None and size_said <= length
 
 
 def _content_range(value: str | None) -> tuple[int, int, int] | None:
@@ -320,9 +312,13 @@ def _content_range(value: str | None) -> tuple[int, int, int] | None:
 class RemoteFile:
     """The ``Storage`` of a remote object: sized, pinned to one version, read in ranges.
 
-    Opening makes one request (``PROBE_BYTES`` from the start), which gives the size and ETag.
-    ``read_at`` serves from what ``prefetch`` started or from the probe when it can, else makes
-    one GET. ``stream()`` fetches a small object (an index) whole, in one GET.
+    Opening makes one request (``PROBE_BYTES`` from the start; with ``whole``, all of an object
+    up to ``WHOLE_OBJECT_MAX``: an index, which is read whole), which gives the size and ETag;
+    ``tail`` > 0 asks at the same time for the object's last ``tail``
+    bytes where the server takes suffix ranges (HTTP): a pack's trailer, read right after the
+    header, then costs no round trip of its own. ``read_at`` serves from the probe, the tail or
+    what ``prefetch`` started when it can, else makes one GET. ``stream()`` fetches a small
+    object (an index) whole, in one GET (none when the probe held all of it).
     """
 
     remote = True
@@ -334,6 +330,8 @@ class RemoteFile:
         policy: RequestPolicy | None = None,
         etag: str | None = None,
         backend: Callable[[str, RequestPolicy], Any] | None = None,
+        whole: bool = False,
+        tail: int = 0,
         **_: Any,
     ) -> None:
         self.url = location
@@ -353,10 +351,14 @@ class RemoteFile:
         self._closed = False
         self._version: tuple[str | None, int] | None = None  # (ETag, size) of the first answer
         self._gone: str | None = None  # why the version read is known to be replaced (then: no more requests)
+        self._tail: Future[Response] | None = None
         pinned = etag is not None
         # on a worker, as every request: a client blocked in C++ (pyarrow) would not see Ctrl-C
         try:
-            first = self._wait(self._executor().submit(self._request, 0, PROBE_BYTES))
+            started = self._executor().submit(self._request, 0, WHOLE_OBJECT_MAX if whole else PROBE_BYTES)
+            if tail > 0 and getattr(self.backend, "suffix_ranges", False):
+                self._tail = self._executor().submit(self._one_try, -tail, tail)
+            first = self._wait(started)
         except BaseException:
             self.close()  # no worker thread is left behind by a failed open (a dataset check's 404)
             raise
@@ -373,6 +375,15 @@ class RemoteFile:
     def _request(self, start: int, length: int | None, deadline: float | None = None) -> Response:
         """One GET with the policy's retries (``deadline``: the end of the read it serves)."""
         resp: Response = self._retried(lambda until: self.backend.get(start, length, self.etag, until), deadline)
+        self.counters.add(requests=resp.requests - 1, nbytes=len(resp.body))
+        self._same_version(resp)
+        return resp
+
+    def _one_try(self, start: int, length: int) -> Response:
+        """One GET, not retried: a read asked for ahead of need (``tail``), whose failure only
+        means the read is asked for again when it is needed, with the policy's retries."""
+        self.counters.add(requests=1)
+        resp: Response = self.backend.get(start, length, self.etag, time.monotonic() + self.policy.request_timeout_s)
         self.counters.add(requests=resp.requests - 1, nbytes=len(resp.body))
         self._same_version(resp)
         return resp
@@ -499,6 +510,11 @@ class RemoteFile:
             return b""
         if offset + length <= len(self._probe):
             return self._probe[offset : offset + length]
+        if self._tail is not None:
+            tail = self._tail_bytes()
+            if tail and offset >= self._size - len(tail):
+                at = offset - (self._size - len(tail))
+                return tail[at : at + length]
         if self._sequential:
             return self._read_blocks(offset, length)
         with self._pending_lock:
@@ -507,6 +523,22 @@ class RemoteFile:
             # not started, or failed before anyone asked (a burst of errors since passed): ask now
             future = self._submit(offset, length, time.monotonic() + self.policy.deadline_s)
         return self._wait(future)
+
+    def _tail_bytes(self) -> bytes:
+        """The object's last bytes asked for with the probe; b"" when that request failed (the
+        read then asks for its range as any other, and meets the failure again, or not)."""
+        tail = self._tail
+        if tail is None:
+            return b""
+        try:
+            resp = self._wait(tail)
+        except (HframeError, Transient, Permanent):
+            self._tail = None
+            return b""
+        if resp.size != self._size:  # (another version: ``_same_version`` raised already)
+            self._tail = None
+            return b""
+        return resp.body
 
     def _read_blocks(self, offset: int, length: int) -> bytes:
         """A sequential reader's range, from aligned ``SEQUENTIAL_BLOCK`` blocks: the blocks it

@@ -48,6 +48,7 @@ def srv(served, monkeypatch):
     server, _ = served
     server.faults.clear()
     server.path_faults.clear()
+    server.range_faults.clear()
     server.latency_s = 0.0
     server.hang_s = 30.0
     server.weak_etag = False
@@ -66,7 +67,7 @@ def test_open_and_read_every_frame_with_few_requests(srv, served):
     want = md5s(local)
     with h.open_pack(srv.url("p.hframe")) as p:
         opened = srv.total_requests()
-        assert opened <= 4  # the first 64 KiB (header, size, ETag) and the trailer, of pack and index
+        assert opened <= 4  # the manifest probe; the pack's first 64 KiB (header, size, ETag) and trailer; the index
         assert len(p) == len(want)
         frames = p.read_many(list(range(len(p))))
         assert [hashlib.md5(f).hexdigest() for f in frames] == want
@@ -83,15 +84,46 @@ def test_open_and_read_every_frame_with_few_requests(srv, served):
         assert p.storage_counters().bytes - before <= 1.1 * wanted  # gaps read for nothing: <= 10%
 
 
+def test_a_reader_opened_again_in_a_worker_asks_for_pack_and_index_at_once(srv, served):
+    """A DataLoader worker's copy of a remote reader (unpickled) opens the same generation again:
+    the pack's head and trailer and the whole index, in flight together (one round trip, where
+    one after the other took four)."""
+    import pickle
+
+    with h.open_pack(srv.url("p.hframe")) as p:
+        data = pickle.dumps(p)
+        want = p.read_many([0, len(p) - 1])
+    srv.reset_counts()
+    srv.latency_s = 0.3
+    with pickle.loads(data) as q:
+        assert srv.peak_waiting == 3
+        assert srv.requests["/p.hframe.index.parquet"] == 1 and srv.requests["/p.hframe"] == 2
+        srv.latency_s = 0.0
+        assert q.read_many([0, len(q) - 1]) == want
+
+
+def test_a_trailer_asked_for_ahead_that_fails_is_read_as_any_range(srv, served):
+    """The trailer's suffix range is a hint: answered 500 it is not retried, and the trailer is
+    then read as any other range, with the policy's retries, and the open succeeds."""
+    srv.range_faults["bytes=-64"] = ["500"]
+    size = served[1].stat().st_size
+    with h.open_pack(srv.url("p.hframe")) as p:
+        assert len(p) == len(md5s(served[1]))
+    pack_ranges = [r for path, r in srv.log if path == "/p.hframe"]
+    assert pack_ranges.count("bytes=-64") == 1  # never retried
+    assert f"bytes={size - 64}-{size - 1}" in pack_ranges  # then read as a range
+
+
 def test_opening_a_remote_pack_asks_for_manifest_pack_and_index_at_once(srv, served):
-    """Is it a dataset? The pack's head, the index: three first requests, one round trip (then
-    the trailer: two in all), each made once; what the open did not use is not left open."""
+    """Is it a dataset? The pack's head, its trailer (a suffix range: no size needed), the whole
+    index: four requests in flight together, one round trip, each made once; what the open did
+    not use is not left open."""
     srv.latency_s = 0.3
     with h.open_pack(srv.url("p.hframe")) as p:
         assert len(p) == len(md5s(served[1]))
-        assert srv.peak_waiting >= 3
+        assert srv.peak_waiting == 4  # all of them waiting at the server at once
         assert srv.requests["/p.hframe.dataset.json"] == 1 and srv.requests["/p.hframe.index.parquet"] == 1
-        assert srv.requests["/p.hframe"] == 2  # its head, its trailer
+        assert sorted(r for path, r in srv.log if path == "/p.hframe") == ["bytes=-64", f"bytes=0-{PROBE_BYTES - 1}"]
     srv.latency_s = 0.0
     deadline = time.monotonic() + 5
     while any(t.name.startswith("hframe-open") for t in threading.enumerate()) and time.monotonic() < deadline:
@@ -158,7 +190,7 @@ def test_missing_denied_and_rangeless_answers(srv, served, tmp_path):
     assert r.returncode == 2 and b"no such file (HTTP 404)" in r.stderr
     r = run_bin(["get", srv.url("nope.hframe"), "1"])
     assert r.returncode == 2 and r.stderr.count(b"\n") == 1
-    srv.faults.append("ignore-range")
+    srv.range_faults[f"bytes=0-{PROBE_BYTES - 1}"] = ["ignore-range"]  # (the trailer's is asked for at once)
     with pytest.raises(InputError, match="ignores Range requests"):
         PackReader(srv.url("p.hframe"))  # open_pack would first ask for a dataset manifest
     srv.faults.extend(["500", "500"])  # the dataset check meets the first (and takes it as no dataset)
