@@ -23,7 +23,7 @@ import os
 import socket
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -67,12 +67,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(body)
             return
         if srv.latency_s:
+            key = self.path.partition("?")[0]
+            mine = (self.command, self.headers.get("Range"))
             with srv.lock:
                 srv.waiting += 1
                 srv.peak_waiting = max(srv.peak_waiting, srv.waiting)
+                srv.arrivals.append((key, *mine, tuple(srv.in_flight[key])))
+                srv.in_flight[key].append(mine)
             time.sleep(srv.latency_s)
             with srv.lock:
                 srv.waiting -= 1
+                srv.in_flight[key].remove(mine)
         if fault in ("500", "503", "429", "403"):
             code = {"500": "InternalError", "503": "SlowDown", "429": "SlowDown", "403": "AccessDenied"}[fault]
             self._status(int(fault), f"<Error><Code>{code}</Code><Message>{code}</Message></Error>".encode())
@@ -186,6 +191,10 @@ class RangeServer:
         self.hang_s = 30.0
         self.weak_etag = False  # send W/"..." ETags (as a server that compresses on the fly)
         self.requests: Counter[str] = Counter()
+        #: with ``latency_s``: each request as it arrived, (path, method, Range, the (method,
+        #: Range) of the requests of that path waiting then), and those waiting now, by path
+        self.arrivals: list[tuple[str, str, str | None, tuple[tuple[str, str | None], ...]]] = []
+        self.in_flight: defaultdict[str, list[tuple[str, str | None]]] = defaultdict(list)
         self.log: list[tuple[str, str | None]] = []
         #: (user, password) every request must carry as HTTP Basic credentials, else 401
         self.auth: tuple[str, str] | None = None
@@ -213,6 +222,7 @@ class RangeServer:
         with self.lock:
             self.requests.clear()
             self.peak_waiting = 0
+            self.arrivals.clear()
             self.log.clear()
             self.authorization.clear()
 

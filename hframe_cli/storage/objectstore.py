@@ -298,6 +298,7 @@ class ObjectBackend:
         self.policy = policy
         self._lock = threading.Lock()
         self._handle: tuple[int, Any, int, str | None] | None = None  # (pid, file, size, etag)
+        self._tried = threading.Event()  # an opening of the handle ended (well or not)
 
     def _open(self) -> tuple[Any, int, str | None, int]:
         """This process's handle on the object: (file, size, etag, requests made to get it)."""
@@ -307,23 +308,45 @@ class ObjectBackend:
             with self._lock:
                 handle = self._handle
                 if handle is None or handle[0] != pid:  # one opening, however many threads ask
-                    fs, key = self._located()
-                    f = self._within(0, None, lambda: fs.open_input_file(key))
-                    self._handle = (pid, f, f.size(), _tag(f))
+                    try:
+                        fs, key = self._located()
+                        f = self._within(0, None, lambda: fs.open_input_file(key))
+                        self._handle = (pid, f, f.size(), _tag(f))
+                    finally:
+                        self._tried.set()
                     return f, f.size(), self._handle[3], 1
         return handle[1], handle[2], handle[3], 0
+
+    def _opened_by_another(self, deadline: float | None) -> None:
+        """Wait for the handle another request is opening (the first read's): a suffix range
+        makes no metadata request of its own, so a failure or a retry is the first read's."""
+        left = self.policy.request_timeout_s if deadline is None else deadline - time.monotonic()
+        handle = self._handle
+        if (handle is None or handle[0] != os.getpid()) and self._tried.wait(max(0.0, left)):
+            handle = self._handle
+        if handle is None or handle[0] != os.getpid():
+            raise Transient("the object's size is not known (its metadata request failed or is under way)")
+
+    #: ``get`` takes a negative ``start``: the last ``length`` bytes (asked for once the
+    #: handle's metadata request gave the size: a trailer asked for with the first read then
+    #: costs no round trip of its own after it)
+    suffix_ranges = True
 
     def get(self, start: int, length: int | None, etag: str | None, deadline: float | None = None) -> Response:
         if deadline is not None and deadline <= time.monotonic():
             raise Transient("timed out (the deadline passed)")
         opened = 0
         try:
+            if start < 0:
+                self._opened_by_another(deadline)
             f, size, tag, opened = self._open()
             if etag is not None and tag != etag:
                 raise Permanent("replaced", f"the object changed (its ETag is now {tag})")
             if length is None:
                 body = self._within(size, deadline, lambda: f.read_at(size, 0)) if size else b""
             else:
+                if start < 0:  # the last ``length`` bytes (the size came with the handle)
+                    start = max(0, size - length)
                 length = max(0, min(length, size - start))
                 want = length
                 body = self._within(want, deadline, lambda: f.read_at(want, start)) if want else b""

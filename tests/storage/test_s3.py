@@ -253,6 +253,21 @@ def fake_url(srv: RangeServer) -> str:
     return f"s3://bkt/p.hframe?endpoint_override=127.0.0.1:{srv.port}&scheme=http"
 
 
+def test_an_s3_open_asks_for_the_trailer_with_the_first_read(flaky, local):
+    """In S3 the size comes with the object's metadata (HEAD); the pack's first read and its
+    trailer are then asked for together: two round trips to open, not three."""
+    flaky.latency_s = 0.2
+    try:
+        with h.open_pack(fake_url(flaky)) as p:
+            assert len(p) == len(md5s(local / "p.hframe"))
+    finally:
+        flaky.latency_s = 0.0
+    size = (local / "p.hframe").stat().st_size
+    gets = [(r, waiting) for path, method, r, waiting in flaky.arrivals if path == "/bkt/p.hframe" and method == "GET"]
+    trailer = [waiting for r, waiting in gets if r == f"bytes={size - 64}-{size - 1}"]
+    assert len(trailer) == 1 and any(m == "GET" and r.startswith("bytes=0-") for m, r in trailer[0]), gets
+
+
 def test_two_s3_errors_then_success_is_a_read(flaky, local):
     flaky.faults.extend(["503", "500"])  # the first request (the pack's metadata) meets them
     with PackReader(fake_url(flaky)) as p:
