@@ -176,7 +176,7 @@ class PackReader:
         # the path: only the same generation may stand in
         checks = generation_checks(self.path, self.index_path, self.info.uuid, self.info.size)
         self._storage.same_generation, self._index.same_generation = checks[0], checks[1]
-        if self._index.location != self.index_path:  # opened as INDEX.partial mid-publish
+        if _opened_at(self._index) != self.index_path:  # opened as INDEX.partial mid-publish
             self._index.alternates = (self.index_path,)
         self._pool: ThreadPoolExecutor | None = None
         # what close() undoes, set before anything can fail
@@ -1086,12 +1086,18 @@ class PackReader:
                 "size": self.info.size,
                 "pack": self._storage.origin,
                 "index": self._index.origin,
-                "index_location": self._index.location,
+                "index_location": _opened_at(self._index),
             },
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state.pop("path"), state.pop("index_path"), **state)  # type: ignore[misc]
+
+
+def _opened_at(storage: Storage) -> str:
+    """Where ``storage`` was opened: its path, or its URL whole (``location`` is the URL as
+    messages show it, without its query: an object store's endpoint and options are there)."""
+    return getattr(storage, "url", None) or storage.location
 
 
 _pread = os.pread

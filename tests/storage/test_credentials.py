@@ -306,6 +306,20 @@ def test_failing_commands_print_the_url_without_its_password(srv, site, tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_reader_opened_again_in_a_worker_sends_the_password_not_its_shown_form(srv, site):
+    """A DataLoader worker's copy of a reader (unpickled) opens pack and index at their URLs
+    whole: the index was opened again at the URL as messages show it (password as ***) and
+    refused with 401."""
+    import pickle
+
+    with h.open_pack(with_user(srv, "p.hframe")) as p:
+        data, want = pickle.dumps(p), p.read_many([0, 3])
+    srv.reset_counts()
+    with pickle.loads(data) as q:
+        assert q.read_many([0, 3]) == want
+    assert set(srv.authorization) == {srv.basic()}, "a request without alice's password"
+
+
 def test_a_wrong_or_missing_password_is_one_line_exit_3_that_says_so(srv, site):
     url = with_user(srv, "p.hframe", f"alice:{WRONG}")
     r = run_bin(["get", url, "1"], env=FAST_FAIL)
