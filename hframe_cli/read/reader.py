@@ -58,7 +58,7 @@ from ..format.layout import (
 )
 from ..locations import shown_url
 from ..processes import usable_cpus
-from ..storage.access import LocalFile, Storage, unpinned_and_moved
+from ..storage.access import LocalFile, Storage, looks_cold, unpinned_and_moved
 from .cache import NodeCache, PackCache, PackIdentity, cache_settings
 from .snapshot import PackInfo, generation_checks, open_generation
 
@@ -1172,13 +1172,11 @@ def _map_slicer(m: mmap.mmap) -> Callable[[int, int], bytes]:
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
-_COLD_FIXED_S = 100e-6
 #: A warm batch up to this size is read on the calling thread (no pool hand-off).
 _INLINE_WARM_BYTES = 2 << 20
 #: A warm local batch whose frames average this size or more is read one ``pread`` per frame
 #: (a merged read would save a call per frame and cost a copy per frame: more, from here up).
 _WARM_EACH_BYTES = 16 << 10
-_COLD_BYTES_PER_S = 2e9
 
 
 def _budgeted_gap(offs: Sequence[int], lens: Sequence[int], most: int, budget: float) -> int:
@@ -1222,7 +1220,7 @@ def carved(view: memoryview, sizes: Sequence[int]) -> list[memoryview]:
 
 def _looks_cold(seconds: float, nbytes: int) -> bool:
     """A read slower than a page-cache copy could be: the batch is probably not in memory."""
-    return seconds > _COLD_FIXED_S + nbytes / _COLD_BYTES_PER_S
+    return looks_cold(seconds, nbytes)
 
 
 _STATS_LOCK = threading.Lock()

@@ -498,6 +498,18 @@ def _close_opened(opened: Future[Storage]) -> None:
         opened.result().close()
 
 
+#: ``looks_cold``: a read taking longer than this plus its bytes at this rate came from the disk
+_COLD_FIXED_S = 100e-6
+_COLD_BYTES_PER_S = 2e9
+
+
+def looks_cold(seconds: float, nbytes: int) -> bool:
+    """A local read slower than a page-cache copy could be: what it read, and probably its
+    neighbours of the same batch, were not in memory (then tell the kernel about the rest at
+    once, ``LocalFile.prefetch``)."""
+    return seconds > _COLD_FIXED_S + nbytes / _COLD_BYTES_PER_S
+
+
 def evict_from_page_cache(path: str | os.PathLike[str]) -> bool:
     """Ask the kernel to drop ``path`` from the page cache (any user). False if unsupported."""
     if not hasattr(os, "posix_fadvise"):

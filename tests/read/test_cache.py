@@ -24,6 +24,7 @@ from conftest import make_photos, moto_s3, nginx_serving, real_media, run_bin
 import hframe_cli as h
 import hframe_cli.read.cache as cache_mod
 from hframe_cli.read.cache import CacheWarning
+from hframe_cli.storage.access import evict_from_page_cache
 
 
 @pytest.fixture(scope="module")
@@ -375,3 +376,30 @@ def test_small_neighbours_are_read_together_and_a_big_frame_alone():
     ]
     far = [0, 100, 200_000]  # (small, but far apart: not merged)
     assert _runs([0, 1, 2], far, [10, 10, 10]) == [(0, 110, [0, 1]), (200_000, 200_010, [2])]
+
+
+@pytest.mark.parametrize("cold", [True, False])
+def test_a_cold_batch_from_the_cache_is_asked_of_the_disk_at_once(served, tmp_path, monkeypatch, cold):
+    """A batch whose first read from the cache came from the disk (``looks_cold``) has all its
+    runs announced to the kernel at once (WILLNEED), as a cold ``read_many`` of a local pack; a
+    warm one is read as it is. Either way every frame is right."""
+    url, local, _ = served
+    cache = tmp_path / "cache"
+    with h.open_pack(local) as p:
+        want = [p[i] for i in range(len(p))]
+    ids = random.Random(4).sample(range(len(want)), 40)
+    with h.open_pack(url, cache_dir=cache) as p:
+        p.read_many(ids)  # fills the cache
+    for seg in segments(cache):
+        evict_from_page_cache(seg)
+    announced: list[int] = []
+    real = cache_mod._will_need
+    monkeypatch.setattr(cache_mod, "looks_cold", lambda seconds, nbytes: cold)
+    monkeypatch.setattr(
+        cache_mod, "_will_need", lambda plan: (announced.extend(len(r) for _, _, r in plan), real(plan))
+    )
+    with h.open_pack(url, cache_dir=cache) as p:
+        opened = p.storage_counters().requests
+        assert p.read_many(ids) == [want[i] for i in ids]
+        assert p._cache.counts["hits"] == len(ids) and p.storage_counters().requests == opened
+    assert (sum(announced) > 2) if cold else announced == []
