@@ -11,6 +11,10 @@ process with threads it does not know cannot fork its packing workers and loader
 (``processes.fork_is_safe``): they were silently left out, and packing ran in one process. So
 the command asks OpenBLAS for no pool (``OPENBLAS_NUM_THREADS=1``) unless the user set it.
 
+numpy: pyarrow imports it, when installed, as its extension module starts (70-110 ms, and
+numpy's BLAS); hframe gives pyarrow no numpy arrays, so the command's pyarrow is told numpy is
+not there (``_NoNumpyForArrow``); anything else may still import numpy.
+
 pandas: pyarrow imports it (about 0.3 s, and pyarrow.compute with it) the first time it makes an
 array or table from Python values, only to ask whether they are a DataFrame. hframe uses no
 pandas, so the command's process finds none (``_NoPandas``) unless something imported it
@@ -30,6 +34,28 @@ from ..signals import install_early, pending_signal
 __all__ = ["run"]
 
 
+class _NoNumpyForArrow:
+    """An import finder that says numpy is not installed to pyarrow's own modules as they start,
+    and only to them: pyarrow (>= 16) works without numpy, and its extension modules
+    (``pyarrow.lib``, ``pyarrow._compute``, ...) import numpy first thing when they find it
+    (70-110 ms, numpy's BLAS and all, on every command; hframe hands pyarrow no numpy arrays).
+    numpy stays importable by anything else (matplotlib for ``bench --plot``)."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if (name == "numpy" or name.startswith("numpy.")) and _arrow_starting():
+            raise ModuleNotFoundError(f"No module named {name!r} (hframe leaves numpy out of pyarrow)", name=name)
+        return None
+
+
+def _arrow_starting() -> bool:
+    """Whether a pyarrow module is being imported now (its spec says so while it runs)."""
+    return any(
+        (key == "pyarrow" or key.startswith("pyarrow."))
+        and getattr(getattr(m, "__spec__", None), "_initializing", False)
+        for key, m in list(sys.modules.items())
+    )
+
+
 class _NoPandas:
     """An import finder that says pandas is not installed (this process never needs it)."""
 
@@ -44,6 +70,8 @@ def run() -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before anything imports numpy: see above
     if "pandas" not in sys.modules:  # never imported for pyarrow's question: see above
         sys.meta_path.insert(0, _NoPandas())
+    if "pyarrow" not in sys.modules:  # pyarrow without numpy: see above
+        sys.meta_path.insert(0, _NoNumpyForArrow())
     install_early()
     try:
         from .app import run as cli_run

@@ -218,9 +218,10 @@ def test_built_columns_read_back_as_the_rows_that_went_in(tmp_path, seed):
         assert {k: g[k] for k in w} == w
 
 
-def test_packing_does_not_import_pyarrow_compute(tmp_path):
+def test_packing_does_not_import_pyarrow_compute_or_numpy(tmp_path):
     """Importing pyarrow.compute costs ~40 ms, a fifth of packing a few files: the index is
-    built without it."""
+    built without it. numpy, which pyarrow imports as it starts, costs 70-110 ms more: the
+    command's pyarrow goes without."""
     src = tmp_path / "src"
     (src / "a").mkdir(parents=True)
     for i in range(5):
@@ -232,4 +233,6 @@ def test_packing_does_not_import_pyarrow_compute(tmp_path):
     imported = {line.rsplit("|", 1)[-1].strip() for line in err.splitlines() if line.startswith("import time:")}
     assert "pyarrow" in imported and "pyarrow.compute" not in imported
     assert not any(m.startswith("pandas.") for m in imported)  # (its import is tried, and fails at once)
+    # nor numpy: pyarrow's extension module would import it (and its BLAS) as it starts
+    assert not any(m.startswith("numpy.") for m in imported)
     assert pq.read_table(tmp_path / "p.hframe.index.parquet").column("label").to_pylist() == ["a"] * 5
