@@ -165,9 +165,25 @@ class DelayProxy:
     async def _start(self) -> None:
         self.server = await asyncio.start_server(self._client, "127.0.0.1", self.port)
 
+    def close(self) -> None:
+        """Stop serving and end the connections still open (quietly: the runs are over)."""
+
+        async def stop() -> None:
+            self.server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
-        await asyncio.gather(self._pipe(reader, up_w), self._pipe(up_r, writer, count=True), return_exceptions=True)
+        try:
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
+            await asyncio.gather(self._pipe(reader, up_w), self._pipe(up_r, writer, count=True), return_exceptions=True)
+        except (asyncio.CancelledError, OSError):  # closed at the end of the runs, or by a client
+            writer.close()
 
     async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, count: bool = False) -> None:
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
@@ -357,6 +373,7 @@ def main() -> int:
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="hframe-bench-cache-")
     server = None
+    proxy: DelayProxy | None = None
     try:
         src = os.path.join(work, "src")
         os.makedirs(src)
@@ -415,6 +432,8 @@ def main() -> int:
         if args.mds:
             against_mds(args, work, src, names, pack, www, proxy)
     finally:
+        if proxy is not None:
+            proxy.close()
         if server is not None:
             server.terminate()
             server.wait(10)
