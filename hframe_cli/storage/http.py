@@ -314,9 +314,10 @@ class RemoteFile:
 
     Opening makes one request (``PROBE_BYTES`` from the start; with ``whole``, all of an object
     up to ``WHOLE_OBJECT_MAX``: an index, which is read whole), which gives the size and ETag;
-    ``tail`` > 0 asks at the same time for the object's last ``tail``
-    bytes where the server takes suffix ranges (HTTP): a pack's trailer, read right after the
-    header, then costs no round trip of its own. ``read_at`` serves from the probe, the tail or
+    ``tail`` > 0 asks at the same time for the object's last ``tail`` bytes where the backend
+    takes suffix ranges (HTTP at once; an object store once the first request's metadata
+    request gave the size): a pack's trailer, read right after the header, then costs no round
+    trip of its own. ``read_at`` serves from the probe, the tail or
     what ``prefetch`` started when it can, else makes one GET. ``stream()`` fetches a small
     object (an index) whole, in one GET (none when the probe held all of it).
     """
