@@ -383,6 +383,8 @@ class RemoteFile:
     def _one_try(self, start: int, length: int) -> Response:
         """One GET, not retried: a read asked for ahead of need (``tail``), whose failure only
         means the read is asked for again when it is needed, with the policy's retries."""
+        if self._closed:  # (the open failed meanwhile: nothing more is asked)
+            raise StorageError(f"{self.location}: closed while reading")
         self.counters.add(requests=1)
         resp: Response = self.backend.get(start, length, self.etag, time.monotonic() + self.policy.request_timeout_s)
         self.counters.add(requests=resp.requests - 1, nbytes=len(resp.body))

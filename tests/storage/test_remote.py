@@ -193,6 +193,10 @@ def test_missing_denied_and_rangeless_answers(srv, served, tmp_path):
     srv.range_faults[f"bytes=0-{PROBE_BYTES - 1}"] = ["ignore-range"]  # (the trailer's is asked for at once)
     with pytest.raises(InputError, match="ignores Range requests"):
         PackReader(srv.url("p.hframe"))  # open_pack would first ask for a dataset manifest
+    # (the trailer's request, made with the refused one, may still be on its way: let it end)
+    deadline = time.monotonic() + 10
+    while any(t.name.startswith("hframe-remote") for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.01)
     srv.faults.extend(["500", "500"])  # the dataset check meets the first (and takes it as no dataset)
     r = run_bin(["verify", srv.url("p.hframe")], env={**FAST_FAIL, "HFRAME_IO_ATTEMPTS": "1"})
     assert r.returncode == 3 and b"HTTP 500 after 1 attempt" in r.stderr  # not "bad data"
