@@ -136,8 +136,11 @@ class Connection:
 
     def body(self, ans: Answer, timeout: Callable[[], float], limit: int | None = None) -> bytes:
         """The answer's body: ``Content-Length`` bytes, the chunks of a chunked one, or what
-        comes until the server closes. ``limit``: read at most this much of it (an error
-        page), then the connection is closed (the rest is not read)."""
+        comes until the server closes; none for 204 and 304, which never have one. ``limit``:
+        read at most this much of it (an error page), then the connection is closed (the rest
+        is not read)."""
+        if ans.status in (204, 304):
+            return b""
         if "chunked" in ans.headers.get("transfer-encoding", "").lower():
             return self._chunked(ans, timeout, limit)
         declared = ans.headers.get("content-length")

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from hframe_cli.storage.http import HttpBackend
-from hframe_cli.storage.policy import RequestPolicy, Transient
+from hframe_cli.storage.policy import Permanent, RequestPolicy, Transient
 from hframe_cli.storage.wire import BadAnswer, Connection
 
 BODY = bytes(range(256)) * 40  # 10,240 bytes
@@ -151,6 +151,16 @@ def test_answers_that_are_not_http_or_end_early_are_transient(backend, script, w
     b, _ = backend([script])
     with pytest.raises(Transient, match=words):
         b.get(0, 500, None)
+
+
+def test_an_answer_without_a_body_by_definition_is_not_waited_for(backend):
+    """A 204 (as a misconfigured proxy may give) has no body, whatever its headers lack: it is
+    refused at once as the status it is, not waited on until the timeout."""
+    b, srv = backend([[b'HTTP/1.1 204 No Content\r\nETag: "x"\r\n\r\n'], [ranged(0, BODY[:10], len(BODY))]])
+    t0 = time.monotonic()
+    with pytest.raises(Permanent, match="HTTP 204"):
+        b.get(0, 10, None)
+    assert time.monotonic() - t0 < 1.5  # (the request timeout here is 2 s)
 
 
 def test_a_kept_alive_connection_closed_by_the_server_is_asked_again_once(backend):
