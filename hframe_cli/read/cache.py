@@ -58,7 +58,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..faults import fault_point
-from ..storage.access import looks_cold
+from ..storage.access import looks_cold, will_need
 from ..units import parse_size
 
 __all__ = [
@@ -522,13 +522,9 @@ def _xxh3() -> Any:
 def _will_need(plan: list[tuple[int, int, list[tuple[int, int, list[int]]]]]) -> None:
     """Tell the kernel about every run of a batch at once (WILLNEED): a cold batch's reads
     then overlap on the disk, as a cold ``read_many`` of a local pack does."""
-    if not hasattr(os, "posix_fadvise"):
-        return
     for seg, fd, runs in plan:
         base = seg * SEGMENT
-        for run_start, run_end, _ in runs:
-            with contextlib.suppress(OSError):
-                os.posix_fadvise(fd, run_start - base, run_end - run_start, os.POSIX_FADV_WILLNEED)
+        will_need(fd, [a - base for a, _, _ in runs], [b - a for a, b, _ in runs])
 
 
 def _shared_map(path: str, size: int) -> mmap.mmap:

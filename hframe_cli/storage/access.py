@@ -264,13 +264,7 @@ class LocalFile:
 
     def prefetch(self, offsets: Sequence[int], lengths: Sequence[int]) -> None:
         """Tell the kernel about these ranges at once (WILLNEED), so one thread's reads overlap."""
-        if hasattr(os, "posix_fadvise"):
-            fd, advise, willneed = self.fileno(), os.posix_fadvise, os.POSIX_FADV_WILLNEED
-            try:
-                for off, ln in zip(offsets, lengths):
-                    advise(fd, off, ln, willneed)
-            except OSError:
-                pass  # advice only (a descriptor closed meanwhile): the reads say what is wrong
+        will_need(self.fileno(), offsets, lengths)
 
     def advise_sequential(self, start: int) -> None:
         """A bigger read-ahead from ``start`` on: the caller will read sequentially."""
@@ -501,6 +495,18 @@ def _close_opened(opened: Future[Storage]) -> None:
 #: ``looks_cold``: a read taking longer than this plus its bytes at this rate came from the disk
 _COLD_FIXED_S = 100e-6
 _COLD_BYTES_PER_S = 2e9
+
+
+def will_need(fd: int, offsets: Sequence[int], lengths: Sequence[int]) -> None:
+    """Tell the kernel about these ranges of ``fd`` at once (WILLNEED), so one thread's reads
+    of them overlap on the disk."""
+    if hasattr(os, "posix_fadvise"):
+        advise, willneed = os.posix_fadvise, os.POSIX_FADV_WILLNEED
+        try:
+            for off, ln in zip(offsets, lengths):
+                advise(fd, off, ln, willneed)
+        except OSError:
+            pass  # advice only (a descriptor closed meanwhile): the reads say what is wrong
 
 
 def looks_cold(seconds: float, nbytes: int) -> bool:
