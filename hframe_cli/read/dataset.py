@@ -421,9 +421,16 @@ def open_pack(
     if index_path is not None:
         return PackReader(path, index_path, **options)
     where = os.fspath(path)
-    # a remote pack's manifest (is it a dataset?), pack and index are asked for at once
+    if not is_remote(where):
+        return DatasetReader(path, **options) if is_dataset(path) else PackReader(path, None, **options)
+    # a remote pack's manifest (is it a dataset?), pack and index are asked for at once; a pack
+    # there is a pack, as on a disk, whatever the manifest's answer (over S3 a missing object
+    # costs a second round trip: the open no longer waits for it)
     ipath = index_location(where)
     with opening_ahead([manifest_location(where), where, ipath], {where: PACK_OPEN, ipath: INDEX_OPEN}):
-        if is_dataset(path):
-            return DatasetReader(path, **options)
-        return PackReader(path, None, **options)
+        try:
+            return PackReader(path, None, **options)
+        except InputError:  # no pack there (or none hframe can read): a dataset's manifest beside it?
+            if is_dataset(path):
+                return DatasetReader(path, **options)
+            raise

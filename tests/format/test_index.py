@@ -236,3 +236,26 @@ def test_packing_does_not_import_pyarrow_compute_or_numpy(tmp_path):
     # nor numpy: pyarrow's extension module would import it (and its BLAS) as it starts
     assert not any(m.startswith("numpy.") for m in imported)
     assert pq.read_table(tmp_path / "p.hframe.index.parquet").column("label").to_pylist() == ["a"] * 5
+
+
+def test_a_dataset_without_filters_does_not_import_pyarrow_compute(tmp_path):
+    """A training job's first batch waits for ``FrameDataset``: importing pyarrow.compute there
+    took 40-100 ms of it (more than the open's round trip). Only a filter computes a column."""
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    for i in range(5):
+        (src / "a" / f"{i}.bin").write_bytes(os.urandom(40))
+    h.pack([src], tmp_path / "p.hframe")
+    probe = (
+        "import sys\n"
+        "from hframe_cli.training.dataset import FrameDataset\n"
+        "ds = FrameDataset(sys.argv[1], match=sys.argv[2] or None)\n"
+        "assert len(ds) == 5 and ds[4][1] == 0\n"
+        "print('pyarrow.compute' in sys.modules)\n"
+    )
+    for match, computed in (("", "False"), ("a/*", "True")):
+        out = subprocess.run(
+            [sys.executable, "-c", probe, str(tmp_path / "p.hframe"), match], capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == computed

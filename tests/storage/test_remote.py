@@ -131,6 +131,39 @@ def test_opening_a_remote_pack_asks_for_manifest_pack_and_index_at_once(srv, ser
     assert not [t.name for t in threading.enumerate() if t.name.startswith("hframe-open")]
 
 
+def test_a_remote_open_does_not_wait_for_the_manifest_probe(srv, served, monkeypatch):
+    """A pack at the URL is a pack (as on a disk, where a file there is never a dataset): the
+    open goes on as soon as pack and index are in, whatever the manifest probe still waits for
+    (over S3 a missing object costs a second round trip). The probe here hangs for 3 s; the open
+    used to wait for it. The bound is the hang's, not a speed."""
+    monkeypatch.setenv("HFRAME_IO_REQUEST_TIMEOUT", "20")
+    srv.hang_s = 3.0
+    srv.path_faults["/p.hframe.dataset.json"] = ["hang"]
+    t0 = time.monotonic()
+    with h.open_pack(srv.url("p.hframe")) as p:
+        assert len(p) == len(md5s(served[1]))
+    assert time.monotonic() - t0 < 2.0
+    assert srv.requests["/p.hframe.dataset.json"] == 1  # it was asked (a dataset URL needs it)
+    deadline = time.monotonic() + 10  # the abandoned probe ends with its hang, and is closed
+    while any(t.name.startswith("hframe-open") for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("hframe-open")]
+
+
+def test_a_pack_with_a_manifest_beside_it_opens_as_the_pack_remotely_as_locally(srv, served):
+    """Locally a path that is a file is a pack, even with ``NAME.dataset.json`` beside it; a URL
+    now says the same (it used to read the manifest and fail on this one)."""
+    _, local = served
+    manifest = local.parent / "p.hframe.dataset.json"
+    manifest.write_text("not a manifest\n")
+    try:
+        with h.open_pack(srv.url("p.hframe")) as remote, h.open_pack(local) as here:
+            assert type(remote) is type(here) is PackReader
+            assert remote.read_many([0, len(here) - 1]) == here.read_many([0, len(here) - 1])
+    finally:
+        manifest.unlink()
+
+
 def test_a_missing_remote_pack_is_still_one_line_naming_it(srv):
     r = run_bin(["index", srv.url("nothing.hframe")])
     assert r.returncode == 2 and "nothing.hframe" in r.stderr.decode() and "Traceback" not in r.stderr.decode()
