@@ -55,6 +55,7 @@ __all__ = [
     "load_prepared",
     "loaded_by_child",
     "loaded_in_order",
+    "read_listed",
 ]
 
 STREAM_ABOVE = 32 << 20
@@ -126,17 +127,27 @@ def _load(src: Source) -> Loaded:
         return Loaded(src, stream=True)
     if "\0" in src.path:  # a located source (sources/locator.py; os.open would refuse it)
         return _load_located(src)
+    got = read_listed(src.path, src.size, src.mtime_ns)
+    if type(got) is str:
+        return Loaded(src, error=got)
+    return Loaded(src, *got)
+
+
+def read_listed(path: str, size: int, mtime_ns: int) -> tuple[bytes, bytes] | str:
+    """A file's bytes and md5, as listed (``size`` bytes, modified at ``mtime_ns``), or what is
+    wrong with it now: vanished, unreadable, or changed since it was listed. The packing loops'
+    one read of a file (``_load``; a packing worker calls it for each file of its chunks)."""
     try:
-        fd = os.open(src.path, _O_READ)
+        fd = os.open(path, _O_READ)
     except FileNotFoundError:
-        return Loaded(src, error="vanished while packing")
+        return "vanished while packing"
     except OSError as e:
-        return Loaded(src, error=f"cannot read: {e.strerror}")
+        return f"cannot read: {e.strerror}"
     try:
         st = os.fstat(fd)
-        want = src.size + 1  # one byte more than listed: a file that grew shows up
+        want = size + 1  # one byte more than listed: a file that grew shows up
         data = os.read(fd, want)
-        if len(data) < want and len(data) != src.size and data:
+        if len(data) < want and len(data) != size and data:
             more = [data]
             got = len(data)
             while got < want:
@@ -147,14 +158,14 @@ def _load(src: Source) -> Loaded:
                 got += len(chunk)
             data = b"".join(more)
     except IsADirectoryError:
-        return Loaded(src, error="became a folder while packing")
+        return "became a folder while packing"
     except OSError as e:
-        return Loaded(src, error=f"cannot read: {e.strerror}")
+        return f"cannot read: {e.strerror}"
     finally:
         os.close(fd)
-    if len(data) != src.size or st.st_size != src.size or st.st_mtime_ns != src.mtime_ns:
-        return Loaded(src, error=f"changed while packing (listed {src.size} bytes, read {len(data)})")
-    return Loaded(src, data, hashlib.md5(data).digest())
+    if len(data) != size or st.st_size != size or st.st_mtime_ns != mtime_ns:
+        return f"changed while packing (listed {size} bytes, read {len(data)})"
+    return data, hashlib.md5(data).digest()
 
 
 def _load_located(src: Source) -> Loaded:

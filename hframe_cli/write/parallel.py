@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from ..faults import fault_point
+from ..format.layout import SNIFF_BYTES, sniff_media_type
 from ..processes import (
     fork_helper,
     fork_is_safe,
@@ -56,7 +57,7 @@ from ..processes import (
 )
 from ..sources.located import shown
 from ..sources.sourcelist import Rejected, Source
-from .loading import STREAM_ABOVE, WITHOUT_SIZE, add_loaded, load_prepared
+from .loading import STREAM_ABOVE, WITHOUT_SIZE, Loaded, add_loaded, load_prepared, read_listed
 from .writer import ChunkWriter, PackWriter, WrittenChunk
 
 if TYPE_CHECKING:
@@ -321,14 +322,7 @@ def _work(
     for first, end in mine:
         chunk = ChunkWriter(fd, path)
         problems: list[tuple[int, bool, str]] = []
-        for k in range(first, end):
-            src = sources.source(k)
-            item = load_prepared(src, prep, False)
-            warning = add_loaded(chunk, item, strict) if item.error is None else None
-            if warning is not None:
-                problems.append((k, False, warning))
-            if item.error is not None:
-                problems.append((k, True, item.error))
+        _add_sources(chunk, sources, first, end, prep, strict, problems)
         send_message(answers, pickle.dumps(_Sized(chunk.position, len(chunk), problems), pickle.HIGHEST_PROTOCOL))
         order = os.read(orders, _PLACE.size)
         if len(order) != _PLACE.size:
@@ -338,3 +332,42 @@ def _work(
         if hasattr(os, "posix_fadvise"):  # start writeback now: the final fsync has less to wait for
             os.posix_fadvise(fd, at, written.size, os.POSIX_FADV_DONTNEED)
         send_message(answers, pickle.dumps(written, pickle.HIGHEST_PROTOCOL))
+
+
+def _add_sources(
+    chunk: ChunkWriter,
+    sources: SourceList,
+    first: int,
+    end: int,
+    prep: FramePrep,
+    strict: bool,
+    problems: list[tuple[int, bool, str]],
+) -> None:
+    """Load, prepare and add sources ``first``..``end - 1`` to ``chunk`` as the one-writer loop
+    does (``load_prepared``, then ``add_loaded``), noting each problem as (source number,
+    whether it is an error, what is wrong). A file that is a blob stored as it is (most of a
+    pack of small files) is read (``read_listed``) and added (``add_blob``, its media type
+    sniffed once) with no object built for it; anything else takes the general path."""
+    paths, names, sizes, mtimes = sources.columns()
+    plain = prep.plain_blobs
+    for k in range(first, end):
+        path = paths[k]
+        if plain and "\0" not in path and sizes[k] <= STREAM_ABOVE:  # (\0: a located source, read where it sits)
+            got = read_listed(path, sizes[k], mtimes[k])
+            if type(got) is str:
+                problems.append((k, True, got))
+                continue
+            data, md5 = got
+            media = sniff_media_type(data[:SNIFF_BYTES])
+            if media == "unknown":
+                chunk.add_blob(names[k], data, md5, mtimes[k], None, media)
+                continue
+            src = Source(path, names[k], sizes[k], mtimes[k])
+            item = Loaded(src, data, md5, frame=prep.prepare(src.name, data, md5))
+        else:
+            item = load_prepared(sources.source(k), prep, False)
+        warning = add_loaded(chunk, item, strict) if item.error is None else None
+        if warning is not None:
+            problems.append((k, False, warning))
+        if item.error is not None:
+            problems.append((k, True, item.error))

@@ -470,13 +470,16 @@ class PackWriter:
         self._put_record((hdr_size, frame_id, length, raw, md5, mtime_ns, codec, kind, name, extra, flags), data)
         return frame_id
 
-    def add_blob(self, name: bytes, data: bytes, md5: bytes, mtime_ns: int, source: str | None = None) -> int:
+    def add_blob(
+        self, name: bytes, data: bytes, md5: bytes, mtime_ns: int, source: str | None = None, media: str | None = None
+    ) -> int:
         """``add(name, data, mtime_ns=mtime_ns, md5=md5, meta={"source": source} if source else
         None)`` for a frame ``FramePrep.prepare`` left as it is: the same record and row, without
         ``add``'s general path when the frame is a blob in an unaligned pack and not the frame
         that carries a dictionary (a pack of small files, or of an archive's members, spends its
-        time here)."""
-        media = sniff_media_type(data[:SNIFF_BYTES])
+        time here). ``media``: the media type, when the caller sniffed it already."""
+        if media is None:
+            media = sniff_media_type(data[:SNIFF_BYTES])
         frame_id = len(self._index)
         nlen = len(name)
         if (
