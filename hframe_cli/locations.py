@@ -1,14 +1,19 @@
 """Where packs live: local paths or URLs. The small rules every module that names a location
 shares (no imports of hframe modules: everything may import this), and the one table of the
-URL schemes hframe knows (``SCHEMES``): who reads each is decided here, nowhere else."""
+URL schemes hframe knows (``SCHEMES``): who reads each is decided here, nowhere else.
+
+Imports inside functions: ``glob``, only where a pattern is expanded (``verify``'s start-up
+imports this module)."""
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 
 __all__ = [
     "SCHEMES",
+    "expand_globs",
     "has_credentials",
     "is_remote",
     "object_store",
@@ -142,3 +147,15 @@ def with_suffix(location: str | os.PathLike[str], suffix: str) -> str:
         base, _, query = loc.partition("?")
         return f"{base}{suffix}?{query}"
     return loc + suffix
+
+
+def expand_globs(patterns: Iterable[str]) -> list[str]:
+    """Each pattern's matches, sorted, for shells that did not expand them; a path that exists,
+    or a pattern that matches nothing, is kept as it is (so the error names it)."""
+    import glob  # (and fnmatch: only where a pattern is given)
+
+    out: list[str] = []
+    for p in patterns:
+        matches = sorted(glob.glob(p)) if not os.path.exists(p) and any(c in p for c in "*?[") else []
+        out.extend(matches or [p])
+    return out

@@ -10,7 +10,6 @@ bytes, and the list is sorted by those bytes, so the same inputs always give the
 from __future__ import annotations
 
 import fnmatch
-import glob
 import operator
 import os
 import re
@@ -21,7 +20,7 @@ from itertools import islice
 from typing import Any, BinaryIO
 
 from ..errors import InputError
-from ..locations import is_remote, scheme_family, shown_url
+from ..locations import expand_globs, is_remote, scheme_family, shown_url
 from ..names import partial_name
 from .archives import ARCHIVE_KINDS, list_archive
 from .listing import Folder, sorted_entries, walk_in_parallel
@@ -35,16 +34,6 @@ __all__ = ["DEFAULT_MAX_FRAME_BYTES", "FROM_KINDS", "collect_sources", "expand_b
 DEFAULT_MAX_FRAME_BYTES = 1 << 30  # 1 GiB: 4K wallpapers and raw arrays of tens of MB are normal
 #: What ``pack --from`` reads: archives (their members) and tables (their rows).
 FROM_KINDS = (*ARCHIVE_KINDS, "parquet")
-
-
-def expand_globs(patterns: Iterable[str]) -> list[str]:
-    """Each pattern's matches, sorted, for shells that did not expand them; a path that exists,
-    or a pattern that matches nothing, is kept as it is (so the error names it)."""
-    out: list[str] = []
-    for p in patterns:
-        matches = sorted(glob.glob(p)) if not os.path.exists(p) and any(c in p for c in "*?[") else []
-        out.extend(matches or [p])
-    return out
 
 
 def read_path_list(stream: BinaryIO, null_separated: bool) -> list[str]:

@@ -20,11 +20,10 @@ from ..format.layout import (
     TRAILER_SIZE,
     Trailer,
 )
-from ..locations import is_remote, shown_url
+from ..locations import expand_globs, is_remote, shown_url
 from ..parts import balanced_part
 from ..read.dataset import Manifest, is_dataset, manifest_location
 from ..read.snapshot import read_pack_info
-from ..sources.inputs import expand_globs
 from ..storage.access import open_storage
 from .check import frames_to_check, verify_pack
 from .report import PackReport, Problem, VerifyReport

@@ -10,11 +10,10 @@ from pathlib import Path
 
 from ..durable import write_atomically
 from ..errors import InputError
-from ..locations import is_remote
+from ..locations import expand_globs, is_remote
 from ..names import checkpoint_paths, plan_list_name
 from ..read.dataset import Manifest, ShardEntry, get_manifest_path, shard_path
 from ..read.reader import PackReader
-from ..sources.inputs import expand_globs
 from .lock import OutputLock
 
 __all__ = ["missing_parts", "part_number", "part_traces", "unfinished_part", "write_manifest"]
