@@ -371,6 +371,12 @@ def main() -> int:
         "--mds", action="store_true", help="also read the same images through S3 clients, hframe and MosaicML Streaming"
     )
     args = ap.parse_args()
+    # as installed by pip: the package's bytecode compiled once (with PYTHONDONTWRITEBYTECODE set,
+    # as here and on CI machines, a source tree's edited modules are compiled again at every start:
+    # 100+ ms of a remote open once, when its storage modules had changed)
+    import hframe_cli
+
+    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.dirname(hframe_cli.__file__)], check=True)
     work = tempfile.mkdtemp(prefix="hframe-bench-cache-")
     server = None
     proxy: DelayProxy | None = None

@@ -171,6 +171,12 @@ def main() -> int:
     ap.add_argument("--markdown", action="store_true", help="also print the README's table")
     ap.add_argument("--seed", type=int, default=35)
     args = ap.parse_args()
+    # as installed by pip: the package's bytecode compiled once (with PYTHONDONTWRITEBYTECODE set,
+    # as here and on CI machines, a source tree's edited modules are compiled again at every start:
+    # 100+ ms of a remote open once, when its storage modules had changed)
+    import hframe_cli
+
+    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.dirname(hframe_cli.__file__)], check=True)
     out_dir = os.path.join(args.data_dir, "_bench_write")
     os.makedirs(out_dir, exist_ok=True)
     rng = random.Random(args.seed)
