@@ -62,10 +62,25 @@ def manifest_location(output: str | os.PathLike[str]) -> str:
 
 
 def is_dataset(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` names a sharded dataset: locally, no file there but a manifest beside it;
-    behind a URL, a manifest beside it (one small request; any other answer says no)."""
+    """Whether ``path`` names a sharded dataset: no pack there but a manifest beside it, on a
+    disk and behind a URL alike (there: a small request for the manifest, and only when there
+    is one, another for the pack)."""
     if not is_remote(path):
         return not os.path.exists(path) and get_manifest_path(path).exists()
+    if not has_manifest(path):
+        return False
+    try:
+        with open_storage(os.fspath(path)):
+            return False  # a pack (or at least an object) at the location: a pack, as on a disk
+    except HframeError:
+        return True
+
+
+def has_manifest(path: str | os.PathLike[str]) -> bool:
+    """Whether a dataset manifest is beside ``path`` (a URL: one small request; any answer but
+    the manifest says no), whatever is at ``path`` itself: what a publish cleans up."""
+    if not is_remote(path):
+        return get_manifest_path(path).exists()
     try:
         with open_storage(manifest_location(path)):
             return True
@@ -431,6 +446,6 @@ def open_pack(
         try:
             return PackReader(path, None, **options)
         except InputError:  # no pack there (or none hframe can read): a dataset's manifest beside it?
-            if is_dataset(path):
+            if has_manifest(path):
                 return DatasetReader(path, **options)
             raise

@@ -121,9 +121,9 @@ class PublishReport:
 
 def published_version(url: str) -> bool:
     """Whether a pack or a dataset is published at ``url``."""
-    from ..read.dataset import is_dataset
+    from ..read.dataset import has_manifest
 
-    return _remote_uuid(url) is not None or is_dataset(url)
+    return _remote_uuid(url) is not None or has_manifest(url)
 
 
 def _pairs(stage: str, url: str) -> tuple[list[tuple[str, str]], tuple[str, str] | None]:
@@ -211,8 +211,8 @@ def publish(stage: str, url: str, on_event: EventFn | None = None) -> PublishRep
     if manifest is not None:
         put_objects([manifest])
         report.uploaded.append((manifest[1], os.path.getsize(manifest[0])))
-    # what the other form left at the location would keep readers on the old version (a
-    # manifest is taken over a pack) or cost storage (a pack a dataset replaced, stale shards):
+    # what the other form left at the location would keep readers on the old version (a pack
+    # is taken over a manifest, as on a disk) or cost storage (a manifest a pack replaced, stale shards):
     # removed once the new version is complete, as a local publish does (shards.retire_other_form)
     if manifest is None:
         if old_shards:
@@ -267,10 +267,10 @@ def _index_pack_uuid(url: str) -> str | None:
 def _remote_shards(url: str) -> list[str]:
     """The shard locations of the dataset published at ``url`` named as its own shards are
     (none if there is none)."""
-    from ..read.dataset import Manifest, is_dataset, manifest_location
+    from ..read.dataset import Manifest, has_manifest, manifest_location
     from .shards import own_shard
 
-    if not is_dataset(url):
+    if not has_manifest(url):
         return []
     murl = manifest_location(url)
     return [s for s in Manifest.load(murl).shard_paths(murl) if own_shard(url, s)]  # never packs merged from elsewhere

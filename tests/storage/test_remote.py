@@ -152,7 +152,7 @@ def test_a_remote_open_does_not_wait_for_the_manifest_probe(srv, served, monkeyp
 
 def test_a_pack_with_a_manifest_beside_it_opens_as_the_pack_remotely_as_locally(srv, served):
     """Locally a path that is a file is a pack, even with ``NAME.dataset.json`` beside it; a URL
-    now says the same (it used to read the manifest and fail on this one)."""
+    now says the same, in every command (they used to read the manifest and fail on this one)."""
     _, local = served
     manifest = local.parent / "p.hframe.dataset.json"
     manifest.write_text("not a manifest\n")
@@ -160,6 +160,13 @@ def test_a_pack_with_a_manifest_beside_it_opens_as_the_pack_remotely_as_locally(
         with h.open_pack(srv.url("p.hframe")) as remote, h.open_pack(local) as here:
             assert type(remote) is type(here) is PackReader
             assert remote.read_many([0, len(here) - 1]) == here.read_many([0, len(here) - 1])
+        for command, pick in (
+            (["verify", "--json"], lambda doc: (doc["frames_checked"], doc["packs"][0]["status"])),
+            (["dump-header", "--json"], lambda doc: (doc["header"]["uuid"], doc["trailer"]["frame_count"])),
+        ):
+            there, here = run_bin([*command, srv.url("p.hframe")]), run_bin([*command, str(local)])
+            assert there.returncode == here.returncode == 0, there.stderr
+            assert pick(json.loads(there.stdout)) == pick(json.loads(here.stdout))
     finally:
         manifest.unlink()
 
