@@ -828,7 +828,8 @@ def select_rows(
         unknown = [c for c in columns if c not in table.column_names]
         if unknown:
             raise InputError(f"unknown column {unknown[0]!r} (columns: {', '.join(table.column_names)})")
-    if name_glob or any(v is not None for v in (equal or {}).values()):
+    filtered = bool(name_glob) or any(v is not None for v in (equal or {}).values())
+    if filtered:
         import pyarrow.compute as pc  # (about 0.1 s to import: only where a filter is computed)
     if name_glob:
         mask = pc.match_substring_regex(table.column("name"), glob_to_regex(name_glob))
@@ -836,11 +837,7 @@ def select_rows(
     for col, value in (equal or {}).items():
         if value is not None:
             table = table.filter(pc.fill_null(pc.equal(table.column(col), pa.scalar(value, pa.string())), False))
-    if (
-        must_match is not None
-        and table.num_rows == 0
-        and (name_glob or any(v is not None for v in (equal or {}).values()))
-    ):
+    if must_match is not None and table.num_rows == 0 and filtered:
         raise NotFound(f"{must_match}: no frame matches {describe_filters(name_glob, equal)}")
     return table.select(columns) if columns else table
 

@@ -134,17 +134,16 @@ def test_opening_a_remote_pack_asks_for_manifest_pack_and_index_at_once(srv, ser
 def test_a_remote_open_does_not_wait_for_the_manifest_probe(srv, served, monkeypatch):
     """A pack at the URL is a pack (as on a disk, where a file there is never a dataset): the
     open goes on as soon as pack and index are in, whatever the manifest probe still waits for
-    (over S3 a missing object costs a second round trip). The probe here hangs for 3 s; the open
-    used to wait for it. The bound is the hang's, not a speed."""
+    (over S3 a missing object costs a second round trip). The probe here hangs for 5 s; the open
+    used to wait for it: now it returns while the probe's thread is still waiting (no clock read)."""
     monkeypatch.setenv("HFRAME_IO_REQUEST_TIMEOUT", "20")
-    srv.hang_s = 3.0
+    srv.hang_s = 5.0
     srv.path_faults["/p.hframe.dataset.json"] = ["hang"]
-    t0 = time.monotonic()
     with h.open_pack(srv.url("p.hframe")) as p:
         assert len(p) == len(md5s(served[1]))
-    assert time.monotonic() - t0 < 2.0
-    assert srv.requests["/p.hframe.dataset.json"] == 1  # it was asked (a dataset URL needs it)
-    deadline = time.monotonic() + 10  # the abandoned probe ends with its hang, and is closed
+        assert any(t.name.startswith("hframe-open") for t in threading.enumerate())  # the probe, hanging
+    assert srv.requests["/p.hframe.dataset.json"] >= 1  # it was asked (a dataset URL needs it)
+    deadline = time.monotonic() + 20  # the abandoned probe ends with its hang, and is closed
     while any(t.name.startswith("hframe-open") for t in threading.enumerate()) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not [t.name for t in threading.enumerate() if t.name.startswith("hframe-open")]
