@@ -184,7 +184,9 @@ class RowFormat(str, Enum):
 
 def _version(value: bool) -> None:
     if value:
-        sys.stdout.write(f"hframe {__version__}\n")
+        from ..write.compiled import describe
+
+        sys.stdout.write(f"hframe {__version__} ({describe()})\n")
         raise typer.Exit(0)
 
 

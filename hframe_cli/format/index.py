@@ -266,6 +266,57 @@ class IndexBuilder:
             self._meta.add_source(source)
             self._meta_rows = row + 1
 
+    def extend_blobs(
+        self,
+        names: list[bytes],
+        offsets: array[int],
+        lengths: array[int],
+        md5s: bytes,
+        mtimes_ns: list[int],
+        record_offsets: array[int],
+    ) -> None:
+        """``append_blob`` for each of a run of frames at once, its columns given whole (the
+        compiled reader's chunk of blobs, ``writer.ChunkWriter.add_blob_records``)."""
+        rows, count = len(self), len(names)
+        if not (len(offsets) == len(lengths) == len(mtimes_ns) == len(record_offsets) == count == len(md5s) // 16):
+            raise ValueError("extend_blobs: columns of different lengths")
+        joined = b"".join(names)
+        names_at = len(self._name_data)
+        self._name_data += joined
+        ends, at = self._name_offsets, names_at
+        for name in names:
+            at += len(name)
+            ends.append(at)
+        try:
+            b"\0".join(names).decode("utf-8")  # (no name holds a NUL: valid joined = each valid)
+        except UnicodeDecodeError:
+            for j, name in enumerate(names):
+                try:
+                    name.decode("utf-8")
+                except UnicodeDecodeError:
+                    self._invalid_names[rows + j] = name
+        offset_col, length_col, raw_lengths, source_sizes, mtimes_us, record_col = self._int_columns
+        offset_col.extend(offsets)
+        length_col.extend(lengths)
+        raw_lengths.extend(lengths)
+        source_sizes.extend(lengths)
+        mtimes_us.extend([m // 1000 for m in mtimes_ns])
+        record_col.extend(record_offsets)
+        self._md5 += md5s
+        media_types, kinds, codecs = self._code_columns
+        media_types.extend(array("b", [_UNKNOWN]) * count)
+        kinds.extend(array("b", [_BLOB]) * count)
+        codecs.extend(array("b", [0]) * count)
+        labels, index = self._labels, []
+        last_parent, last_idx = None, -1
+        for name in names:
+            parent = name[: name.rfind(b"/") + 1]  # (a run of frames mostly shares its folder)
+            if parent != last_parent:
+                label = parent_label(name)
+                last_parent, last_idx = parent, -1 if label is None else labels.setdefault(label, len(labels))
+            index.append(last_idx)
+        self._label_idx.extend(index)
+
     def _add_row(
         self,
         name: bytes,

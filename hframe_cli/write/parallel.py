@@ -41,10 +41,11 @@ import struct
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from hashlib import md5 as _md5
 from typing import TYPE_CHECKING, Protocol
 
 from ..faults import fault_point
-from ..format.layout import SNIFF_BYTES, sniff_media_type
+from ..format.layout import KIND_IDS, MAX_NAME_BYTES, SNIFF_BYTES, sniff_media_type
 from ..processes import (
     fork_helper,
     fork_is_safe,
@@ -58,6 +59,7 @@ from ..processes import (
 )
 from ..sources.located import shown
 from ..sources.sourcelist import Rejected, Source
+from .compiled import blobs
 from .loading import STREAM_ABOVE, WITHOUT_SIZE, Loaded, add_loaded, load_prepared, read_listed
 from .writer import ChunkWriter, PackWriter, WrittenChunk
 
@@ -114,6 +116,7 @@ _DEFAULT_ABOVE_BYTES = 64 << 20
 _MAX_DEFAULT_WORKERS = 8
 _PLACE = struct.Struct("<QQ")
 _PIPE_BYTES = 1 << 20
+_BLOB = KIND_IDS["blob"]
 
 
 def fanout_workers(run: Run, start: int, workers: int | None) -> int:
@@ -351,11 +354,16 @@ def _add_sources(
     sniffed once) with no object built for it; anything else takes the general path."""
     paths, names, sizes, mtimes = sources.columns()
     plain = prep.plain_blobs
+    if plain and blobs is not None:  # the compiled loop, when every file of the chunk is a plain blob
+        got = blobs.read_chunk(paths, sizes, mtimes, names, first, end, MAX_NAME_BYTES, STREAM_ABOVE, _BLOB, _md5)
+        if got is not None:
+            chunk.add_blob_records(names[first:end], mtimes[first:end], got, blobs.number)
+            return
     for k in range(first, end):
         path = paths[k]
         if plain and "\0" not in path and sizes[k] <= STREAM_ABOVE:  # (\0: a located source, read where it sits)
             got = read_listed(path, sizes[k], mtimes[k])
-            if type(got) is str:
+            if isinstance(got, str):
                 problems.append((k, True, got))
                 continue
             data, md5 = got

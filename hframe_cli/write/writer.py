@@ -28,6 +28,7 @@ import shutil
 import struct
 import time
 import uuid
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -794,6 +795,7 @@ class ChunkWriter(PackWriter):
         self._compressed = self._extras = False
         self._pos = 0
         self._records: list[tuple[tuple[Any, ...], bytes]] = []
+        self._image: tuple[bytearray, bytes, Any] | None = None  # add_blob_records: (records, their offsets, numbering)
         self._enospc_at = enospc_limit()
         self._may_map = self.maps_coherently()
 
@@ -801,20 +803,44 @@ class ChunkWriter(PackWriter):
         self._records.append((header, data))
         self._pos += header[0] + len(data)
 
+    def add_blob_records(self, names: list[bytes], mtimes_ns: list[int], chunk: tuple[Any, ...], number: Any) -> None:
+        """Take the records of a run of blobs the compiled reader laid out (``_blobs.read_chunk``'s
+        answer for files named ``names``, modified at ``mtimes_ns``): the same records and rows
+        ``add_blob`` would have made for each, into a chunk that holds nothing yet. ``number``
+        (``_blobs.number``) sets their frame ids and CRCs in ``write_at``."""
+        if self._records or self._image is not None or len(self._index):
+            raise ValueError("add_blob_records: the chunk holds frames already")
+        image, count, rec_offs, offsets, lengths, md5s, digest_input = chunk
+        lengths_q = array("q")
+        lengths_q.frombytes(lengths)
+        offsets_q, rec_offs_q = array("q"), array("q")
+        offsets_q.frombytes(offsets)
+        rec_offs_q.frombytes(rec_offs)
+        self._index.extend_blobs(names, offsets_q, lengths_q, md5s, mtimes_ns, rec_offs_q)
+        self._digest.update(digest_input)
+        self._payload_bytes += sum(lengths_q)
+        self._pos += len(image)
+        self._image = (image, rec_offs, number)
+
     def write_at(self, start: int, first_frame: int) -> WrittenChunk:
         """Write the records at byte ``start`` with frame ids from ``first_frame``; the chunk
         to hand to the parent's ``PackWriter.append_chunk``."""
-        parts: list[bytes] = []
-        at, pending = start, 0
-        for header, data in self._records:
-            size, frame_id, *rest = header
-            parts.append(encode_record(size, first_frame + frame_id, *rest))
-            parts.append(data)
-            pending += size + len(data)
-            if pending >= _FLUSH_BYTES or len(parts) >= _MAX_IOV:
-                at = self._pwrite(parts, at, pending)
-                parts, pending = [], 0
-        self._pwrite(parts, at, pending)
+        if self._image is not None:
+            image, rec_offs, number = self._image
+            number(image, rec_offs, first_frame)
+            self._pwrite([image], start, len(image), len(rec_offs) // 8)
+        else:
+            parts: list[bytes] = []
+            at, pending = start, 0
+            for header, data in self._records:
+                size, frame_id, *rest = header
+                parts.append(encode_record(size, first_frame + frame_id, *rest))
+                parts.append(data)
+                pending += size + len(data)
+                if pending >= _FLUSH_BYTES or len(parts) >= _MAX_IOV:
+                    at = self._pwrite(parts, at, pending, len(parts) // 2)
+                    parts, pending = [], 0
+            self._pwrite(parts, at, pending, len(parts) // 2)
         self._index.shift_offsets(start)
         return WrittenChunk(
             start,
@@ -827,12 +853,12 @@ class ChunkWriter(PackWriter):
             self._extras,
         )
 
-    def _pwrite(self, parts: list[bytes], at: int, size: int) -> int:
+    def _pwrite(self, parts: list[bytes] | list[bytearray], at: int, size: int, records: int) -> int:
         if not parts:
             return at
         try:
             self._check_room(at + size)
-            mapped = self._may_map and _mapped(size, len(parts) // 2)  # (parts: header, payload, ...)
+            mapped = self._may_map and _mapped(size, records)
             if mapped and self._map_write(parts, at, size):
                 return at + size
             n = os.pwritev(self._fd, parts, at)
@@ -842,7 +868,7 @@ class ChunkWriter(PackWriter):
             raise _write_error(self.partial_path, e) from e
         return at + size
 
-    def _map_write(self, parts: list[bytes], at: int, size: int) -> bool:
+    def _map_write(self, parts: list[bytes] | list[bytearray], at: int, size: int) -> bool:
         """Copy ``parts`` into a shared map of bytes [at, at + size) of the pack, which the
         parent extended past them (``PackWriter.reserve``). Workers that ``pwritev`` into one
         file take turns on its inode lock: writing 20,000 JPEGs of 34 KB, 10 % of the CPU

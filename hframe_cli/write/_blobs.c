@@ -1,0 +1,351 @@
+/* hframe_cli.write._blobs: a packing worker's chunk of small blobs, read and laid out in C.
+ *
+ * The optional compiled part of ``hframe pack`` (issue 35). A folder of small files costs per
+ * file, and in Python most of that cost is the interpreter around five system calls: opening,
+ * reading and hashing the file, sniffing it, encoding its record header and index row. For a
+ * chunk of files that are all blobs stored as they are (``parallel._add_sources``) this module
+ * does it in one call and hands back the chunk's records as one buffer plus its index columns.
+ * The bytes are exactly those ``PackWriter.add_blob`` and ``ChunkWriter.write_at`` produce for
+ * the same files (the golden packs and tests/write/test_native.py check it, and the suite runs
+ * again with ``HFRAME_NATIVE=0``, the pure-Python path, which stays the reference):
+ *
+ *   read_chunk(paths, sizes, mtimes, names, first, end, max_name, max_size, kind, md5)
+ *       -> None | (image, count, rec_offs, offsets, lengths, md5s, digest_input)
+ *
+ *   paths, sizes, mtimes, names   the source list's columns (str, int, int ns, bytes)
+ *   first, end                    the chunk: sources first..end-1
+ *   max_name, max_size, kind      MAX_NAME_BYTES, STREAM_ABOVE and the blob kind id
+ *   md5                           hashlib.md5 (the same md5 the Python path uses)
+ *
+ *   None when any source of the chunk is not a plain blob readable as listed: a located source
+ *   (its path holds a NUL), too large, a long name, a known media type (an image), a file that
+ *   vanished, cannot be read, or changed since it was listed. The caller then takes the chunk
+ *   through the general path, which says what is wrong with which file.
+ *
+ *   image         bytearray: the chunk's records back to back, headers with frame ids 0..n-1
+ *                 and no CRC yet (``number`` sets both once the chunk is placed)
+ *   rec_offs, offsets, lengths   bytes of int64 (native order): each record's offset in the
+ *                 chunk, its payload's offset in the chunk, its length
+ *   md5s          bytes: 16 per frame
+ *   digest_input  bytes: what ``PackWriter`` feeds the pack digest for these frames
+ *
+ *   number(image, rec_offs, first_frame) -> None
+ *       frame ids first_frame.. and the CRC of every record header (``layout.encode_record``).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the pack layout is little-endian; this module stores integers as they are in memory"
+#endif
+
+#define RECORD_FIXED 76 /* layout.RECORD_FIXED: "<4sIQQQ16sqHHIIII" */
+#define HEAD_NO_CRC 72
+#define DIGEST_FIXED 20 /* writer._DIGEST: "<IQq" (name length, length, mtime) */
+#define SNIFF_BYTES 18
+
+static uint32_t crc_table[256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[i] = c;
+    }
+}
+
+/* zlib.crc32(data, crc) */
+static uint32_t crc32_update(uint32_t crc, const unsigned char *p, size_t n) {
+    crc = ~crc;
+    while (n--) crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+/* Whether ``layout.sniff_media_type`` names a media type for these first bytes (not "unknown"). */
+static int known_media(const unsigned char *h, Py_ssize_t n) {
+    if (n <= 0) return 0;
+    switch (h[0]) {
+    case 0xFF:
+        return n >= 3 && memcmp(h, "\xff\xd8\xff", 3) == 0;
+    case 0x89:
+        return n >= 8 && memcmp(h, "\x89PNG\r\n\x1a\n", 8) == 0;
+    case 0x47:
+        return n >= 6 && (memcmp(h, "GIF87a", 6) == 0 || memcmp(h, "GIF89a", 6) == 0);
+    case 0x42: {
+        if (n < 18 || h[1] != 'M') return 0;
+        uint32_t dib = (uint32_t)h[14] | (uint32_t)h[15] << 8 | (uint32_t)h[16] << 16 | (uint32_t)h[17] << 24;
+        return dib == 12 || dib == 16 || dib == 40 || dib == 52 || dib == 56 || dib == 64 || dib == 108 ||
+               dib == 124; /* layout._BMP_DIB_SIZES */
+    }
+    case 0x49:
+    case 0x4D:
+        return n >= 4 && (memcmp(h, "II*\0", 4) == 0 || memcmp(h, "MM\0*", 4) == 0);
+    case 0x52:
+        return n >= 12 && memcmp(h, "RIFF", 4) == 0 && memcmp(h + 8, "WEBP", 4) == 0;
+    default:
+        return 0;
+    }
+}
+
+/* The folder of the file being read: consecutive files of one folder (sources come sorted by
+ * name) are opened relative to it, so the kernel walks their path once per folder. */
+typedef struct {
+    char *path;
+    size_t len;
+    int fd; /* -1: none (files are then opened by their whole path) */
+} folder_t;
+
+static int open_in(folder_t *dir, const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL || slash == path) return open(path, O_RDONLY | O_CLOEXEC);
+    size_t len = (size_t)(slash - path);
+    if (dir->path == NULL || dir->len != len || memcmp(dir->path, path, len) != 0) {
+        if (dir->fd >= 0) close(dir->fd);
+        free(dir->path);
+        dir->fd = -1;
+        dir->len = len;
+        dir->path = malloc(len + 1);
+        if (dir->path != NULL) {
+            memcpy(dir->path, path, len);
+            dir->path[len] = 0;
+            dir->fd = open(dir->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        }
+    }
+    if (dir->fd < 0) return open(path, O_RDONLY | O_CLOEXEC);
+    return openat(dir->fd, slash + 1, O_RDONLY | O_CLOEXEC);
+}
+
+/* Read the file into ``buf`` (room for size + 1 bytes): 1 when it holds exactly ``size`` bytes
+ * and was last modified at ``mtime_ns``, as listed; 0 otherwise. */
+static int read_as_listed(folder_t *dir, const char *path, unsigned char *buf, Py_ssize_t size, long long mtime_ns) {
+    int fd = open_in(dir, path);
+    if (fd < 0) return 0;
+    struct stat st;
+    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == size &&
+             (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec == mtime_ns;
+    Py_ssize_t want = size + 1, got = 0; /* one byte more than listed: a file that grew shows */
+    while (ok && got < want) {
+        ssize_t n = read(fd, buf + got, (size_t)(want - got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            ok = n == 0;
+            break;
+        }
+        got += n;
+    }
+    close(fd);
+    return ok && got == size;
+}
+
+static void put_u16(unsigned char *p, uint16_t v) { memcpy(p, &v, 2); }
+static void put_u32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put_u64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+
+static int md5_into(PyObject *md5, const unsigned char *data, Py_ssize_t size, unsigned char *out) {
+    PyObject *view = PyMemoryView_FromMemory((char *)data, size, PyBUF_READ);
+    if (view == NULL) return -1;
+    PyObject *h = PyObject_CallOneArg(md5, view);
+    Py_DECREF(view);
+    if (h == NULL) return -1;
+    PyObject *digest = PyObject_CallMethod(h, "digest", NULL);
+    Py_DECREF(h);
+    if (digest == NULL) return -1;
+    if (!PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != 16) {
+        Py_DECREF(digest);
+        PyErr_SetString(PyExc_ValueError, "md5 digest is not 16 bytes");
+        return -1;
+    }
+    memcpy(out, PyBytes_AS_STRING(digest), 16);
+    Py_DECREF(digest);
+    return 0;
+}
+
+typedef struct {
+    PyObject *path; /* bytes (file system encoding) */
+    const unsigned char *name;
+    Py_ssize_t nlen, size;
+    long long mtime_ns;
+} file_t;
+
+static PyObject *read_chunk(PyObject *self, PyObject *args) {
+    PyObject *paths, *sizes, *mtimes, *names, *md5;
+    Py_ssize_t first, end, max_name, max_size, kind;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!nnnnnO", &PyList_Type, &paths, &PyList_Type, &sizes, &PyList_Type, &mtimes,
+                          &PyList_Type, &names, &first, &end, &max_name, &max_size, &kind, &md5))
+        return NULL;
+    Py_ssize_t total = PyList_GET_SIZE(paths);
+    if (PyList_GET_SIZE(sizes) != total || PyList_GET_SIZE(mtimes) != total || PyList_GET_SIZE(names) != total ||
+        first < 0 || end > total || first > end) {
+        PyErr_SetString(PyExc_ValueError, "read_chunk: columns of different lengths or a chunk outside them");
+        return NULL;
+    }
+    Py_ssize_t n = end - first, image_size = 0, digest_size = 0;
+    file_t *files = PyMem_Calloc(n ? (size_t)n : 1, sizeof(file_t));
+    if (files == NULL) return PyErr_NoMemory();
+    PyObject *result = NULL, *image = NULL, *rec_offs = NULL, *offsets = NULL, *lengths = NULL, *md5s = NULL,
+             *digest = NULL;
+    folder_t dir = {NULL, 0, -1};
+    int plain = 1;
+    for (Py_ssize_t j = 0; j < n && plain; j++) {
+        file_t *f = &files[j];
+        PyObject *path = PyList_GET_ITEM(paths, first + j), *name = PyList_GET_ITEM(names, first + j);
+        if (!PyUnicode_Check(path) || !PyBytes_Check(name)) {
+            plain = 0;
+            break;
+        }
+        f->size = PyLong_AsSsize_t(PyList_GET_ITEM(sizes, first + j));
+        f->mtime_ns = PyLong_AsLongLong(PyList_GET_ITEM(mtimes, first + j));
+        if (PyErr_Occurred()) goto done;
+        f->name = (const unsigned char *)PyBytes_AS_STRING(name);
+        f->nlen = PyBytes_GET_SIZE(name);
+        if (f->size < 0 || f->size > max_size || f->nlen > max_name) {
+            plain = 0;
+            break;
+        }
+        f->path = PyUnicode_EncodeFSDefault(path);
+        if (f->path == NULL) goto done;
+        if ((Py_ssize_t)strlen(PyBytes_AS_STRING(f->path)) != PyBytes_GET_SIZE(f->path)) {
+            plain = 0; /* a located source (sources/locator.py): read where it sits */
+            break;
+        }
+        image_size += RECORD_FIXED + f->nlen + f->size;
+        digest_size += DIGEST_FIXED + f->nlen + 16;
+    }
+    if (!plain) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    image = PyByteArray_FromStringAndSize(NULL, image_size + 1); /* + 1: the byte a grown file shows */
+    rec_offs = PyBytes_FromStringAndSize(NULL, 8 * n);
+    offsets = PyBytes_FromStringAndSize(NULL, 8 * n);
+    lengths = PyBytes_FromStringAndSize(NULL, 8 * n);
+    md5s = PyBytes_FromStringAndSize(NULL, 16 * n);
+    digest = PyBytes_FromStringAndSize(NULL, digest_size);
+    if (!image || !rec_offs || !offsets || !lengths || !md5s || !digest) goto done;
+    unsigned char *buf = (unsigned char *)PyByteArray_AS_STRING(image);
+    unsigned char *dg = (unsigned char *)PyBytes_AS_STRING(digest);
+    unsigned char *sums = (unsigned char *)PyBytes_AS_STRING(md5s);
+    int64_t *rec_at = (int64_t *)PyBytes_AS_STRING(rec_offs), *pay_at = (int64_t *)PyBytes_AS_STRING(offsets),
+            *len_at = (int64_t *)PyBytes_AS_STRING(lengths);
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        file_t *f = &files[j];
+        unsigned char *h = buf + pos, *payload = h + RECORD_FIXED + f->nlen;
+        if ((j & 63) == 63 && PyErr_CheckSignals() < 0) goto done;
+        if (!read_as_listed(&dir, PyBytes_AS_STRING(f->path), payload, f->size, f->mtime_ns) ||
+            known_media(payload, f->size < SNIFF_BYTES ? f->size : SNIFF_BYTES)) {
+            Py_CLEAR(image);
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        unsigned char *sum = sums + 16 * j;
+        if (md5_into(md5, payload, f->size, sum) < 0) goto done;
+        memcpy(h, "HFR1", 4);
+        put_u32(h + 4, (uint32_t)(RECORD_FIXED + f->nlen));
+        put_u64(h + 8, (uint64_t)j); /* frame id and CRC: number() */
+        put_u64(h + 16, (uint64_t)f->size);
+        put_u64(h + 24, (uint64_t)f->size);
+        memcpy(h + 32, sum, 16);
+        put_u64(h + 48, (uint64_t)f->mtime_ns);
+        put_u16(h + 56, 0); /* codec */
+        put_u16(h + 58, (uint16_t)kind);
+        put_u32(h + 60, (uint32_t)f->nlen);
+        put_u32(h + 64, 0); /* extra */
+        put_u32(h + 68, 0); /* flags */
+        put_u32(h + 72, 0); /* crc */
+        memcpy(h + RECORD_FIXED, f->name, (size_t)f->nlen);
+        rec_at[j] = pos;
+        pay_at[j] = pos + RECORD_FIXED + f->nlen;
+        len_at[j] = f->size;
+        put_u32(dg, (uint32_t)f->nlen);
+        put_u64(dg + 4, (uint64_t)f->size);
+        put_u64(dg + 12, (uint64_t)f->mtime_ns);
+        memcpy(dg + DIGEST_FIXED, f->name, (size_t)f->nlen);
+        memcpy(dg + DIGEST_FIXED + f->nlen, sum, 16);
+        dg += DIGEST_FIXED + f->nlen + 16;
+        pos += RECORD_FIXED + f->nlen + f->size;
+    }
+    if (PyByteArray_Resize(image, image_size) < 0) goto done;
+    result = Py_BuildValue("(OnOOOOO)", image, n, rec_offs, offsets, lengths, md5s, digest);
+done:
+    if (dir.fd >= 0) close(dir.fd);
+    free(dir.path);
+    for (Py_ssize_t j = 0; j < n; j++) Py_XDECREF(files[j].path);
+    PyMem_Free(files);
+    Py_XDECREF(image);
+    Py_XDECREF(rec_offs);
+    Py_XDECREF(offsets);
+    Py_XDECREF(lengths);
+    Py_XDECREF(md5s);
+    Py_XDECREF(digest);
+    return result;
+}
+
+static PyObject *number(PyObject *self, PyObject *args) {
+    Py_buffer image, rec_offs;
+    unsigned long long first_frame;
+    if (!PyArg_ParseTuple(args, "w*y*K", &image, &rec_offs, &first_frame)) return NULL;
+    PyObject *result = NULL;
+    unsigned char *buf = image.buf;
+    const int64_t *at = rec_offs.buf;
+    Py_ssize_t n = rec_offs.len / 8;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (at[j] < 0 || at[j] + RECORD_FIXED > image.len) goto bad;
+        unsigned char *h = buf + at[j];
+        uint32_t nlen, extra;
+        memcpy(&nlen, h + 60, 4);
+        memcpy(&extra, h + 64, 4);
+        if (memcmp(h, "HFR1", 4) != 0 || extra != 0 || at[j] + RECORD_FIXED + (Py_ssize_t)nlen > image.len) goto bad;
+        put_u64(h + 8, first_frame + (uint64_t)j);
+        uint32_t crc = crc32_update(crc32_update(0, h, HEAD_NO_CRC), h + RECORD_FIXED, nlen);
+        put_u32(h + HEAD_NO_CRC, crc);
+    }
+    result = Py_NewRef(Py_None);
+    goto done;
+bad:
+    PyErr_SetString(PyExc_ValueError, "number: a record offset outside the image or not at a record");
+done:
+    PyBuffer_Release(&image);
+    PyBuffer_Release(&rec_offs);
+    return result;
+}
+
+static PyObject *crc32(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    unsigned int crc = 0;
+    if (!PyArg_ParseTuple(args, "y*|I", &data, &crc)) return NULL;
+    uint32_t out = crc32_update(crc, data.buf, (size_t)data.len);
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(out);
+}
+
+static PyObject *media_known(PyObject *self, PyObject *args) {
+    Py_buffer head;
+    if (!PyArg_ParseTuple(args, "y*", &head)) return NULL;
+    int known = known_media(head.buf, head.len < SNIFF_BYTES ? head.len : SNIFF_BYTES);
+    PyBuffer_Release(&head);
+    return PyBool_FromLong(known);
+}
+
+static PyMethodDef methods[] = {
+    {"read_chunk", read_chunk, METH_VARARGS, "Read a chunk of plain blobs and lay out its records (see the module)."},
+    {"number", number, METH_VARARGS, "Set the frame ids and CRCs of a chunk's record headers."},
+    {"crc32", crc32, METH_VARARGS, "zlib.crc32 as number() computes it (for the tests)."},
+    {"media_known", media_known, METH_VARARGS, "Whether sniff_media_type names a type (for the tests)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_blobs", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__blobs(void) {
+    crc_init();
+    return PyModule_Create(&module);
+}
