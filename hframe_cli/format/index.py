@@ -168,6 +168,12 @@ def display_name(name: bytes) -> str:
 
 _MEDIA_CODE = {m: i for i, m in enumerate(MEDIA_TYPES)}
 _UNKNOWN, _BLOB = _MEDIA_CODE["unknown"], KIND_IDS["blob"]
+#: The compiled packing loop's media codes (blob, JPEG, PNG: ``write.compiled.MEDIA``) as this
+#: index's media type and kind codes, and its image modes (``write.compiled.MODES``).
+COMPILED_MEDIA = ("unknown", "jpeg", "png")
+COMPILED_MODES = ("", "L", "RGB", "CMYK", "1", "P", "LA", "RGBA")
+_COMPILED_MEDIA = bytes(_MEDIA_CODE[m] for m in COMPILED_MEDIA).ljust(256, b"\xff")
+_COMPILED_KINDS = bytes(KIND_IDS["blob" if m == "unknown" else "image"] for m in COMPILED_MEDIA).ljust(256, b"\xff")
 
 
 class IndexBuilder:
@@ -266,7 +272,7 @@ class IndexBuilder:
             self._meta.add_source(source)
             self._meta_rows = row + 1
 
-    def extend_blobs(
+    def extend_frames(
         self,
         names: list[bytes],
         offsets: array[int],
@@ -274,21 +280,29 @@ class IndexBuilder:
         md5s: bytes,
         mtimes_ns: list[int],
         record_offsets: array[int],
+        media: bytes,
+        widths: bytes,
+        heights: bytes,
+        modes: bytes,
     ) -> None:
-        """``append_blob`` for each of a run of frames at once, its columns given whole (the
-        compiled reader's chunk of blobs, ``writer.ChunkWriter.add_blob_records``)."""
+        """The rows of a run of frames at once, their columns given whole: what ``append_blob``
+        makes for a blob (``media`` code 0) and ``append`` for a JPEG or PNG image (1, 2) with
+        its width, height and mode (``modes``: codes of ``COMPILED_MODES``) as its only metadata (the
+        compiled loop's chunk, ``writer.ChunkWriter.add_records``)."""
         rows, count = len(self), len(names)
-        if not (len(offsets) == len(lengths) == len(mtimes_ns) == len(record_offsets) == count == len(md5s) // 16):
-            raise ValueError("extend_blobs: columns of different lengths")
-        joined = b"".join(names)
-        names_at = len(self._name_data)
-        self._name_data += joined
-        ends, at = self._name_offsets, names_at
+        if not (
+            len(offsets) == len(lengths) == len(mtimes_ns) == len(record_offsets) == len(media) == len(modes) == count
+            and len(md5s) == 16 * count
+            and len(widths) == len(heights) == 4 * count
+        ):
+            raise ValueError("extend_frames: columns of different lengths")
+        self._name_data += b"".join(names)
+        ends, at = self._name_offsets, self._name_offsets[-1]
         for name in names:
             at += len(name)
             ends.append(at)
         try:
-            b"\0".join(names).decode("utf-8")  # (no name holds a NUL: valid joined = each valid)
+            b"\0".join(names).decode("utf-8")  # (no name holds a NUL: the whole is valid if each is)
         except UnicodeDecodeError:
             for j, name in enumerate(names):
                 try:
@@ -304,9 +318,9 @@ class IndexBuilder:
         record_col.extend(record_offsets)
         self._md5 += md5s
         media_types, kinds, codecs = self._code_columns
-        media_types.extend(array("b", [_UNKNOWN]) * count)
-        kinds.extend(array("b", [_BLOB]) * count)
-        codecs.extend(array("b", [0]) * count)
+        media_types.frombytes(media.translate(_COMPILED_MEDIA))
+        kinds.frombytes(media.translate(_COMPILED_KINDS))
+        codecs.frombytes(bytes(count))
         labels, index = self._labels, []
         last_parent, last_idx = None, -1
         for name in names:
@@ -316,6 +330,17 @@ class IndexBuilder:
                 last_parent, last_idx = parent, -1 if label is None else labels.setdefault(label, len(labels))
             index.append(last_idx)
         self._label_idx.extend(index)
+        if media.count(0) != count:  # images: their size and mode, as append adds them
+            if self._meta is None:
+                self._meta = _MetaColumns()
+            w, h = array("i"), array("i")
+            w.frombytes(widths)
+            h.frombytes(heights)
+            for j in range(count):
+                if media[j]:
+                    self._meta.fill(rows + j)
+                    self._meta.add({"width": w[j], "height": h[j], "mode": COMPILED_MODES[modes[j]]})
+                    self._meta_rows = rows + j + 1
 
     def _add_row(
         self,

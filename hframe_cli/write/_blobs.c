@@ -1,33 +1,41 @@
-/* hframe_cli.write._blobs: a packing worker's chunk of small blobs, read and laid out in C.
+/* hframe_cli.write._blobs: a packing worker's chunk of small files, read and laid out in C.
  *
  * The optional compiled part of ``hframe pack`` (issue 35). A folder of small files costs per
  * file, and in Python most of that cost is the interpreter around five system calls: opening,
- * reading and hashing the file, sniffing it, encoding its record header and index row. For a
- * chunk of files that are all blobs stored as they are (``parallel._add_sources``) this module
- * does it in one call and hands back the chunk's records as one buffer plus its index columns.
- * The bytes are exactly those ``PackWriter.add_blob`` and ``ChunkWriter.write_at`` produce for
- * the same files (the golden packs and tests/write/test_native.py check it, and the suite runs
- * again with ``HFRAME_NATIVE=0``, the pure-Python path, which stays the reference):
+ * reading and hashing the file, sniffing it, reading an image's header, encoding its record
+ * header and index row. For a chunk of files that are all blobs stored as they are or JPEG/PNG
+ * images whose header says their size (``parallel._add_sources``) this module does it in one
+ * call and hands back the chunk's records as one buffer plus its index columns. The bytes are
+ * exactly those ``PackWriter.add``/``add_blob`` and ``ChunkWriter.write_at`` produce for the same
+ * files (tests/write/test_native.py compares them, and the suite runs the packing tests again
+ * with ``HFRAME_NATIVE=0``: the pure-Python path stays the reference):
  *
- *   read_chunk(paths, sizes, mtimes, names, first, end, max_name, max_size, kind, md5)
- *       -> None | (image, count, rec_offs, offsets, lengths, md5s, digest_input)
+ *   read_chunk(paths, sizes, mtimes, names, first, end, max_name, max_size, blob_kind,
+ *              image_kind, image_meta, md5)
+ *       -> None | (image, count, rec_offs, offsets, lengths, md5s, digest_input,
+ *                  media, widths, heights, modes)
  *
  *   paths, sizes, mtimes, names   the source list's columns (str, int, int ns, bytes)
  *   first, end                    the chunk: sources first..end-1
- *   max_name, max_size, kind      MAX_NAME_BYTES, STREAM_ABOVE and the blob kind id
+ *   max_name, max_size            MAX_NAME_BYTES, STREAM_ABOVE
+ *   blob_kind, image_kind         the record kinds (layout.KIND_IDS)
+ *   image_meta                    whether images get their size and mode (MediaOptions)
  *   md5                           hashlib.md5 (the same md5 the Python path uses)
  *
- *   None when any source of the chunk is not a plain blob readable as listed: a located source
- *   (its path holds a NUL), too large, a long name, a known media type (an image), a file that
- *   vanished, cannot be read, or changed since it was listed. The caller then takes the chunk
- *   through the general path, which says what is wrong with which file.
+ *   None when any source of the chunk is not one of those, read as listed: a located source
+ *   (its path holds a NUL), too large, a long name, another image format or a header the
+ *   Python path would ask Pillow about, a file that vanished, cannot be read, or changed since
+ *   it was listed. The caller then takes the chunk through the general path, which says what
+ *   is wrong with which file.
  *
  *   image         bytearray: the chunk's records back to back, headers with frame ids 0..n-1
  *                 and no CRC yet (``number`` sets both once the chunk is placed)
  *   rec_offs, offsets, lengths   bytes of int64 (native order): each record's offset in the
  *                 chunk, its payload's offset in the chunk, its length
  *   md5s          bytes: 16 per frame
- *   digest_input  bytes: what ``PackWriter`` feeds the pack digest for these frames
+ *   digest_input  bytearray: what ``PackWriter`` feeds the pack digest for these frames
+ *   media, modes  bytes, one per frame: codes of format.index.COMPILED_MEDIA, COMPILED_MODES
+ *   widths, heights   bytes of int32 (0 for a blob)
  *
  *   number(image, rec_offs, first_frame) -> None
  *       frame ids first_frame.. and the CRC of every record header (``layout.encode_record``).
@@ -38,6 +46,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -94,6 +103,70 @@ static int known_media(const unsigned char *h, Py_ssize_t n) {
         return 0;
     }
 }
+
+/* Media codes this module hands back (format.index.COMPILED_MEDIA): a blob, or an image whose
+ * header it read. */
+#define MEDIA_BLOB 0
+#define MEDIA_JPEG 1
+#define MEDIA_PNG 2
+
+/* Image modes (format.index.COMPILED_MODES), as ``imagehead`` names them. */
+enum { MODE_NONE, MODE_L, MODE_RGB, MODE_CMYK, MODE_1, MODE_P, MODE_LA, MODE_RGBA };
+static const char *const MODE_NAMES[] = {"", "L", "RGB", "CMYK", "1", "P", "LA", "RGBA"};
+
+static unsigned be16(const unsigned char *p) { return (unsigned)p[0] << 8 | p[1]; }
+static uint32_t be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* ``imagehead._jpeg``: walk the marker segments to the first SOF; 0 when unsure (the Python
+ * path then asks Pillow, and this chunk is declined). */
+static int jpeg_info(const unsigned char *d, Py_ssize_t n, uint32_t *w, uint32_t *h, int *mode) {
+    Py_ssize_t pos = 2;
+    while (pos + 4 <= n) {
+        if (d[pos] != 0xFF) return 0;
+        unsigned marker = d[pos + 1];
+        if (marker == 0xFF) { /* fill byte */
+            pos += 1;
+            continue;
+        }
+        if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) { /* TEM, RSTn: no length */
+            pos += 2;
+            continue;
+        }
+        unsigned length = be16(d + pos + 2);
+        if (length < 2) return 0;
+        int sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+        if (sof) {
+            if (pos + 10 > n) return 0;
+            *h = be16(d + pos + 5);
+            *w = be16(d + pos + 7);
+            unsigned comps = d[pos + 9];
+            *mode = comps == 1 ? MODE_L : comps == 3 ? MODE_RGB : comps == 4 ? MODE_CMYK : MODE_NONE;
+            return *mode != MODE_NONE && *w && *h;
+        }
+        if (marker == 0xD9 || marker == 0xDA) return 0; /* end of image, or a scan before any SOF */
+        pos += 2 + (Py_ssize_t)length;
+    }
+    return 0;
+}
+
+/* ``imagehead._png``: the IHDR chunk right after the signature; 0 when unsure. */
+static int png_info(const unsigned char *d, Py_ssize_t n, uint32_t *w, uint32_t *h, int *mode) {
+    if (n < 33 || memcmp(d + 12, "IHDR", 4) != 0) return 0;
+    *w = be32(d + 16);
+    *h = be32(d + 20);
+    unsigned depth = d[24], color = d[25];
+    *mode = MODE_NONE;
+    if (color == 0) *mode = depth == 1 ? MODE_1 : (depth == 2 || depth == 4 || depth == 8) ? MODE_L : MODE_NONE;
+    if (color == 2 && depth == 8) *mode = MODE_RGB;
+    if (color == 3 && (depth == 1 || depth == 2 || depth == 4 || depth == 8)) *mode = MODE_P;
+    if (color == 4 && depth == 8) *mode = MODE_LA;
+    if (color == 6 && depth == 8) *mode = MODE_RGBA;
+    return *mode != MODE_NONE && *w && *h;
+}
+
+#define EXTRA_MAX 64 /* the longest extra an image gets: entry (6) + {"height":N,"mode":"M","width":N} */
 
 /* The folder of the file being read: consecutive files of one folder (sources come sorted by
  * name) are opened relative to it, so the kernel walks their path once per folder. */
@@ -177,9 +250,11 @@ typedef struct {
 
 static PyObject *read_chunk(PyObject *self, PyObject *args) {
     PyObject *paths, *sizes, *mtimes, *names, *md5;
-    Py_ssize_t first, end, max_name, max_size, kind;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!nnnnnO", &PyList_Type, &paths, &PyList_Type, &sizes, &PyList_Type, &mtimes,
-                          &PyList_Type, &names, &first, &end, &max_name, &max_size, &kind, &md5))
+    Py_ssize_t first, end, max_name, max_size, blob_kind, image_kind;
+    int image_meta;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!nnnnnnpO", &PyList_Type, &paths, &PyList_Type, &sizes, &PyList_Type,
+                          &mtimes, &PyList_Type, &names, &first, &end, &max_name, &max_size, &blob_kind, &image_kind,
+                          &image_meta, &md5))
         return NULL;
     Py_ssize_t total = PyList_GET_SIZE(paths);
     if (PyList_GET_SIZE(sizes) != total || PyList_GET_SIZE(mtimes) != total || PyList_GET_SIZE(names) != total ||
@@ -187,14 +262,14 @@ static PyObject *read_chunk(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "read_chunk: columns of different lengths or a chunk outside them");
         return NULL;
     }
-    Py_ssize_t n = end - first, image_size = 0, digest_size = 0;
+    Py_ssize_t n = end - first, room = 1, digest_room = 0;
     file_t *files = PyMem_Calloc(n ? (size_t)n : 1, sizeof(file_t));
     if (files == NULL) return PyErr_NoMemory();
     PyObject *result = NULL, *image = NULL, *rec_offs = NULL, *offsets = NULL, *lengths = NULL, *md5s = NULL,
-             *digest = NULL;
+             *digest = NULL, *media = NULL, *widths = NULL, *heights = NULL, *modes = NULL;
     folder_t dir = {NULL, 0, -1};
     int plain = 1;
-    for (Py_ssize_t j = 0; j < n && plain; j++) {
+    for (Py_ssize_t j = 0; j < n; j++) {
         file_t *f = &files[j];
         PyObject *path = PyList_GET_ITEM(paths, first + j), *name = PyList_GET_ITEM(names, first + j);
         if (!PyUnicode_Check(path) || !PyBytes_Check(name)) {
@@ -216,65 +291,110 @@ static PyObject *read_chunk(PyObject *self, PyObject *args) {
             plain = 0; /* a located source (sources/locator.py): read where it sits */
             break;
         }
-        image_size += RECORD_FIXED + f->nlen + f->size;
-        digest_size += DIGEST_FIXED + f->nlen + 16;
+        room += RECORD_FIXED + f->nlen + EXTRA_MAX + f->size;
+        digest_room += 2 * DIGEST_FIXED + f->nlen + 16 + EXTRA_MAX;
     }
     if (!plain) {
         result = Py_NewRef(Py_None);
         goto done;
     }
-    image = PyByteArray_FromStringAndSize(NULL, image_size + 1); /* + 1: the byte a grown file shows */
+    image = PyByteArray_FromStringAndSize(NULL, room);
     rec_offs = PyBytes_FromStringAndSize(NULL, 8 * n);
     offsets = PyBytes_FromStringAndSize(NULL, 8 * n);
     lengths = PyBytes_FromStringAndSize(NULL, 8 * n);
     md5s = PyBytes_FromStringAndSize(NULL, 16 * n);
-    digest = PyBytes_FromStringAndSize(NULL, digest_size);
-    if (!image || !rec_offs || !offsets || !lengths || !md5s || !digest) goto done;
+    digest = PyByteArray_FromStringAndSize(NULL, digest_room);
+    media = PyBytes_FromStringAndSize(NULL, n);
+    widths = PyBytes_FromStringAndSize(NULL, 4 * n);
+    heights = PyBytes_FromStringAndSize(NULL, 4 * n);
+    modes = PyBytes_FromStringAndSize(NULL, n);
+    if (!image || !rec_offs || !offsets || !lengths || !md5s || !digest || !media || !widths || !heights || !modes)
+        goto done;
     unsigned char *buf = (unsigned char *)PyByteArray_AS_STRING(image);
-    unsigned char *dg = (unsigned char *)PyBytes_AS_STRING(digest);
+    unsigned char *dg = (unsigned char *)PyByteArray_AS_STRING(digest), *dg0 = dg;
     unsigned char *sums = (unsigned char *)PyBytes_AS_STRING(md5s);
+    unsigned char *kinds = (unsigned char *)PyBytes_AS_STRING(media), *mode_of = (unsigned char *)PyBytes_AS_STRING(modes);
     int64_t *rec_at = (int64_t *)PyBytes_AS_STRING(rec_offs), *pay_at = (int64_t *)PyBytes_AS_STRING(offsets),
             *len_at = (int64_t *)PyBytes_AS_STRING(lengths);
+    int32_t *w_of = (int32_t *)PyBytes_AS_STRING(widths), *h_of = (int32_t *)PyBytes_AS_STRING(heights);
     Py_ssize_t pos = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
         file_t *f = &files[j];
         unsigned char *h = buf + pos, *payload = h + RECORD_FIXED + f->nlen;
         if ((j & 63) == 63 && PyErr_CheckSignals() < 0) goto done;
-        if (!read_as_listed(&dir, PyBytes_AS_STRING(f->path), payload, f->size, f->mtime_ns) ||
-            known_media(payload, f->size < SNIFF_BYTES ? f->size : SNIFF_BYTES)) {
-            Py_CLEAR(image);
-            result = Py_NewRef(Py_None);
-            goto done;
+        if (!read_as_listed(&dir, PyBytes_AS_STRING(f->path), payload, f->size, f->mtime_ns)) goto decline;
+        /* what it is: a blob, or an image whose size and mode its header says (as FramePrep.prepare) */
+        uint32_t width = 0, height = 0;
+        int mode = MODE_NONE, kind = MEDIA_BLOB;
+        if (known_media(payload, f->size < SNIFF_BYTES ? f->size : SNIFF_BYTES)) {
+            if (!image_meta) goto decline;
+            if (payload[0] == 0xFF && jpeg_info(payload, f->size, &width, &height, &mode))
+                kind = MEDIA_JPEG;
+            else if (payload[0] == 0x89 && png_info(payload, f->size, &width, &height, &mode))
+                kind = MEDIA_PNG;
+            else
+                goto decline; /* other formats, and headers only Pillow can tell: the Python path */
+            if (width > INT32_MAX || height > INT32_MAX) goto decline;
+        }
+        unsigned char extra[EXTRA_MAX];
+        Py_ssize_t elen = 0;
+        if (kind != MEDIA_BLOB) { /* media.encode_meta's JSON in an extra entry (layout.encode_extra) */
+            int jlen = snprintf((char *)extra + 6, EXTRA_MAX - 6, "{\"height\":%u,\"mode\":\"%s\",\"width\":%u}",
+                                (unsigned)height, MODE_NAMES[mode], (unsigned)width);
+            if (jlen < 0 || jlen >= EXTRA_MAX - 6) goto decline;
+            put_u16(extra, 1); /* layout.EXTRA_META */
+            put_u32(extra + 2, (uint32_t)jlen);
+            elen = 6 + jlen;
+            memmove(payload + elen, payload, (size_t)f->size);
+            memcpy(payload, extra, (size_t)elen);
+            payload += elen;
         }
         unsigned char *sum = sums + 16 * j;
         if (md5_into(md5, payload, f->size, sum) < 0) goto done;
+        Py_ssize_t hdr = RECORD_FIXED + f->nlen + elen;
         memcpy(h, "HFR1", 4);
-        put_u32(h + 4, (uint32_t)(RECORD_FIXED + f->nlen));
+        put_u32(h + 4, (uint32_t)hdr);
         put_u64(h + 8, (uint64_t)j); /* frame id and CRC: number() */
         put_u64(h + 16, (uint64_t)f->size);
         put_u64(h + 24, (uint64_t)f->size);
         memcpy(h + 32, sum, 16);
         put_u64(h + 48, (uint64_t)f->mtime_ns);
         put_u16(h + 56, 0); /* codec */
-        put_u16(h + 58, (uint16_t)kind);
+        put_u16(h + 58, (uint16_t)(kind == MEDIA_BLOB ? blob_kind : image_kind));
         put_u32(h + 60, (uint32_t)f->nlen);
-        put_u32(h + 64, 0); /* extra */
+        put_u32(h + 64, (uint32_t)elen);
         put_u32(h + 68, 0); /* flags */
         put_u32(h + 72, 0); /* crc */
         memcpy(h + RECORD_FIXED, f->name, (size_t)f->nlen);
         rec_at[j] = pos;
-        pay_at[j] = pos + RECORD_FIXED + f->nlen;
+        pay_at[j] = pos + hdr;
         len_at[j] = f->size;
+        kinds[j] = (unsigned char)kind;
+        mode_of[j] = (unsigned char)mode;
+        w_of[j] = (int32_t)width;
+        h_of[j] = (int32_t)height;
+        /* the pack digest's input (PackWriter._append_row) */
         put_u32(dg, (uint32_t)f->nlen);
         put_u64(dg + 4, (uint64_t)f->size);
         put_u64(dg + 12, (uint64_t)f->mtime_ns);
         memcpy(dg + DIGEST_FIXED, f->name, (size_t)f->nlen);
         memcpy(dg + DIGEST_FIXED + f->nlen, sum, 16);
         dg += DIGEST_FIXED + f->nlen + 16;
-        pos += RECORD_FIXED + f->nlen + f->size;
+        if (elen) {
+            put_u32(dg, 0); /* codec */
+            put_u64(dg + 4, (uint64_t)f->size);
+            put_u64(dg + 12, (uint64_t)elen);
+            memcpy(dg + DIGEST_FIXED, h + RECORD_FIXED + f->nlen, (size_t)elen);
+            dg += DIGEST_FIXED + elen;
+        }
+        pos += hdr + f->size;
     }
-    if (PyByteArray_Resize(image, image_size) < 0) goto done;
-    result = Py_BuildValue("(OnOOOOO)", image, n, rec_offs, offsets, lengths, md5s, digest);
+    if (PyByteArray_Resize(image, pos) < 0 || PyByteArray_Resize(digest, dg - dg0) < 0) goto done;
+    result = Py_BuildValue("(OnOOOOOOOOO)", image, n, rec_offs, offsets, lengths, md5s, digest, media, widths,
+                           heights, modes);
+    goto done;
+decline: /* not a chunk for this loop: the Python path takes it, and says what is wrong if anything is */
+    result = Py_NewRef(Py_None);
 done:
     if (dir.fd >= 0) close(dir.fd);
     free(dir.path);
@@ -286,6 +406,10 @@ done:
     Py_XDECREF(lengths);
     Py_XDECREF(md5s);
     Py_XDECREF(digest);
+    Py_XDECREF(media);
+    Py_XDECREF(widths);
+    Py_XDECREF(heights);
+    Py_XDECREF(modes);
     return result;
 }
 
@@ -303,9 +427,11 @@ static PyObject *number(PyObject *self, PyObject *args) {
         uint32_t nlen, extra;
         memcpy(&nlen, h + 60, 4);
         memcpy(&extra, h + 64, 4);
-        if (memcmp(h, "HFR1", 4) != 0 || extra != 0 || at[j] + RECORD_FIXED + (Py_ssize_t)nlen > image.len) goto bad;
+        if (memcmp(h, "HFR1", 4) != 0 || at[j] + RECORD_FIXED + (Py_ssize_t)nlen + (Py_ssize_t)extra > image.len)
+            goto bad;
         put_u64(h + 8, first_frame + (uint64_t)j);
-        uint32_t crc = crc32_update(crc32_update(0, h, HEAD_NO_CRC), h + RECORD_FIXED, nlen);
+        /* layout.encode_record: the fixed part, then the name and the extra */
+        uint32_t crc = crc32_update(crc32_update(0, h, HEAD_NO_CRC), h + RECORD_FIXED, (size_t)nlen + extra);
         put_u32(h + HEAD_NO_CRC, crc);
     }
     result = Py_NewRef(Py_None);

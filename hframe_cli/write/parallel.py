@@ -116,7 +116,7 @@ _DEFAULT_ABOVE_BYTES = 64 << 20
 _MAX_DEFAULT_WORKERS = 8
 _PLACE = struct.Struct("<QQ")
 _PIPE_BYTES = 1 << 20
-_BLOB = KIND_IDS["blob"]
+_BLOB, _IMAGE = KIND_IDS["blob"], KIND_IDS["image"]
 
 
 def fanout_workers(run: Run, start: int, workers: int | None) -> int:
@@ -354,10 +354,23 @@ def _add_sources(
     sniffed once) with no object built for it; anything else takes the general path."""
     paths, names, sizes, mtimes = sources.columns()
     plain = prep.plain_blobs
-    if plain and blobs is not None:  # the compiled loop, when every file of the chunk is a plain blob
-        got = blobs.read_chunk(paths, sizes, mtimes, names, first, end, MAX_NAME_BYTES, STREAM_ABOVE, _BLOB, _md5)
+    if plain and blobs is not None:  # the compiled loop, when it can take every file of the chunk
+        got = blobs.read_chunk(
+            paths,
+            sizes,
+            mtimes,
+            names,
+            first,
+            end,
+            MAX_NAME_BYTES,
+            STREAM_ABOVE,
+            _BLOB,
+            _IMAGE,
+            prep.options.image_meta,
+            _md5,
+        )
         if got is not None:
-            chunk.add_blob_records(names[first:end], mtimes[first:end], got, blobs.number)
+            chunk.add_records(names[first:end], mtimes[first:end], got, blobs.number)
             return
     for k in range(first, end):
         path = paths[k]

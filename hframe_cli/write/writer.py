@@ -803,22 +803,25 @@ class ChunkWriter(PackWriter):
         self._records.append((header, data))
         self._pos += header[0] + len(data)
 
-    def add_blob_records(self, names: list[bytes], mtimes_ns: list[int], chunk: tuple[Any, ...], number: Any) -> None:
-        """Take the records of a run of blobs the compiled reader laid out (``_blobs.read_chunk``'s
-        answer for files named ``names``, modified at ``mtimes_ns``): the same records and rows
-        ``add_blob`` would have made for each, into a chunk that holds nothing yet. ``number``
+    def add_records(self, names: list[bytes], mtimes_ns: list[int], chunk: tuple[Any, ...], number: Any) -> None:
+        """Take the records the compiled loop laid out for files named ``names``, modified at
+        ``mtimes_ns`` (``_blobs.read_chunk``'s answer): the records and rows ``add_blob`` and
+        ``add`` would have made for each, into a chunk that holds nothing yet. ``number``
         (``_blobs.number``) sets their frame ids and CRCs in ``write_at``."""
         if self._records or self._image is not None or len(self._index):
-            raise ValueError("add_blob_records: the chunk holds frames already")
-        image, count, rec_offs, offsets, lengths, md5s, digest_input = chunk
-        lengths_q = array("q")
-        lengths_q.frombytes(lengths)
-        offsets_q, rec_offs_q = array("q"), array("q")
-        offsets_q.frombytes(offsets)
-        rec_offs_q.frombytes(rec_offs)
-        self._index.extend_blobs(names, offsets_q, lengths_q, md5s, mtimes_ns, rec_offs_q)
+            raise ValueError("add_records: the chunk holds frames already")
+        image, count, rec_offs, offsets, lengths, md5s, digest_input, media, widths, heights, modes = chunk
+        columns = [array("q") for _ in range(3)]
+        for column, raw in zip(columns, (offsets, lengths, rec_offs)):
+            column.frombytes(raw)
+        offsets_q, lengths_q, rec_offs_q = columns
+        images = media.count(0) != count
+        self._index.extend_frames(
+            names, offsets_q, lengths_q, md5s, mtimes_ns, rec_offs_q, media, widths, heights, modes
+        )
         self._digest.update(digest_input)
         self._payload_bytes += sum(lengths_q)
+        self._extras = self._extras or images  # (an image's size and mode are in its record's extra)
         self._pos += len(image)
         self._image = (image, rec_offs, number)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import real_media, run_bin, same_pack
+from conftest import make_image, real_media, run_bin, same_pack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +28,29 @@ from hframe_cli.write.writer import ChunkWriter
 blobs = compiled.blobs
 needs_it = pytest.mark.skipif(blobs is None, reason="the compiled part is not built here (or HFRAME_NATIVE=0)")
 CREATED = ["--created", "1700000000"]
+BLOB, IMAGE = KIND_IDS["blob"], KIND_IDS["image"]
+
+
+def _images(where: Path) -> list[tuple[Path, bool]]:
+    """Images of ours and made by others, and whether the compiled loop takes each: JPEG and
+    PNG whose header ``imagehead`` reads without Pillow."""
+    from hframe_cli.sources import imagehead
+
+    where.mkdir(parents=True, exist_ok=True)
+    ours = []
+    for i, (mode, ext) in enumerate([("RGB", "png"), ("L", "jpg"), ("RGBA", "png"), ("P", "png"), ("CMYK", "jpg")]):
+        make_image(where / f"{i}.{ext}", (20 + i, 11 + i), mode, i)
+        ours.append(where / f"{i}.{ext}")
+    (where / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    ours.append(where / "broken.jpg")
+    out = []
+    for p in [*ours, *real_media()]:
+        data = p.read_bytes()
+        media = sniff_media_type(data[:18])
+        fast = imagehead._jpeg(data) if media == "jpeg" else imagehead._png(data) if media == "png" else None
+        out.append((p, fast is not None and max(fast[:2]) < 2**31))
+    assert any(t for _, t in out) and not all(t for _, t in out)
+    return out
 
 
 def test_it_is_built_where_a_compiler_and_the_headers_are():
@@ -106,7 +129,7 @@ def test_a_chunk_of_blobs_is_the_python_paths_chunk(tmp_path, monkeypatch):
     srcs = collect_sources([str(_tree(tmp_path / "src"))], allow_empty=True)
     n = len(srcs)
     calls = []
-    monkeypatch.setattr(ChunkWriter, "add_blob_records", _spy(ChunkWriter.add_blob_records, calls))
+    monkeypatch.setattr(ChunkWriter, "add_records", _spy(ChunkWriter.add_records, calls))
     for first, end, start, frame in [(0, n, 128, 0), (7, 140, 4096 + 3, 1234567), (n - 1, n, 10**7, 2**40)]:
         a, wa = _written(srcs, first, end, True, monkeypatch, tmp_path / "a.bin", start, frame)
         b, wb = _written(srcs, first, end, False, monkeypatch, tmp_path / "b.bin", start, frame)
@@ -115,6 +138,35 @@ def test_a_chunk_of_blobs_is_the_python_paths_chunk(tmp_path, monkeypatch):
         assert wa.rows.to_table(meta).equals(wb.rows.to_table(meta))
         assert (wa.digest_input, wa.payload_bytes, wa.size) == (wb.digest_input, wb.payload_bytes, wb.size)
     assert len(calls) == 3  # the compiled loop took each chunk, the Python one none
+
+
+@needs_it
+def test_a_chunk_with_images_is_the_python_paths_chunk(tmp_path, monkeypatch):
+    """JPEG and PNG images among the blobs, ours and made by others: the same records (their
+    size and mode in the header's extra), rows (width, height, mode) and digest input."""
+    src = _tree(tmp_path / "src")
+    taken = [p for p, t in _images(tmp_path / "img") if t]
+    for i, p in enumerate(taken):
+        shutil.copyfile(p, src / f"c{i % 3}" / f"{i:04d}-img-{p.name}")
+    srcs = collect_sources([str(src)], allow_empty=True)
+    n = len(srcs)
+    calls = []
+    monkeypatch.setattr(ChunkWriter, "add_records", _spy(ChunkWriter.add_records, calls))
+    for first, end, start, frame in [(0, n, 128, 0), (n // 3, n - 5, 77, 99)]:
+        a, wa = _written(srcs, first, end, True, monkeypatch, tmp_path / "a.bin", start, frame)
+        b, wb = _written(srcs, first, end, False, monkeypatch, tmp_path / "b.bin", start, frame)
+        assert a == b and len(a) == wa.size
+        meta = IndexMeta("1.1", "1", "0" * 32, "t", end - first, 1, 1, 1, "x")
+        table = wa.rows.to_table(meta)
+        assert table.equals(wb.rows.to_table(meta))
+        assert table.column("width").null_count < table.num_rows  # images are there, and described
+        assert (wa.digest_input, wa.payload_bytes, wa.size, wa.extras) == (
+            wb.digest_input,
+            wb.payload_bytes,
+            wb.size,
+            True,
+        )
+    assert len(calls) == 2
 
 
 def _spy(method, calls):
@@ -131,9 +183,9 @@ def test_it_declines_what_is_not_a_plain_blob_as_listed(tmp_path):
     paths, names, sizes, mtimes = (list(c) for c in srcs.columns())
     n = len(paths)
 
-    def read(paths=paths, names=names, sizes=sizes, mtimes=mtimes, max_size=STREAM_ABOVE, first=0, end=n):
+    def read(paths=paths, names=names, sizes=sizes, mtimes=mtimes, max_size=STREAM_ABOVE, first=0, end=n, meta=True):
         return blobs.read_chunk(
-            paths, sizes, mtimes, names, first, end, MAX_NAME_BYTES, max_size, KIND_IDS["blob"], hashlib.md5
+            paths, sizes, mtimes, names, first, end, MAX_NAME_BYTES, max_size, BLOB, IMAGE, meta, hashlib.md5
         )
 
     assert read() is not None
@@ -149,12 +201,18 @@ def test_it_declines_what_is_not_a_plain_blob_as_listed(tmp_path):
     grown.write_bytes(grown.read_bytes() + b"!")
     os.utime(grown, ns=(mtimes[0], mtimes[0]))  # the same mtime, one byte more than listed
     assert read() is None and read(first=1) is not None
-    shutil.copyfile(real_media()[0], paths[0])  # an image made by others: the Python path's
-    st0 = os.stat(paths[0])
-    assert read(sizes=[st0.st_size, *sizes[1:]], mtimes=[st0.st_mtime_ns, *mtimes[1:]]) is None
-    assert read(sizes=[st0.st_size, *sizes[1:]], mtimes=[st0.st_mtime_ns, *mtimes[1:]], first=1) is not None
+    # images: JPEG and PNG with a header it reads are taken; other formats, headers the Python
+    # path would ask Pillow about, and images without their metadata (--no-image-meta) are not
+    for image, taken in _images(tmp_path / "img"):
+        shutil.copyfile(image, paths[0])
+        st0 = os.stat(paths[0])
+        listed = {"sizes": [st0.st_size, *sizes[1:]], "mtimes": [st0.st_mtime_ns, *mtimes[1:]]}
+        assert (read(**listed) is not None) == taken, image
+        assert read(**listed, meta=False) is None or sniff_media_type(Path(image).read_bytes()[:18]) == "unknown"
     with pytest.raises(ValueError):
-        blobs.read_chunk(paths, sizes[:-1], mtimes, names, 0, n, MAX_NAME_BYTES, STREAM_ABOVE, 2, hashlib.md5)
+        blobs.read_chunk(
+            paths, sizes[:-1], mtimes, names, 0, n, MAX_NAME_BYTES, STREAM_ABOVE, BLOB, IMAGE, 1, hashlib.md5
+        )
     with pytest.raises(ValueError):
         blobs.number(bytearray(10), (0).to_bytes(8, "little"), 0)
 
