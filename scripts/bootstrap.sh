@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 stamp=".venv/.hframe-installed"
 # (the C source too: the compiled part is built at install, and rebuilt when it changes)
-want="$(cat pyproject.toml scripts/bootstrap.sh hframe_cli/write/*.c | sha256sum | cut -d' ' -f1)"
+want="$(cat pyproject.toml scripts/bootstrap.sh hframe_cli/*/*.c | sha256sum | cut -d' ' -f1)"
 if [[ ! -x .venv/bin/python ]]; then
     "$PY" -m venv .venv
 fi

@@ -184,9 +184,11 @@ class RowFormat(str, Enum):
 
 def _version(value: bool) -> None:
     if value:
-        from ..write.compiled import describe
+        from ..native import describe
+        from ..verify.compiled import walk
+        from ..write.compiled import blobs
 
-        sys.stdout.write(f"hframe {__version__} ({describe()})\n")
+        sys.stdout.write(f"hframe {__version__} ({describe({'pack': blobs, 'verify': walk})})\n")
         raise typer.Exit(0)
 
 

@@ -199,7 +199,7 @@ def test_installed_command_end_to_end_with_pipes(photos, tmp_path):
     r = run_bin(["--debug", "get", str(out), "nope"])
     assert r.returncode != 0 and b"Traceback" in r.stderr
     r = run_bin(["--version"])
-    assert r.returncode == 0 and r.stdout.decode().startswith(f"hframe {h.__version__} (packing loop: ")
+    assert r.returncode == 0 and r.stdout.decode().startswith(f"hframe {h.__version__} (compiled: ")
     assert r.stdout.count(b"\n") == 1  # one line: scripts read the version from it
 
 
@@ -300,7 +300,7 @@ def test_get_dash_is_stdout_no_clobber_and_an_empty_selection_is_exit_2(cli, pac
 def test_version_short_flag(cli):
     for flag in ("-V", "--version"):
         r = cli([flag])
-        assert r.exit_code == 0 and r.stdout.startswith(f"hframe {h.__version__} (packing loop: ")
+        assert r.exit_code == 0 and r.stdout.startswith(f"hframe {h.__version__} (compiled: ")
 
 
 def test_get_many_frames_per_call_into_a_folder_or_one_tar_stream(cli, packed, photos, tmp_path):

@@ -21,6 +21,7 @@ from hframe_cli.format.index import IndexMeta
 from hframe_cli.format.layout import KIND_IDS, MAX_NAME_BYTES, sniff_media_type
 from hframe_cli.sources.inputs import collect_sources
 from hframe_cli.sources.media import FramePrep, MediaOptions
+from hframe_cli.verify.compiled import walk
 from hframe_cli.write import compiled
 from hframe_cli.write.loading import STREAM_ABOVE
 from hframe_cli.write.writer import ChunkWriter
@@ -56,15 +57,15 @@ def _images(where: Path) -> list[tuple[Path, bool]]:
 def test_it_is_built_where_a_compiler_and_the_headers_are():
     """pip builds it as optional: a broken build would pass unnoticed, every pack in Python."""
     if os.environ.get("HFRAME_NATIVE", "1") == "0":
-        assert blobs is None and compiled.describe() == "packing loop: Python (HFRAME_NATIVE=0)"
+        assert blobs is None
         return
     headers = Path(sysconfig.get_paths()["include"], "Python.h").exists()
     if not (headers and (shutil.which("cc") or shutil.which("gcc"))):
         pytest.skip("no C compiler or Python headers on this machine: hframe packs in Python")
     assert blobs is not None, "a C compiler is here, yet hframe_cli/write/_blobs.c was not built"
-    assert compiled.describe() == "packing loop: compiled"
+    assert walk is not None, "a C compiler is here, yet hframe_cli/verify/_walk.c was not built"
     r = run_bin(["--version"])
-    assert r.returncode == 0 and r.stdout.endswith(b" (packing loop: compiled)\n")
+    assert r.returncode == 0 and r.stdout.endswith(b" (compiled: pack, verify)\n")
 
 
 @needs_it
@@ -247,7 +248,7 @@ def test_without_it_packing_runs_in_python(tmp_path):
     for i in range(50):
         (src / f"{i}.bin").write_bytes(os.urandom(300))
     r = run_bin(["--version"], env={"HFRAME_NATIVE": "0"})
-    assert r.stdout.endswith(b" (packing loop: Python (HFRAME_NATIVE=0))\n")
+    assert r.stdout.endswith(b" (compiled: none (HFRAME_NATIVE=0))\n")
     r = run_bin(
         ["pack", str(src), "-o", str(tmp_path / "p.hframe"), "--workers", "2", "-q"], env={"HFRAME_NATIVE": "0"}
     )
