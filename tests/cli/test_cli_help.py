@@ -133,32 +133,63 @@ def test_the_test_extra_brings_what_the_offline_wheel_build_needs():
     assert set(meta["build-system"]["requires"]) <= test_extra
 
 
-@pytest.mark.slow
-def test_pip_install_puts_the_man_pages_where_man_finds_them(tmp_path):
-    """A fresh venv gets hframe from a wheel built from this tree (no network: the build uses this
-    venv's setuptools, the dependencies come from this venv through a .pth file)."""
+def _installed_from_a_wheel(
+    tmp_path: Path, build_env: dict[str, str] | None = None
+) -> tuple[Path, Path, dict[str, str]]:
+    """A fresh venv with hframe from a wheel built from this tree (no network: the build uses
+    this venv's setuptools, the dependencies come from this venv through a .pth file). Returns
+    the venv, its site-packages and the environment to run it in."""
     src = tmp_path / "src"
     src.mkdir()
     for item in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / item, src / item)
-    for folder in ("hframe_cli", "man"):
-        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("hframe_cli", "man"):  # (not what this tree built in place: the wheel builds its own)
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "w"), str(src)], check=True
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "w"), str(src)],
+        check=True,
+        env={**os.environ, **(build_env or {})},
     )
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     (wheel,) = (tmp_path / "w").glob("hframe-*.whl")
     subprocess.run([*pip, "--python", str(venv / "bin" / "python"), "install", "--no-deps", str(wheel)], check=True)
-    assert (venv / "share/man/man1/hframe.1").read_bytes() == (ROOT / "man/hframe.1").read_bytes()
-    assert (venv / "share/man/man5/hframe.5").read_bytes() == (ROOT / "man/hframe.5").read_bytes()
     (site,) = (venv / "lib").glob("python3*/site-packages")
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("MANPATH", "PYTHONPATH")}
+    env = {k: v for k, v in os.environ.items() if k not in ("MANPATH", "PYTHONPATH", "HFRAME_NATIVE")}
     env["PATH"] = f"{venv / 'bin'}:/usr/bin:/bin"
+    return venv, site, env
+
+
+@pytest.mark.slow
+def test_without_a_c_compiler_pip_installs_hframe_without_its_compiled_parts(tmp_path):
+    """The compiled loops are optional: a build whose compiler fails still gives a working
+    hframe, packing and verifying in Python, and says so (``hframe --version``)."""
+    venv, site, env = _installed_from_a_wheel(tmp_path, {"CC": "/bin/false", "LDSHARED": "/bin/false"})
+    assert not list(site.glob("hframe_cli/**/*.so"))
+    r = subprocess.run([venv / "bin" / "hframe", "-V"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and r.stdout.endswith("(compiled: none (not built at install))\n"), (r.stdout, r.stderr)
+    (tmp_path / "in").mkdir()
+    for i in range(30):
+        (tmp_path / "in" / f"{i}.bin").write_bytes(os.urandom(100 + i))
+    out = tmp_path / "p.hframe"
+    for args in (["pack", str(tmp_path / "in"), "-o", str(out), "-q", "--workers", "2"], ["verify", str(out), "-q"]):
+        r = subprocess.run([venv / "bin" / "hframe", *args], capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.slow
+def test_pip_install_puts_the_man_pages_where_man_finds_them(tmp_path):
+    """A fresh venv gets hframe from a wheel built from this tree: the man pages, the command,
+    its completion, and (where a compiler is) its compiled parts."""
+    venv, site, env = _installed_from_a_wheel(tmp_path)
+    assert (venv / "share/man/man1/hframe.1").read_bytes() == (ROOT / "man/hframe.1").read_bytes()
+    assert (venv / "share/man/man5/hframe.5").read_bytes() == (ROOT / "man/hframe.5").read_bytes()
     r = subprocess.run([venv / "bin" / "hframe", "-V"], capture_output=True, text=True, env=env)
     assert r.stdout.startswith("hframe ") and r.returncode == 0, r.stderr
+    if shutil.which("cc") and Path(sysconfig.get_paths()["include"], "Python.h").exists():
+        assert r.stdout.endswith("(compiled: pack, verify)\n"), r.stdout
     r = subprocess.run(
         [venv / "bin" / "python", "-c", "import hframe_cli; print(hframe_cli.__file__)"],
         capture_output=True,
