@@ -4,6 +4,7 @@
 extensions are ``optional``, so hframe installs without them). Each sits beside the Python code
 it speeds up, which stays the reference (the same bytes, the same report) and the fallback:
 
+* ``sources/_scan.c`` (``sources.compiled``): a folder of plain files listed in one call;
 * ``write/_blobs.c`` (``write.compiled``): a packing worker's chunk of small files read,
   hashed and laid out in one call;
 * ``verify/_walk.c`` (``verify.compiled``): verify's loop over sound frames.

@@ -122,7 +122,7 @@ def test_the_modules_import_each_other_without_a_circle():
 
 #: Compiled modules (C sources beside the Python ones), each private to the one module that
 #: loads it and says what to do without it.
-COMPILED = {"write._blobs": "write.compiled", "verify._walk": "verify.compiled"}
+COMPILED = {"sources._scan": "sources.compiled", "write._blobs": "write.compiled", "verify._walk": "verify.compiled"}
 
 
 def test_no_module_imports_another_modules_private_names():

@@ -185,10 +185,11 @@ class RowFormat(str, Enum):
 def _version(value: bool) -> None:
     if value:
         from ..native import describe
+        from ..sources.compiled import scan
         from ..verify.compiled import walk
         from ..write.compiled import blobs
 
-        sys.stdout.write(f"hframe {__version__} ({describe({'pack': blobs, 'verify': walk})})\n")
+        sys.stdout.write(f"hframe {__version__} ({describe({'list': scan, 'pack': blobs, 'verify': walk})})\n")
         raise typer.Exit(0)
 
 

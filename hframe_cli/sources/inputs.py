@@ -23,6 +23,7 @@ from ..errors import InputError
 from ..locations import expand_globs, is_remote, scheme_family, shown_url
 from ..names import partial_name
 from .archives import ARCHIVE_KINDS, list_archive
+from .compiled import scan
 from .listing import Folder, sorted_entries, walk_in_parallel
 from .located import reading, shown
 from .objects import list_prefix, list_urls
@@ -216,9 +217,17 @@ class _Collector:
             return None
 
     def walk(self, stack: list[Folder]) -> None:
-        """Walk the folders on ``stack`` depth-first, popping the last first."""
+        """Walk the folders on ``stack`` depth-first, popping the last first. A folder of plain
+        files only is listed by the compiled part where it was built (``compiled.scan``: the
+        same sources in the same order); it declines any other, listed here."""
+        listed_whole = scan.scan_files if scan is not None and not self.include and not self.exclude else None
+        forbidden = tuple(os.fsencode(n) for n in self.forbidden_names)
         while stack:
             folder = stack.pop()
+            if listed_whole is not None and listed_whole(
+                folder[0], os.fsencode(folder[1]), self.max_frame_bytes, forbidden, *self.out.columns()
+            ):
+                continue
             entries = self.scan(folder[0])
             if entries is not None:
                 self.add_entries(folder, entries, stack)

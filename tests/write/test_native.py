@@ -65,7 +65,7 @@ def test_it_is_built_where_a_compiler_and_the_headers_are():
     assert blobs is not None, "a C compiler is here, yet hframe_cli/write/_blobs.c was not built"
     assert walk is not None, "a C compiler is here, yet hframe_cli/verify/_walk.c was not built"
     r = run_bin(["--version"])
-    assert r.returncode == 0 and r.stdout.endswith(b" (compiled: pack, verify)\n")
+    assert r.returncode == 0 and r.stdout.endswith(b" (compiled: list, pack, verify)\n")
 
 
 @needs_it
