@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark training from a remote pack through the node cache, against the same pack on local disk.
 
-Usage: python scripts/bench_cache.py DATA_DIR [--count N] [--rtt-ms MS] [--batch B] [--workers W] [--decode] [--mds]
+Usage: python scripts/bench_cache.py DATA_DIR [--count N] [--rtt-ms MS] [--batch B] [--workers W] [--decode] [--read-ahead-run BYTES] [--mds]
 
 Packs the first ``--count`` files (default 5,000) of ``DATA_DIR/jpegs`` (``scripts/make_bench_data.py``),
 serves the pack with nginx (``apt-get install nginx-light``) behind a delaying proxy on loopback
@@ -71,7 +71,7 @@ from torch.utils.data import DataLoader
 from hframe_cli.training import BlockShuffleSampler, FrameDataset
 from hframe_cli.storage.access import evict_from_page_cache
 
-where, cache, read_ahead, batch, workers, decode, cold, epoch, block = sys.argv[1:10]
+where, cache, read_ahead, batch, workers, decode, cold, epoch, block, run = sys.argv[1:11]
 read_ahead, batch, workers, epoch, block = int(read_ahead), int(batch), int(workers), int(epoch), int(block)
 if cold == "1":
     for d, _, files in os.walk(cache or "/nonexistent"):
@@ -82,7 +82,7 @@ if cold == "1":
 t0 = time.perf_counter()
 ds = FrameDataset(where, target=None, decode="pil" if decode == "1" else None, cache_dir=cache or "")
 sampler = BlockShuffleSampler(ds, seed=1, block=block, window=4 if block > 1 else 1, read_ahead=read_ahead,
-                              read_ahead_batch=batch)
+                              read_ahead_batch=batch, read_ahead_run=int(run))
 sampler.set_epoch(epoch)
 loader = DataLoader(ds, batch_size=batch, sampler=sampler, num_workers=workers, collate_fn=lambda b: len(b),
                     multiprocessing_context="fork", prefetch_factor=2)
@@ -349,7 +349,7 @@ def epoch(
 ) -> dict:
     argv = [where, cache, str(read_ahead), str(args.batch), str(args.workers), "1" if args.decode else "0"]
     r = subprocess.run(
-        [sys.executable, "-c", RUN, *argv, "1" if cold else "0", str(number), str(block)],
+        [sys.executable, "-c", RUN, *argv, "1" if cold else "0", str(number), str(block), str(args.read_ahead_run)],
         capture_output=True,
         check=False,
         env={**os.environ, "HFRAME_CACHE_DIR": ""},
@@ -367,6 +367,12 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--decode", action="store_true")
+    ap.add_argument(
+        "--read-ahead-run",
+        type=int,
+        default=256 << 10,
+        help="BlockShuffleSampler(read_ahead_run=...): bytes one read-ahead request may cover (0: frames asked for only)",
+    )
     ap.add_argument(
         "--mds", action="store_true", help="also read the same images through S3 clients, hframe and MosaicML Streaming"
     )

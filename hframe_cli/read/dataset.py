@@ -312,12 +312,22 @@ class DatasetReader:
             self.shard(k).read_into([local for _, local in items], [views[j] for j, _ in items])
         return views
 
-    def fill_cache(self, keys: Sequence[FrameKey], workers: int | None = None) -> int:
-        """``PackReader.fill_cache`` across shards."""
-        return sum(
-            self.shard(k).fill_cache([local for _, local in items], workers)
-            for k, items in self._by_shard(keys).items()
-        )
+    def fill_cache(
+        self,
+        keys: Sequence[FrameKey],
+        workers: int | None = None,
+        *,
+        later: Sequence[int] | None = None,
+        run: int = 0,
+    ) -> int:
+        """``PackReader.fill_cache`` across shards (``later``: a mask over the dataset's frame
+        ids, each shard given its own part of it)."""
+        ends = [*self._starts[1:], len(self)]
+        fetched = 0
+        for k, items in self._by_shard(keys).items():
+            part = None if later is None else later[self._starts[k] : ends[k]]
+            fetched += self.shard(k).fill_cache([local for _, local in items], workers, later=part, run=run)
+        return fetched
 
     @property
     def caches(self) -> bool:

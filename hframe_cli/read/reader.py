@@ -77,6 +77,11 @@ DEFAULT_COALESCE_GAP = 8 * 1024
 DEFAULT_MAX_READ = 2 * 1024 * 1024
 REMOTE_COALESCE_GAP = 64 * 1024
 REMOTE_MAX_READ = 8 * 1024 * 1024
+#: ``fill_cache``'s spread takes a pack's next frame only this close after the one before (a
+#: record header and its metadata: a frame found further on was not written right after it)
+SPREAD_GAP = 64 * 1024
+#: and what it adds is claimed, fetched and kept this many bytes at a time
+SPREAD_FILL = 8 << 20
 REMOTE_GAP_BUDGET = 0.1  # bytes read between the frames asked for, as a share of their bytes
 
 FrameKey = int | str | bytes
@@ -754,18 +759,69 @@ class PackReader:
             cache.release(ids)  # (what was kept has its record: only claims left are cleared)
         return fetched
 
-    def fill_cache(self, keys: Sequence[FrameKey], workers: int | None = None) -> int:
+    def fill_cache(
+        self,
+        keys: Sequence[FrameKey],
+        workers: int | None = None,
+        *,
+        later: Sequence[int] | None = None,
+        run: int = 0,
+    ) -> int:
         """Fetch the frames of ``keys`` that the node cache does not hold into it, without
         reading back what it holds (``hframe prefetch``, the sampler's read-ahead). Returns how
-        many were fetched (0 without a cache: a local pack, or none configured)."""
+        many were fetched (0 without a cache: a local pack, or none configured).
+
+        ``later`` (a mask over frame ids: true for the frames that will be read later, the rest
+        of a sampler's epoch) with ``run`` (bytes): the fetch of each missing frame also takes the
+        frames right after it in the pack that the mask holds and the cache lacks, up to ``run``
+        bytes from its start (``_spread``): bytes that would be fetched later anyway, in a
+        fraction of the requests when the order is shuffled frame by frame. Those are claimed,
+        fetched and kept ``SPREAD_FILL`` bytes at a time, in the order of ``keys``: a worker
+        that needs one of them waits for that much, not for the whole fill."""
         cache = self._pack_cache()
         if cache is None or not keys:
             return 0
         missing = list(dict.fromkeys(cache.missing(self._frame_ids(keys))))
-        if missing:
-            with self._held():
-                self._cached(missing, cache, lambda miss: self._read_batch(miss, workers, None))
-        return len(missing)
+        groups = [missing]
+        if missing and later is not None and run > 0:
+            groups = self._spread(missing, cache, later, run)
+        with self._held():
+            for group in groups:
+                if group:
+                    self._cached(group, cache, lambda miss: self._read_batch(miss, workers, None))
+        return sum(map(len, groups))
+
+    def _spread(self, ids: list[int], cache: PackCache, later: Sequence[int], run: int) -> list[list[int]]:
+        """``ids`` and, after each, the pack's next frames (by offset, each a record header's
+        distance from the one before) that ``later`` marks and the cache neither holds nor has
+        being fetched, while the run from that frame's start stays within ``run`` bytes; in
+        groups of about ``SPREAD_FILL`` bytes, in the order of ``ids``."""
+        offsets, lengths, count, marked = self._offsets, self._lengths, len(self._offsets), len(later)
+        taken = set(ids)
+        groups: list[list[int]] = [[]]
+        size_of_group = 0
+        for i in ids:
+            group = groups[-1]
+            group.append(i)
+            start = offsets[i]
+            end = start + lengths[i]
+            j = i + 1
+            while j < count:
+                off, size = offsets[j], lengths[j]
+                if not 0 <= off - end <= SPREAD_GAP or off + size - start > run:
+                    break
+                if j not in taken:
+                    if j >= marked or not later[j] or not cache.missing((j,)):
+                        break
+                    taken.add(j)
+                    group.append(j)
+                end = off + size
+                j += 1
+            size_of_group += end - start
+            if size_of_group >= SPREAD_FILL:
+                groups.append([])
+                size_of_group = 0
+        return groups
 
     @property
     def caches(self) -> bool:

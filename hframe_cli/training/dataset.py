@@ -35,7 +35,7 @@ from __future__ import annotations
 import io
 import operator
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
@@ -200,10 +200,17 @@ class FrameDataset(_Base):
         if widen is not None:
             widen(in_flight)
 
-    def fill_ahead(self, indices: Sequence[Any]) -> int:
+    def fill_ahead(self, indices: Sequence[Any], *, later: Sequence[int] | None = None, run: int = 0) -> int:
         """Fetch the frames of these items into the node cache without reading them back
-        (``BlockShuffleSampler``'s read-ahead). Returns how many were fetched."""
-        return int(self.reader.fill_cache([self.frame_ids[self._position(i)] for i in indices]))
+        (``BlockShuffleSampler``'s read-ahead). Returns how many were fetched. ``later`` (a mask
+        over frame ids, the frames the epoch reads later) and ``run``: each fetch also takes the
+        pack's next frames that the mask holds, up to ``run`` bytes (``PackReader.fill_cache``)."""
+        return int(self.reader.fill_cache(self.frames_of(indices), later=later, run=run))
+
+    def frames_of(self, indices: Iterable[Any]) -> list[int]:
+        """The frame ids (of the pack, or of the dataset's shards in turn) of these items."""
+        frame_ids, position = self.frame_ids, self._position
+        return [frame_ids[position(i)] for i in indices]
 
     def __repr__(self) -> str:
         return f"FrameDataset({self.path!r}, {len(self)} frames, {len(self.classes)} classes)"

@@ -53,7 +53,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
-from .readahead import ReadAhead
+from .readahead import READ_AHEAD_RUN, ReadAhead
 
 if TYPE_CHECKING:
     _Base = object
@@ -90,6 +90,14 @@ class BlockShuffleSampler(_Base):
         read_ahead_batch: items per background fetch (the batch size is a good choice).
         read_ahead_in_flight: requests the read-ahead keeps in flight (its reader's, in the
             sampler's process; the workers keep their own ``HFRAME_IO_IN_FLIGHT`` each).
+        read_ahead_run: bytes one read-ahead request may cover (0: the frames asked for only).
+            A frame's request also takes the pack's next frames that this epoch reads later
+            (and the cache lacks), up to this many bytes from its start: bytes the epoch
+            fetches anyway, in fewer requests. A shuffled order asks for frames scattered
+            over the pack, one request each, which is the cost of a remote epoch; this
+            turns it into runs. The cache must hold the epoch's frames for that to pay (as
+            it must for the next epoch to be read from it); what a fetch adds is fetched
+            and kept about 8 MiB at a time.
     """
 
     def __init__(
@@ -106,6 +114,7 @@ class BlockShuffleSampler(_Base):
         read_ahead: int = 0,
         read_ahead_batch: int = 256,
         read_ahead_in_flight: int = 64,
+        read_ahead_run: int = READ_AHEAD_RUN,
     ) -> None:
         if block < 1 or window < 1:
             raise InputError(f"block and window must be at least 1 (got {block}, {window})")
@@ -121,8 +130,8 @@ class BlockShuffleSampler(_Base):
         self.rank, self.world_size, self.drop_last = rank, world_size, drop_last
         #: item ranges [start, end) that blocks never straddle (a sharded dataset's shards)
         self.groups = _groups(data_source, self.n)
-        if read_ahead < 0 or read_ahead_batch < 1:
-            raise InputError("read_ahead must be at least 0 and read_ahead_batch at least 1")
+        if read_ahead < 0 or read_ahead_batch < 1 or read_ahead_run < 0:
+            raise InputError("read_ahead and read_ahead_run must be at least 0 and read_ahead_batch at least 1")
         if read_ahead and not getattr(data_source, "caches", False):
             raise InputError(
                 "read_ahead needs a FrameDataset of a remote pack with a node cache "
@@ -131,7 +140,8 @@ class BlockShuffleSampler(_Base):
         self.read_ahead, self.read_ahead_batch = read_ahead, read_ahead_batch
         self._fill = getattr(data_source, "fill_ahead", None) if read_ahead else None
         self._widen = getattr(data_source, "widen", None) if read_ahead else None
-        self.read_ahead_in_flight = read_ahead_in_flight
+        self._frames_of = getattr(data_source, "frames_of", None) if read_ahead else None
+        self.read_ahead_in_flight, self.read_ahead_run = read_ahead_in_flight, read_ahead_run
         #: the current iteration's read-ahead (None: none, or none running)
         self.ahead: ReadAhead | None = None
         self.epoch = 0
@@ -193,7 +203,13 @@ class BlockShuffleSampler(_Base):
             self._widen(self.read_ahead_in_flight)
         # (fetches of a batch at once: enough to keep the reader's requests in flight busy)
         ahead = self.ahead = ReadAhead(
-            self._fill, items[start:], ahead=self.read_ahead, batch=self.read_ahead_batch, in_flight=4
+            self._fill,
+            items[start:],
+            ahead=self.read_ahead,
+            batch=self.read_ahead_batch,
+            in_flight=4,
+            frames_of=self._frames_of,
+            run=self.read_ahead_run,
         )
         try:
             for n, i in enumerate(items[start:], 1):

@@ -295,7 +295,9 @@ def test_the_samplers_read_ahead_fills_the_cache_ahead_of_the_items_handed_out_a
 
     url, local, _ = served
     ds = FrameDataset(url, target=None, cache_dir=tmp_path / "cache")
-    sampler = BlockShuffleSampler(ds, seed=1, block=4, window=2, read_ahead=24, read_ahead_batch=8)
+    sampler = BlockShuffleSampler(  # (not spread: the frames past the window stay where they are)
+        ds, seed=1, block=4, window=2, read_ahead=24, read_ahead_batch=8, read_ahead_run=0
+    )
     it = iter(sampler)
     first = [next(it) for _ in range(16)]  # handed out: 16; read-ahead may fetch up to 16 + 24
     cache = ds.reader._pack_cache()
@@ -318,6 +320,71 @@ def test_the_samplers_read_ahead_fills_the_cache_ahead_of_the_items_handed_out_a
     assert not ahead._thread.is_alive()
     with pytest.raises(InputError, match="read_ahead needs"):
         BlockShuffleSampler(FrameDataset(local, target=None), read_ahead=8)
+
+
+def test_a_spread_fill_takes_the_frames_read_later_right_after_each_and_nothing_else(served, tmp_path):
+    """``fill_cache(later=, run=)``: after each frame asked for, the pack's next frames that the
+    mask holds and the cache lacks, within ``run`` bytes of its start; never a frame the mask
+    leaves out or one already held; in fewer requests than a frame each; every byte right."""
+    url, local, _ = served
+    with h.open_pack(local) as p:
+        want = [p[i] for i in range(len(p))]
+        offs = [p.range_of(i) for i in range(len(p))]
+    n = len(want)
+    later = bytearray(n)
+    for i in [*range(4, 12), *range(41, 60), 70, 71]:
+        later[i] = 1
+    with h.open_pack(url, cache_dir=tmp_path / "cache") as p:
+        p.read_many([6])  # held already: the run from 3 stops before it
+        cache = p._pack_cache()
+        before = p.storage_counters().requests
+        fetched = p.fill_cache([3, 40, 69], later=later, run=1 << 30)
+        requests = p.storage_counters().requests - before
+        held = [i for i in range(n) if not cache.missing([i])]
+        assert held == [3, 4, 5, 6, 40, *range(41, 60), 69, 70, 71] and fetched == len(held) - 1
+        assert requests <= 3  # (a run each, where the frames lie back to back)
+        # a run ends where ``run`` bytes from its frame's start would be passed
+        end_of_9 = offs[9][0] + offs[9][1]
+        assert p.fill_cache([7], later=later, run=end_of_9 - offs[7][0]) == 3
+        assert [i for i in range(7, 12) if not cache.missing([i])] == [7, 8, 9]
+        assert p.read_many(list(range(n))) == want
+    # a frame outside the mask, and one past its end, are never taken
+    with h.open_pack(url, cache_dir=tmp_path / "cache2") as p:
+        cache = p._pack_cache()
+        p.fill_cache([n - 2], later=bytearray(n - 1), run=1 << 30)
+        assert [i for i in range(n) if not cache.missing([i])] == [n - 2]
+
+
+@pytest.mark.parametrize("run", [0, 1 << 30])
+def test_the_samplers_read_ahead_spreads_its_fetches_over_the_epochs_own_frames_only(served, tmp_path, run):
+    """A plain shuffle's read-ahead (``read_ahead_run``): each fetch also takes the frames right
+    after its own that the epoch reads later, so the cache holds more than the items fetched
+    ahead, and never a frame the dataset leaves out (``match``); 0 turns it off."""
+    import time
+
+    from hframe_cli.training import BlockShuffleSampler, FrameDataset
+
+    url, local, _ = served
+    ds = FrameDataset(url, target=None, match="real*", cache_dir=tmp_path / "cache")
+    sampler = BlockShuffleSampler(ds, seed=3, block=1, window=1, read_ahead=8, read_ahead_batch=4, read_ahead_run=run)
+    it = iter(sampler)
+    [next(it) for _ in range(4)]  # handed out: 4; read-ahead fetches the next 8 and, spread, their neighbours
+    cache = ds.reader._pack_cache()
+    order = sampler.part()
+    deadline = time.monotonic() + 30
+    while cache.missing(ds.frames_of(order[4:12])) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)  # (what is still in flight lands)
+    held = {i for i in range(len(ds.reader)) if not cache.missing([i])}
+    assert set(ds.frames_of(order[4:12])) <= held <= set(ds.frame_ids)  # never a frame the epoch does not read
+    if run:
+        assert len(held) > 20  # (the 60 real images lie back to back: runs of them)
+    else:
+        assert held <= set(ds.frames_of(order[:12]))
+    rest = list(it)
+    assert len(rest) == len(order) - 4 and sampler.ahead.error is None
+    with h.open_pack(local) as p:
+        assert ds.__getitems__(order) == p.read_many(ds.frames_of(order))
 
 
 def test_a_frame_another_reader_is_fetching_is_waited_for_not_fetched_twice(tmp_path):
