@@ -792,11 +792,13 @@ class PackReader:
         return sum(map(len, groups))
 
     def _spread(self, ids: list[int], cache: PackCache, later: Sequence[int], run: int) -> list[list[int]]:
-        """``ids`` and, after each, the pack's next frames (by offset, each a record header's
-        distance from the one before) that ``later`` marks and the cache neither holds nor has
-        being fetched, while the run from that frame's start stays within ``run`` bytes; in
-        groups of about ``SPREAD_FILL`` bytes, in the order of ``ids``."""
+        """``ids`` and, after each run of them (frames back to back in the pack, a record
+        header apart) shorter than ``run`` bytes, the pack's next frames that ``later`` marks and
+        the cache neither holds nor has being fetched, until the run is ``run`` bytes long; in
+        groups of about ``SPREAD_FILL`` bytes, in the order of ``ids``. (Runs already that long,
+        a block-shuffled batch's, get nothing.)"""
         offsets, lengths, count, marked = self._offsets, self._lengths, len(self._offsets), len(later)
+        asked = set(ids)
         taken = set(ids)
         groups: list[list[int]] = [[]]
         size_of_group = 0
@@ -805,19 +807,24 @@ class PackReader:
             group.append(i)
             start = offsets[i]
             end = start + lengths[i]
+            size_of_group += lengths[i]
+            if i - 1 in asked and 0 <= start - offsets[i - 1] - lengths[i - 1] <= SPREAD_GAP:
+                continue  # (not the first of its run: the first one spreads it)
             j = i + 1
             while j < count:
                 off, size = offsets[j], lengths[j]
-                if not 0 <= off - end <= SPREAD_GAP or off + size - start > run:
+                if not 0 <= off - end <= SPREAD_GAP:
                     break
-                if j not in taken:
+                if j not in asked:
+                    if off + size - start > run or j in taken:
+                        break
                     if j >= marked or not later[j] or not cache.missing((j,)):
                         break
                     taken.add(j)
                     group.append(j)
+                    size_of_group += size
                 end = off + size
                 j += 1
-            size_of_group += end - start
             if size_of_group >= SPREAD_FILL:
                 groups.append([])
                 size_of_group = 0

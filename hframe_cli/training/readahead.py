@@ -35,7 +35,7 @@ __all__ = ["READ_AHEAD_RUN", "ReadAhead"]
 #: bytes one read-ahead request may cover (``BlockShuffleSampler(read_ahead_run=...)``): at
 #: ~20 ms a round trip and a few hundred MB/s, a request for 256 KiB costs little more than one
 #: for a single 30 KB frame. (scripts/bench_cache.py, plain shuffle, read-ahead against none:
-#: 2.07x with 256 KiB, 1.76x with 1 MiB, 1.61x with 4 MiB; 1.41x without spreading)
+#: 2.07-2.29x with 256 KiB, 1.76x with 1 MiB, 1.61x with 4 MiB; 1.41x without spreading)
 READ_AHEAD_RUN = 256 << 10
 
 

@@ -353,6 +353,12 @@ def test_a_spread_fill_takes_the_frames_read_later_right_after_each_and_nothing_
         cache = p._pack_cache()
         p.fill_cache([n - 2], later=bytearray(n - 1), run=1 << 30)
         assert [i for i in range(n) if not cache.missing([i])] == [n - 2]
+        # a run of frames asked for that is already ``run`` long gets nothing (a block shuffle's)
+        later = bytearray([1]) * n
+        whole = offs[22][0] + offs[22][1] - offs[20][0]
+        assert p.fill_cache([21, 20, 22], later=later, run=whole) == 3
+        assert p.fill_cache([30, 31], later=later, run=whole) > 2
+        assert [i for i in range(19, 24) if not cache.missing([i])] == [20, 21, 22]
 
 
 @pytest.mark.parametrize("run", [0, 1 << 30])
