@@ -14,4 +14,4 @@ fi
 .venv/bin/python -m pytest -q
 echo "== the listing, packing and verify tests again, in pure Python (HFRAME_NATIVE=0)"
 HFRAME_NATIVE=0 exec .venv/bin/python -m pytest -q tests/format tests/verify tests/sources/test_listing.py tests/sources/test_sources.py tests/sources/test_native_scan.py tests/write/test_native.py tests/write/test_fanout.py \
-    tests/write/test_pack.py tests/write/test_resume.py tests/write/test_concurrency.py
+    tests/write/test_pack.py tests/write/test_resume.py

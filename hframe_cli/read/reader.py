@@ -772,9 +772,9 @@ class PackReader:
         many were fetched (0 without a cache: a local pack, or none configured).
 
         ``later`` (a mask over frame ids: true for the frames that will be read later, the rest
-        of a sampler's epoch) with ``run`` (bytes): the fetch of each missing frame also takes the
-        frames right after it in the pack that the mask holds and the cache lacks, up to ``run``
-        bytes from its start (``_spread``): bytes that would be fetched later anyway, in a
+        of a sampler's epoch) with ``run`` (bytes): a run of missing frames shorter than ``run``
+        bytes is extended over the frames right after it in the pack that the mask holds and the
+        cache lacks, to ``run`` bytes (``_spread``): bytes that would be fetched later anyway, in a
         fraction of the requests when the order is shuffled frame by frame. Those are claimed,
         fetched and kept ``SPREAD_FILL`` bytes at a time, in the order of ``keys``: a worker
         that needs one of them waits for that much, not for the whole fill."""
