@@ -9,8 +9,8 @@ it speeds up, which stays the reference (the same bytes, the same report) and th
   hashed and laid out in one call;
 * ``verify/_walk.c`` (``verify.compiled``): verify's loop over sound frames.
 
-``HFRAME_NATIVE=0`` turns them all off (``scripts/test.sh`` runs the packing and verify tests
-again that way); ``hframe --version`` says which are in use.
+``HFRAME_NATIVE=0`` turns them all off (``scripts/test.sh`` runs the listing, packing and
+verify tests again that way); ``hframe --version`` says which are in use.
 """
 
 from __future__ import annotations

@@ -187,9 +187,14 @@ static PyObject *scan_files(PyObject *self, PyObject *args) {
     }
     free(path);
     PyObject *cols[4] = {paths, names, sizes, mtimes};
+    Py_ssize_t at[4];
     for (int k = 0; k < 4; k++) {
-        Py_ssize_t at = PyList_GET_SIZE(cols[k]);
-        if (PyList_SetSlice(cols[k], at, at, new_cols[k]) < 0) goto done; /* (extend: cannot fail but on memory) */
+        at[k] = PyList_GET_SIZE(cols[k]);
+        if (PyList_SetSlice(cols[k], at[k], at[k], new_cols[k]) < 0) { /* (only out of memory) */
+            for (int j = 0; j < k; j++) /* the columns stay in step: the ones extended, cut back */
+                PyList_SetSlice(cols[j], at[j], PyList_GET_SIZE(cols[j]), NULL);
+            goto done;
+        }
     }
     result = Py_NewRef(Py_True);
 done:

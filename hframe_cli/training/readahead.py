@@ -98,9 +98,11 @@ class ReadAhead:
         try:
             # spreading: a mask over frame ids of the items not yet handed out nor asked for,
             # the frames a fetch may take after the ones it asks for (``PackReader.fill_cache``)
-            frames = self.frames_of(self.items) if self.frames_of is not None else None
-            later = bytearray(max(frames, default=-1) + 1) if frames is not None else None
-            if frames is not None and later is not None:
+            frames: list[int] = []
+            later: bytearray | None = None
+            if self.frames_of is not None:
+                frames = self.frames_of(self.items)
+                later = bytearray(max(frames, default=-1) + 1)
                 for f in frames:
                     later[f] = 1
             with ThreadPoolExecutor(self.in_flight, thread_name_prefix="hframe-read-ahead") as pool:
@@ -111,7 +113,7 @@ class ReadAhead:
                         break
                     end = min(len(self.items), start + self.batch, self._limit())
                     chunk = list(self.items[start:end])
-                    if frames is not None and later is not None:
+                    if later is not None:
                         for f in frames[pos:end]:  # (handed out, or asked for by this fetch)
                             later[f] = 0
                         job = pool.submit(self.fill, chunk, later=later, run=self.run)

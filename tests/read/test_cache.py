@@ -126,15 +126,20 @@ def test_a_flipped_byte_or_an_evicted_segment_is_fetched_again_never_served(serv
         assert p.read_many(list(range(len(want)))) == want and p._cache.counts["misses"] == len(want)
 
 
-def _fill(url: str, cache: str, seed: int, rounds: int) -> None:
-    """A process reading random batches through the cache, checking every frame's md5."""
+def _fill(url: str, cache: str, seed: int, rounds: int, spread: bool = False) -> None:
+    """A process reading random batches through the cache, checking every frame's md5;
+    ``spread``: each batch first fetched as the sampler's read-ahead does, spread over the
+    frames after it (``fill_cache(later=, run=)``)."""
     import hashlib
 
     with h.open_pack(url, cache_dir=cache) as p:
         md5s = p.read_index_columns(["md5"]).column(0).to_pylist()
         rng = random.Random(seed)
+        everything = bytearray([1]) * len(p)
         for _ in range(rounds):
             batch = rng.sample(range(len(p)), 12)
+            if spread:
+                p.fill_cache(batch, later=everything, run=256 << 10)
             for i, data in zip(batch, p.read_many(batch)):
                 assert hashlib.md5(data).hexdigest() == md5s[i], i
             i = rng.randrange(len(p))
@@ -161,6 +166,25 @@ def test_processes_filling_the_same_frames_at_once_never_read_a_wrong_byte(serve
         assert p.read_many(list(range(len(want)))) == want
         held = p._cache.counts["hits"]
     assert held > len(want) // 2  # (what the four sampled is there)
+
+
+def test_spread_fills_and_readers_in_other_processes_at_once_never_read_a_wrong_byte(served, tmp_path):
+    """Bounded stress: two processes filling spread runs (claimed and kept 8 MiB at a time, here
+    a few frames) while two others read random batches of the same frames through one cache."""
+    url, local, _ = served
+    cache = str(tmp_path / "cache")
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_fill, args=(url, cache, seed, 40, seed % 2 == 0)) for seed in range(4)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+        assert proc.exitcode == 0
+    with h.open_pack(local) as p:
+        want = [p[i] for i in range(len(p))]
+    with h.open_pack(url, cache_dir=cache) as p:
+        assert p.read_many(list(range(len(want)))) == want
+        assert p._cache.counts["hits"] == len(want)  # (160 batches of 12 of 80 frames: all held)
 
 
 def test_a_reader_pickled_into_a_spawned_process_keeps_its_cache(served, tmp_path):
@@ -377,11 +401,14 @@ def test_the_samplers_read_ahead_spreads_its_fetches_over_the_epochs_own_frames_
     [next(it) for _ in range(4)]  # handed out: 4; read-ahead fetches the next 8 and, spread, their neighbours
     cache = ds.reader._pack_cache()
     order = sampler.part()
-    deadline = time.monotonic() + 30
-    while cache.missing(ds.frames_of(order[4:12])) and time.monotonic() < deadline:
+
+    def held_now() -> set[int]:
+        return {i for i in range(len(ds.reader)) if not cache.missing([i])}
+
+    deadline = time.monotonic() + 30  # (a hang's bound: what is in flight lands long before)
+    while (cache.missing(ds.frames_of(order[4:12])) or (run and len(held_now()) <= 20)) and time.monotonic() < deadline:
         time.sleep(0.02)
-    time.sleep(0.2)  # (what is still in flight lands)
-    held = {i for i in range(len(ds.reader)) if not cache.missing([i])}
+    held = held_now()
     assert set(ds.frames_of(order[4:12])) <= held <= set(ds.frame_ids)  # never a frame the epoch does not read
     if run:
         assert len(held) > 20  # (the 60 real images lie back to back: runs of them)
