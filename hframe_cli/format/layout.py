@@ -14,6 +14,7 @@ the same layout for people; keep the two in step. All integers are little-endian
 
 from __future__ import annotations
 
+import mmap
 import struct
 import uuid
 import zlib
@@ -340,7 +341,7 @@ class Trailer:
         return trailer
 
 
-def record_fields(buf: bytes | memoryview, pos: int) -> tuple[Any, ...]:
+def record_fields(buf: bytes | memoryview | mmap.mmap, pos: int) -> tuple[Any, ...]:
     """The raw fixed fields of the record header at ``buf[pos:]`` (no validation).
 
     Returns (magic, header_size, frame_id, length, raw_length, md5, mtime_ns, codec, kind,
@@ -363,7 +364,7 @@ def record_field_problem(length: int, raw_length: int, codec: int, kind: int) ->
     return None
 
 
-def record_crc(buf: bytes | memoryview, pos: int, name_len: int, extra_len: int) -> int:
+def record_crc(buf: bytes | memoryview | mmap.mmap, pos: int, name_len: int, extra_len: int) -> int:
     """CRC-32 over a record header's checked bytes (fixed part without the CRC, name, extra)."""
     crc = zlib.crc32(buf[pos : pos + RECORD_FIXED - 4])
     return zlib.crc32(buf[pos + RECORD_FIXED : pos + RECORD_FIXED + name_len + extra_len], crc) & 0xFFFFFFFF

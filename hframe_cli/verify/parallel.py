@@ -1,5 +1,5 @@
-"""A large pack walked as one contiguous part per core: forked children walk parts 1.., this
-process part 0, and their problems come back in frame order (``walk_in_parallel``)."""
+"""A large pack walked as one contiguous part per core: each part in a forked child reading the
+pack through a shared read-only map, their problems back in frame order (``walk_in_parallel``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import contextlib
 import mmap
 import os
 import pickle
+import select
 import signal
 import struct
 
@@ -79,9 +80,12 @@ class _SharedProgress:
 
 
 def walk_in_parallel(v: Verifier, table: pa.Table, n: int, end: int, data_end_known: bool) -> int:
-    """Walk the pack as ``v.processes`` contiguous parts at once: forked children take parts
-    1.., this process part 0; problems come back in frame order. Returns where the last part
-    ended. Falls back to one walk if the index's record offsets are not in order.
+    """Walk the pack as ``v.processes`` contiguous parts at once, each in a forked child that
+    reads the pack through a map (``Verifier.mapped_reads``) while this process waits and
+    reports their progress; problems come back in frame order. Returns where the last part
+    ended. Falls back to one walk if the index's record offsets are not in order. A child that
+    fails (or dies: a pack cut short under its map is a SIGBUS) has its part walked again here,
+    with reads that see the file as it is.
 
     A part's result is used only if the part before it ended exactly where it began (same
     position, next frame id). Where damage breaks that seam, the rest of the pack is walked
@@ -104,12 +108,18 @@ def walk_in_parallel(v: Verifier, table: pa.Table, n: int, end: int, data_end_kn
     cuts.append(n)
     parts = [(cuts[k], cuts[k + 1]) for k in range(parts_n) if cuts[k] < cuts[k + 1]]
     children: list[tuple[int, int]] = []
-    shared = _SharedProgress(len(parts) - 1, v.on_progress)
+    shared = _SharedProgress(len(parts), v.on_progress)
     outer = v.on_progress
     v.on_progress = shared.parent_progress if outer is not None else None
 
+    def first_of(a: int) -> int:
+        """Where part ``a..`` starts: the first part where records begin, the others at their
+        first record."""
+        return HEADER_SIZE if a == 0 else rofs[a]
+
     def walk_part(slot: int, a: int, b: int, w: int) -> None:
-        """In a forked child: walk part [a, b) and send back what it found."""
+        """In a forked child: walk part [a, b) through a map of the pack and send back what it
+        found."""
         child = Verifier(
             PackReport(v.r.pack, v.r.index, v.r.mode, v.r.selection),
             v.storage,
@@ -118,10 +128,11 @@ def walk_in_parallel(v: Verifier, table: pa.Table, n: int, end: int, data_end_kn
             shared.child_progress(slot) if outer is not None else None,
         )
         child.decompressor = v.decompressor
+        child.mapped_reads = True  # (a SIGBUS here, the pack cut short under the map, ends only this child)
         pos, nxt = -1, -1
         try:
             pos = child.walk(
-                rofs[a], a, b, end, data_end_known, rows(a, b), read_end=rofs[b] if b < n else end, report_to=n
+                first_of(a), a, b, end, data_end_known, rows(a, b), read_end=rofs[b] if b < n else end, report_to=n
             )
             nxt = child.next_id
         except TooManyProblems:
@@ -129,8 +140,21 @@ def walk_in_parallel(v: Verifier, table: pa.Table, n: int, end: int, data_end_kn
         r = child.r
         write_all(w, pickle.dumps((r.problems, r.frames_checked, r.bytes_checked, pos, nxt, r.stopped_early)))
 
+    def result_of(r: int) -> bytes:
+        """All a child sent, reporting the children's progress while waiting for it."""
+        chunks: list[bytes] = []
+        while True:
+            if outer is not None:
+                while not select.select([r], [], [], 0.1)[0]:
+                    shared.parent_progress(0, 0)
+            data = os.read(r, 1 << 20)
+            if not data:
+                return b"".join(chunks)
+            chunks.append(data)
+
     try:
-        for slot, (a, b) in enumerate(parts[1:]):
+        # every part in a child (this process waits): only a child reads through a map
+        for slot, (a, b) in enumerate(parts):
             r, w = os.pipe()
             with signals_held():  # a signal is taken once the child is in its try, and listed below
                 pid = os.fork()
@@ -146,52 +170,35 @@ def walk_in_parallel(v: Verifier, table: pa.Table, n: int, end: int, data_end_kn
                         os._exit(code)
                 os.close(w)
                 children.append((pid, r))
-        pos = v.walk(
-            HEADER_SIZE,
-            0,
-            parts[0][1],
-            end,
-            data_end_known,
-            rows(*parts[0]),
-            read_end=rofs[parts[0][1]] if parts[0][1] < n else end,
-            report_to=n,
-        )
-        nxt = v.next_id
-        children_done = 0
-        for (pid, r), (a, b) in zip(children, parts[1:]):
+        pos, nxt = HEADER_SIZE, 0
+        for slot, ((pid, r), (a, b)) in enumerate(zip(list(children), parts)):
             if nxt < a:  # the walk stopped inside the part before (data ends, no record found):
                 return pos  # one walk stops there too, having reported every frame after it
-            if (pos, nxt) != (rofs[a], a):  # the seam does not join: the rest in one walk, here
+            if (pos, nxt) != (first_of(a), a):  # the seam does not join: the rest in one walk, here
                 return v.walk(pos, nxt, n, end, data_end_known, rows(nxt, n))
-            chunks = []
-            while True:
-                data = os.read(r, 1 << 20)
-                if not data:
-                    break
-                chunks.append(data)
+            message = result_of(r)
             os.close(r)
             status = reap(pid)  # (0 when SIGCHLD is ignored: then the message tells)
             children = [c for c in children if c[0] != pid]
             try:
-                found = pickle.loads(b"".join(chunks)) if status == 0 and chunks else None
+                found = pickle.loads(message) if status == 0 and message else None
             except Exception:  # noqa: BLE001 - a message cut short: the child failed
                 found = None
-            if found is None:  # the child failed: walk its part here
-                shared.settle(children_done, 0, 0)
-                children_done += 1
-                pos = v.walk(rofs[a], a, b, end, data_end_known, rows(a, b), report_to=n)
+            if found is None:  # the child failed (or died of a pack cut short): its part walked here, with preads
+                shared.settle(slot, 0, 0)
+                pos = v.walk(first_of(a), a, b, end, data_end_known, rows(a, b), report_to=n)
                 nxt = v.next_id
                 continue
             problems, frames, nbytes, pos, nxt, stopped = found
             v.r.frames_checked += frames
             v.r.bytes_checked += nbytes
-            shared.settle(children_done, frames, nbytes)
-            children_done += 1
+            shared.settle(slot, frames, nbytes)
             for p in problems:
                 v.keep(p)
             if stopped:
                 v.r.stopped_early = True
                 raise TooManyProblems
+        v.next_id = nxt
         return pos
     finally:
         v.on_progress = outer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import random
@@ -658,11 +659,11 @@ def test_progress_of_a_truncated_pack_without_index_still_moves(tmp_path, photos
     assert bar.updates[-1][0] == rep.packs[0].frames_checked and bar.updates[-1][1] > 0
 
 
-@pytest.mark.parametrize(("frames", "forks"), [(7, 0), (17, 1), (40, 1)])
+@pytest.mark.parametrize(("frames", "forks"), [(7, 0), (17, 2), (40, 2)])
 def test_a_pack_is_split_into_parts_of_at_least_8_mib(tmp_path, monkeypatch, frames, forks):
     """Parts pay from 16 MiB of data on (forking a walker costs what hashing a few MiB does):
-    a 7 MiB pack is walked in one process, 17 MiB in two parts, and never more parts than
-    workers; every frame is checked either way."""
+    a 7 MiB pack is walked in one process, 17 MiB in two parts (each in its own forked walker),
+    and never more parts than workers; every frame is checked either way."""
     import hframe_cli.verify.parallel as parallel_mod
 
     pack = tmp_path / "p.hframe"
@@ -703,3 +704,75 @@ def test_parts_are_taken_when_the_host_ignores_sigchld(tmp_path):
     finally:
         signal.signal(signal.SIGCHLD, old)
     assert rep.frames_checked == 20 and rep.bad_frames == [15], rep.problems
+
+
+def test_a_pack_cut_short_under_the_walkers_maps_is_reported_not_crashed(tmp_path, monkeypatch):
+    """The parallel walkers read the pack through a map. A pack cut short while they walk it
+    kills a walker with SIGBUS (a real one: here each walker cuts the file right after mapping
+    it); its part is walked again in the parent with reads, which report the pack as it is now
+    (frames missing, not a crash)."""
+    import hframe_cli.verify.parallel as parallel_mod
+    import hframe_cli.verify.walk as walk_mod
+
+    pack = tmp_path / "p.hframe"
+    rng = random.Random(7)
+    with PackWriter(pack) as w:
+        for i in range(20):
+            w.add(f"{i:03d}.bin".encode(), rng.randbytes(1 << 20))
+        w.seal()
+        w.publish()
+    size = pack.stat().st_size
+    real_map = walk_mod.Verifier._map
+
+    def map_then_cut(self):
+        faulthandler.disable()  # (in the walker: pytest's handler would print its SIGBUS)
+        m = real_map(self)
+        if m is not None and len(m) == size:  # (the whole pack mapped: cut it under the map)
+            os.truncate(pack, size // 3)
+        return m
+
+    statuses = []
+    real_reap = parallel_mod.reap
+
+    def reap(pid):
+        statuses.append(real_reap(pid))
+        return statuses[-1]
+
+    monkeypatch.setattr(walk_mod.Verifier, "_map", map_then_cut)
+    monkeypatch.setattr(parallel_mod, "reap", reap)
+    rep = verify_pack(pack, workers=2)
+    assert any(os.WIFSIGNALED(s) and os.WTERMSIG(s) == signal.SIGBUS for s in statuses), statuses
+    assert not rep.ok and rep.frames_checked < 20
+    assert any("missing" in p.message or "end" in p.message for p in rep.problems), rep.problems
+
+
+@pytest.mark.parametrize("use_index", [True, False])
+def test_a_walk_through_a_map_goes_a_chunk_at_a_time(tmp_path, monkeypatch, use_index):
+    """Through a map the whole pack is in memory at once, but a run of sound frames still stops
+    every chunk (``_Window.bound``): progress is reported, and signals taken, as the walk goes,
+    not once at the end of a part; every frame is checked and a flipped byte found."""
+    import mmap
+
+    import hframe_cli.verify.walk as walk_mod
+
+    pack = tmp_path / "p.hframe"
+    rng = random.Random(11)
+    with PackWriter(pack) as w:
+        for i in range(80):
+            w.add(f"{i:03d}.bin".encode(), rng.randbytes(256 << 10))
+        w.seal()
+        w.publish()
+    flip(pack, rows(pack)[70]["offset"] + 3)
+    maps = []
+
+    def mapped(self):  # (in this process: what the forked walkers do)
+        maps.append(mmap.mmap(self.storage.fileno(), 0, prot=mmap.PROT_READ))
+        return maps[-1]
+
+    monkeypatch.setattr(walk_mod, "CHUNK_BYTES", 1 << 20)
+    monkeypatch.setattr(walk_mod.Verifier, "_map", mapped)
+    updates = []
+    rep = verify_pack(pack, workers=1, use_index=use_index, on_progress=lambda f, b: updates.append((f, b)))
+    assert maps, "the walk did not read through the map"
+    assert rep.frames_checked == 80 and rep.bad_frames == [70], rep.problems
+    assert len([u for u in updates if u[0]]) >= 15  # 20 MiB a chunk (1 MiB) at a time, not one report
