@@ -11,9 +11,10 @@ worker ``c % N`` takes chunk ``c``. For each chunk a worker
    ``PackWriter.add``), and sends the parent the chunk's size, frame count and problems;
 2. waits for the parent to place the chunk: the byte offset and the first frame id, known as
    soon as the chunk before it is sized (not written);
-3. writes the records there on its own copy of the pack's descriptor (large records through a
-   shared map of the pack, which the parent extended first; small ones with ``pwritev``), and
-   sends back the rows (``WrittenChunk``).
+3. writes the records there on its own copy of the pack's descriptor (a compiled chunk with
+   one ``pwrite`` while it holds the run's write turn, ``ChunkWriter._write_image``; large
+   records made in Python through a shared map of the pack, which the parent extended first;
+   small ones with ``pwritev``), and sends back the rows (``WrittenChunk``).
 
 The parent takes the chunks in order: it decides about bad inputs (fail, or skip them with
 ``--skip-bad``) when a chunk is sized, and takes the rows in (``PackWriter.append_chunk``),

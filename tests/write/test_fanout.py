@@ -432,7 +432,9 @@ def big_records(tmp_path_factory) -> tuple[Path, Path]:
 
 def _mapped_calls(monkeypatch, log: Path, before=None) -> None:
     """Record each worker's ``_map_write`` (pid, answer) in ``log`` (workers are forked: a file
-    outlives them); ``before(at)`` runs first."""
+    outlives them); ``before(at)`` runs first. Chunks made in Python (a compiled chunk is never
+    mapped: ``test_compiled_chunks_are_written_in_turns_not_mapped``)."""
+    monkeypatch.setattr(fanout, "blobs", None)
     real = ChunkWriter._map_write
 
     def logged(self, parts, at, size):
@@ -462,10 +464,46 @@ def test_chunks_of_large_records_are_written_through_a_map_to_the_same_bytes(big
 
 def test_a_pack_that_cannot_be_mapped_is_written_with_pwritev(big_records, tmp_path, monkeypatch):
     root, one = big_records
+    monkeypatch.setattr(fanout, "blobs", None)  # (chunks made in Python: the ones that map)
     monkeypatch.setattr(writer_mod.mmap, "mmap", lambda *a, **k: (_ for _ in ()).throw(OSError(19, "No such device")))
     out = tmp_path / "p.hframe"
     h.pack_sources(collect_sources([str(root)]), out, created_us=1_700_000_000_000_000, workers=2)
     assert same(out, one)
+
+
+@pytest.mark.skipif(fanout.blobs is None, reason="the compiled part is not built here (or HFRAME_NATIVE=0)")
+def test_compiled_chunks_are_written_in_turns(big_records, tmp_path, monkeypatch):
+    """A compiled chunk (one buffer) is written with one ``pwrite`` while its worker holds the
+    run's write turn (a POSIX lock the other worker sleeps on, instead of spinning on the inode
+    lock): both workers wrote, never both at once (each logs its turn while holding it: the log
+    alternates), and the pack is one writer's, byte for byte."""
+    import fcntl
+
+    root, one = big_records
+    log = tmp_path / "turns.log"
+    monkeypatch.setattr(writer_mod, "maps_coherently", lambda dev: True)  # whatever holds tmp_path
+    real = fcntl.lockf
+
+    def lockf(fd, cmd, length=0, start=0, whence=0):
+        if start != writer_mod._TURN_AT:
+            return real(fd, cmd, length, start, whence)
+        if cmd == fcntl.LOCK_UN:
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()}:give\n")
+        real(fd, cmd, length, start, whence)
+        if cmd == fcntl.LOCK_EX:
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()}:take\n")
+        return None
+
+    monkeypatch.setattr(writer_mod.fcntl, "lockf", lockf)
+    out = tmp_path / "t.hframe"
+    h.pack_sources(collect_sources([str(root)]), out, created_us=1_700_000_000_000_000, workers=2)
+    turns = [t.split(":") for t in log.read_text().split()]
+    assert len({pid for pid, _ in turns}) == 2  # both workers wrote compiled chunks
+    assert [op for _, op in turns] == ["take", "give"] * (len(turns) // 2)  # one at a time
+    assert all(turns[k][0] == turns[k + 1][0] for k in range(0, len(turns), 2))  # each gave its own back
+    assert same(out, one) and h.verify_pack(out).ok
 
 
 def test_a_pack_on_a_filesystem_that_writes_around_its_cache_is_never_mapped(big_records, tmp_path, monkeypatch):
