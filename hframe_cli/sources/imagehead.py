@@ -15,7 +15,11 @@ import io
 import re
 import struct
 
-__all__ = ["image_info"]
+__all__ = ["MAX_SIDE", "image_info"]
+
+#: the longest side an image header may give (PNG's own limit, 2^31 - 1; the index's width and
+#: height are int32): a header beyond it is not an image hframe describes
+MAX_SIDE = (1 << 31) - 1
 
 _U16 = struct.Struct(">H")
 _IHDR = struct.Struct(">IIBB")
@@ -45,7 +49,10 @@ def image_info(data: bytes, media_type: str = "") -> tuple[int, int, str]:
         ValueError: the header cannot be parsed (the message says why).
     """
     fast = _jpeg(data) if media_type == "jpeg" else _png(data) if media_type == "png" else None
-    return fast if fast is not None else _pillow(data)
+    width, height, mode = fast if fast is not None else _pillow(data)
+    if not 0 < width <= MAX_SIDE or not 0 < height <= MAX_SIDE:
+        raise ValueError(f"image size {width}x{height}: a side beyond 1..{MAX_SIDE} pixels")
+    return width, height, mode
 
 
 def _pillow(data: bytes) -> tuple[int, int, str]:

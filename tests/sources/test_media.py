@@ -228,6 +228,41 @@ def test_unreadable_image_header_is_a_warning_unless_strict(tmp_path):
     assert r.exit_code == 2 and "broken.jpg" in r.stderr and "header" in r.stderr
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_png_wider_than_its_format_allows_is_an_unreadable_header(tmp_path, native):
+    """PNG's IHDR holds 32-bit sides but the format allows 2^31 - 1 (and the index's width is
+    int32): a header beyond that is unreadable, a warning naming the file (the pack's other
+    frames keep theirs), not an internal error; with --strict-images, exit 2. The compiled
+    loop declines such a chunk to Python, which says the same."""
+    import struct
+    import zlib
+
+    def png(width: int, height: int) -> bytes:
+        def chunk(kind: bytes, data: bytes) -> bytes:
+            return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+        ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+        return (
+            b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 7)) + chunk(b"IEND", b"")
+        )
+
+    src = make_photos(tmp_path / "src", 3)
+    (src / "wide").mkdir()
+    (src / "wide" / "a.png").write_bytes(png(1 << 31, 1))
+    (src / "wide" / "b.png").write_bytes(png((1 << 32) - 1, (1 << 32) - 1))
+    out = tmp_path / "w.hframe"
+    r = run_bin(["pack", str(src), "-o", str(out), "--json"], env={"HFRAME_NATIVE": native})
+    assert r.returncode == 0, r.stderr
+    warned = {w["path"]: w for w in json.loads(r.stdout)["warnings"]}
+    assert sorted(warned) == [str(src / "wide" / "a.png"), str(src / "wide" / "b.png")]
+    assert "2147483648x1" in json.dumps(warned[str(src / "wide" / "a.png")])
+    rows = {r["name"]: r for r in index_rows(out)}
+    assert rows["wide/a.png"]["width"] is None and rows["wide/a.png"]["media_type"] == "png"
+    assert all(r["width"] for n, r in rows.items() if not n.startswith("wide/"))
+    r = run_bin(["pack", str(src), "-o", str(tmp_path / "s.hframe"), "--strict-images"], env={"HFRAME_NATIVE": native})
+    assert r.returncode == 2 and b"a.png" in r.stderr and b"Traceback" not in r.stderr
+
+
 def test_bmps_are_told_from_blobs_that_start_with_bm(tmp_path):
     """ "BM" is two bytes: one random blob in 65,536 and text such as "BMW ..." start with it.
     Only a frame with a BMP's DIB header size is a BMP (a blob called one got a warning and a
