@@ -86,7 +86,8 @@ class BlockShuffleSampler(_Base):
         read_ahead: items past the last one handed out to fetch into the node cache in the
             background (``readahead.py``; 0: none): a ``FrameDataset`` of a remote pack with a
             cache only. A few batches' worth (``8 * batch_size``) keeps a remote epoch's
-            workers reading from local disk.
+            workers reading from local disk. The last ``read_ahead // 2`` items handed out are
+            fetched too (a DataLoader's queue: handed out, not yet read).
         read_ahead_batch: items per background fetch (the batch size is a good choice).
         read_ahead_in_flight: requests the read-ahead keeps in flight (its reader's, in the
             sampler's process; the workers keep their own ``HFRAME_IO_IN_FLIGHT`` each).
@@ -210,11 +211,12 @@ class BlockShuffleSampler(_Base):
             in_flight=4,
             frames_of=self._frames_of,
             run=self.read_ahead_run,
+            behind=self.read_ahead // 2,
         )
         try:
             for n, i in enumerate(items[start:], 1):
                 self._yielded += 1
-                ahead.handed_out(n)  # (before the item goes: read-ahead never fetches one handed out)
+                ahead.handed_out(n)  # (before the item goes: read-ahead knows it is handed out)
                 yield i
         finally:  # the epoch's end, or the iteration dropped (set_epoch, a break): stop fetching
             ahead.stop()

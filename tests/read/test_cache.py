@@ -324,6 +324,7 @@ def test_the_samplers_read_ahead_fills_the_cache_ahead_of_the_items_handed_out_a
     )
     it = iter(sampler)
     first = [next(it) for _ in range(16)]  # handed out: 16; read-ahead may fetch up to 16 + 24
+    assert sampler.ahead.behind == 12  # (read_ahead // 2 of those handed out: a DataLoader's queue)
     cache = ds.reader._pack_cache()
     order = sampler.part()
     deadline = time.monotonic() + 30

@@ -279,3 +279,38 @@ def test_torchdata_stateful_dataloader_resumes_with_exactly_the_rest(tmp_path, w
 
 def _as_list(batch):
     return batch
+
+
+def test_read_ahead_fetches_the_queued_items_handed_out_never_earlier_ones():
+    """What read-ahead may fetch next: from the last ``behind`` items handed out (a
+    DataLoader's queue, not yet read) to ``ahead`` past the last one, never earlier (those are
+    being read), and nothing once stopped. Its fills here block until the test ends (only the
+    rule is looked at; the sampler passes ``behind = read_ahead // 2``)."""
+    import threading
+
+    from hframe_cli.training.readahead import ReadAhead
+
+    release = threading.Event()
+    asked: list[list[int]] = []
+
+    def fill(chunk):
+        asked.append(list(chunk))
+        release.wait(30)
+
+    ra = ReadAhead(fill, list(range(1000)), ahead=24, batch=8, in_flight=1, behind=12)
+    try:
+        ra.handed_out(100)
+        assert ra._next(0) == 100 - 12  # the queued 12, not the 88 before them
+        assert ra._next(95) == 95  # (fetched up to there already: on from it)
+        ra.handed_out(990)
+        assert ra._next(0) == 978
+        assert ReadAhead(fill, list(range(10)), ahead=4, behind=0)._next(0) == 0  # nothing handed out yet
+        never = ReadAhead(fill, list(range(1000)), ahead=24, batch=8, in_flight=1)
+        never.handed_out(100)
+        assert never._next(0) == 100  # behind=0: none of those handed out
+        never.stop(0)
+        ra.stop(0)
+        assert ra._next(990) is None
+    finally:
+        release.set()
+    assert asked and all(len(c) <= 8 for c in asked)
