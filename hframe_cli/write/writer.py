@@ -899,19 +899,17 @@ class ChunkWriter(PackWriter):
         file at once take turns on its inode lock anyway, but by spinning on it: a worker waiting
         here sleeps instead. Only on a local filesystem (``maps_coherently``: no lock manager
         to wait for); a lock that cannot be had is done without."""
-        if not self._may_map:
-            yield
-            return
-        try:
-            fcntl.lockf(self._fd, fcntl.LOCK_EX, 1, _TURN_AT)
-        except OSError:
-            yield
-            return
+        held = False
+        if self._may_map:
+            with contextlib.suppress(OSError):
+                fcntl.lockf(self._fd, fcntl.LOCK_EX, 1, _TURN_AT)
+                held = True
         try:
             yield
         finally:
-            with contextlib.suppress(OSError):
-                fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, _TURN_AT)
+            if held:
+                with contextlib.suppress(OSError):
+                    fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, _TURN_AT)
 
     def _map_write(self, parts: list[bytes] | list[bytearray], at: int, size: int) -> bool:
         """Copy ``parts`` into a shared map of bytes [at, at + size) of the pack, which the
