@@ -379,6 +379,21 @@ class DatasetReader:
             self._table = pa.concat_tables(parts)
         return self._table
 
+    def read_index_columns(self, columns: list[str] | None = None, **options: Any) -> pa.Table:
+        """Index columns of every shard in turn, each of the generation this reader holds (as
+        ``PackReader.read_index_columns``), with global frame ids; all of them (with
+        ``shard``) when ``columns`` is None, as ``table``."""
+        if columns is None:
+            return self.table
+        parts = []
+        for k in range(len(self.shard_paths)):
+            t = self.shard(k).read_index_columns(columns, **options)
+            if "frame_id" in t.column_names:
+                ids = pa.array(range(self._starts[k], self._starts[k] + t.num_rows), pa.int64())
+                t = t.set_column(t.column_names.index("frame_id"), "frame_id", ids)
+            parts.append(t)
+        return pa.concat_tables(parts)
+
     def row(self, key: FrameKey) -> dict[str, Any]:
         row: dict[str, Any] = self.table.slice(self.frame_id(key), 1).to_pylist()[0]
         return row

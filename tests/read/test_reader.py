@@ -424,6 +424,21 @@ def test_integer_like_ids_are_global_ids_in_a_dataset(photos, tmp_path):
             d.read(True)
 
 
+def test_a_dataset_reads_index_columns_as_a_pack_does(photos, tmp_path):
+    """``read_index_columns`` of a dataset: every shard's rows in turn, global frame ids, the
+    md5 of each frame as read (a PackReader's method, which a DatasetReader lacked)."""
+    out = tmp_path / "ds.hframe"
+    h.pack([photos], out, max_pack_bytes=20_000)
+    with h.open_pack(out) as d:
+        assert len(d.shard_paths) > 2
+        t = d.read_index_columns(["frame_id", "name", "md5"])
+        assert t.column_names == ["frame_id", "name", "md5"] and t.num_rows == len(d)
+        assert t.column("frame_id").to_pylist() == list(range(len(d)))
+        assert t.column("md5").to_pylist() == [hashlib.md5(d[i]).hexdigest() for i in range(len(d))]
+        assert t.equals(d.table.select(["frame_id", "name", "md5"]))
+        assert d.read_index_columns().equals(d.table)
+
+
 def test_prefetch_on_a_descriptor_closed_meanwhile_is_only_advice(packed):
     """A reader closed by another thread mid-batch: the kernel hint fails (EBADF), quietly; the
     reads then say what is wrong (review finding: a raw OSError escaped)."""
