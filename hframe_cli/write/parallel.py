@@ -12,7 +12,7 @@ worker ``c % N`` takes chunk ``c``. For each chunk a worker
 2. waits for the parent to place the chunk: the byte offset and the first frame id, known as
    soon as the chunk before it is sized (not written);
 3. writes the records there on its own copy of the pack's descriptor (a compiled chunk with
-   one ``pwrite`` while it holds the run's write turn, ``ChunkWriter._write_image``; large
+   one ``pwritev`` while it holds the run's write turn, ``ChunkWriter.write_at``; large
    records made in Python through a shared map of the pack, which the parent extended first;
    small ones with ``pwritev``), and sends back the rows (``WrittenChunk``).
 

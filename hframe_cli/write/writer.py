@@ -92,7 +92,7 @@ _FLUSH_BYTES = 8 << 20
 _TURN_AT = 1 << 62
 #: a worker's chunk made in Python whose records average at least this many bytes is copied into
 #: a shared map of the pack (``ChunkWriter._map_write``); smaller records are written with
-#: ``pwritev`` (a compiled chunk, one buffer, with one ``pwrite``: ``_write_image``)
+#: ``pwritev`` (a compiled chunk, one buffer, with one, in turns: ``write_at``)
 _MAP_RECORDS_ABOVE = 8 << 10
 
 
@@ -836,7 +836,12 @@ class ChunkWriter(PackWriter):
         if self._image is not None:
             image, rec_offs, number = self._image
             number(image, rec_offs, first_frame)
-            self._write_image(image, start)
+            # one buffer: one write in the run's turn, never through a map (records=0). A map's
+            # first write to each page is a fault: 20,000 JPEGs of 34 KB, a fifth of the CPU
+            # samples of ``hframe pack``; 10 runs each, alternated, 1.57 s median mapped, 1.27 s
+            # written, 1.20 s written in turns (``tar cf`` + ``sync`` 1.0-1.1 s)
+            with self._taking_turns():
+                self._pwrite([image], start, len(image), 0)
         else:
             parts: list[bytes] = []
             at, pending = start, 0
@@ -876,28 +881,12 @@ class ChunkWriter(PackWriter):
             raise _write_error(self.partial_path, e) from e
         return at + size
 
-    def _write_image(self, image: bytearray, at: int) -> None:
-        """Write a compiled chunk's records, laid out in one buffer (``add_records``), at
-        ``at``: one ``pwrite``, the workers of a run taking turns (``_taking_turns``). Not
-        through a map, whatever the records' size: a map's first write to each page is a
-        fault (20,000 JPEGs of 34 KB: a fifth of the CPU samples of ``hframe pack``), which one
-        8 MiB ``pwrite`` does not pay (10 runs each, alternated: 1.57 s median mapped, 1.27 s
-        written, 1.20 s written in turns; ``tar cf`` + ``sync`` 1.0-1.1 s)."""
-        try:
-            self._check_room(at + len(image))
-            with self._taking_turns():
-                n = os.pwrite(self._fd, image, at)
-            if n < len(image):  # rare short write: finish it plainly
-                _pwrite_all(self._fd, memoryview(image)[n:], at + n)
-        except OSError as e:
-            raise _write_error(self.partial_path, e) from e
-
     @contextlib.contextmanager
     def _taking_turns(self) -> Iterator[None]:
-        """Hold the pack's write turn: a POSIX lock on one byte far past any pack's end
-        (``_TURN_AT``), which the kernel frees when its holder dies. Two workers writing into one
-        file at once take turns on its inode lock anyway, but by spinning on it: a worker waiting
-        here sleeps instead. Only on a local filesystem (``maps_coherently``: no lock manager
+        """Hold the run's write turn (a compiled chunk's write, ``write_at``): a POSIX lock on
+        one byte far past any pack's end (``_TURN_AT``), which the kernel frees when its holder
+        dies. Two workers writing into one file at once take turns on its inode lock anyway,
+        but by spinning on it: a worker waiting here sleeps instead. Only on a local filesystem (``maps_coherently``: no lock manager
         to wait for); a lock that cannot be had is done without."""
         held = False
         if self._may_map:
