@@ -40,6 +40,17 @@ def rows(pack: Path) -> list[dict]:
     return pq.read_table(f"{pack}.index.parquet").to_pylist()
 
 
+def random_blobs_pack(pack: Path, frames: int, *, seed: int, size: int = 1 << 20) -> Path:
+    """A published pack of ``frames`` random blobs of ``size`` bytes, ``000.bin``, ``001.bin``, ..."""
+    rng = random.Random(seed)
+    with PackWriter(pack) as w:
+        for i in range(frames):
+            w.add(f"{i:03d}.bin".encode(), rng.randbytes(size))
+        w.seal()
+        w.publish()
+    return pack
+
+
 def flip(pack: Path, pos: int) -> None:
     with open(pack, "r+b") as f:
         f.seek(pos)
@@ -666,13 +677,7 @@ def test_a_pack_is_split_into_parts_of_at_least_8_mib(tmp_path, monkeypatch, fra
     and never more parts than workers; every frame is checked either way."""
     import hframe_cli.verify.parallel as parallel_mod
 
-    pack = tmp_path / "p.hframe"
-    rng = random.Random(frames)
-    with PackWriter(pack) as w:
-        for i in range(frames):
-            w.add(f"{i:03d}.bin".encode(), rng.randbytes(1 << 20))
-        w.seal()
-        w.publish()
+    pack = random_blobs_pack(tmp_path / "p.hframe", frames, seed=frames)
     calls = []
     real_fork = os.fork
 
@@ -689,13 +694,7 @@ def test_a_pack_is_split_into_parts_of_at_least_8_mib(tmp_path, monkeypatch, fra
 def test_parts_are_taken_when_the_host_ignores_sigchld(tmp_path):
     """With SIGCHLD ignored the kernel reaps the walkers itself (no exit status to wait for):
     their reports still count, and damage in their parts is still found."""
-    pack = tmp_path / "p.hframe"
-    rng = random.Random(5)
-    with PackWriter(pack) as w:
-        for i in range(20):
-            w.add(f"{i:03d}.bin".encode(), rng.randbytes(1 << 20))
-        w.seal()
-        w.publish()
+    pack = random_blobs_pack(tmp_path / "p.hframe", 20, seed=5)
     rs = rows(pack)
     flip(pack, rs[15]["offset"] + 7)  # in the second part
     old = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
@@ -714,13 +713,7 @@ def test_a_pack_cut_short_under_the_walkers_maps_is_reported_not_crashed(tmp_pat
     import hframe_cli.verify.parallel as parallel_mod
     import hframe_cli.verify.walk as walk_mod
 
-    pack = tmp_path / "p.hframe"
-    rng = random.Random(7)
-    with PackWriter(pack) as w:
-        for i in range(20):
-            w.add(f"{i:03d}.bin".encode(), rng.randbytes(1 << 20))
-        w.seal()
-        w.publish()
+    pack = random_blobs_pack(tmp_path / "p.hframe", 20, seed=7)
     size = pack.stat().st_size
     real_map = walk_mod.Verifier._map
 
@@ -755,13 +748,7 @@ def test_a_walk_through_a_map_goes_a_chunk_at_a_time(tmp_path, monkeypatch, use_
 
     import hframe_cli.verify.walk as walk_mod
 
-    pack = tmp_path / "p.hframe"
-    rng = random.Random(11)
-    with PackWriter(pack) as w:
-        for i in range(80):
-            w.add(f"{i:03d}.bin".encode(), rng.randbytes(256 << 10))
-        w.seal()
-        w.publish()
+    pack = random_blobs_pack(tmp_path / "p.hframe", 80, seed=11, size=256 << 10)
     flip(pack, rows(pack)[70]["offset"] + 3)
     maps = []
 
