@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark training from a remote pack through the node cache, against the same pack on local disk.
 
-Usage: python scripts/bench_cache.py DATA_DIR [--count N] [--rtt-ms MS] [--batch B] [--workers W] [--decode] [--read-ahead-run BYTES] [--mds]
+Usage: python scripts/bench_cache.py DATA_DIR [--count N] [--rtt-ms MS] [--batch B] [--workers W] [--decode] [--read-ahead-run BYTES] [--mds [--mds-repeat N]]
 
 Packs the first ``--count`` files (default 5,000) of ``DATA_DIR/jpegs`` (``scripts/make_bench_data.py``),
 serves the pack with nginx (``apt-get install nginx-light``) behind a delaying proxy on loopback
@@ -27,10 +27,11 @@ Runs (frames/s of the epoch, and seconds to the first batch):
 ``--mds`` adds the same images read through S3 clients (the same nginx, behind the same proxy,
 serving the files at path-style ``/BUCKET/KEY`` URLs) by hframe (node cache + read-ahead) and by
 MosaicML Streaming (MDS shards of its default 64 MB, its local cache): epoch 1 and 2 frames/s,
-time to the first batch, bytes fetched for a 10% random sample.
+time to the first batch, bytes fetched for a 10% random sample; ``--mds-repeat`` runs of each
+(default 3, alternated), the median reported, every run's frames/s printed.
 
-Every run prints its frames/s over the whole epoch (the open and the DataLoader's start
-included), its seconds to the first batch, and ``steady``: frames/s after the first batch.
+Every run prints its frames/s over the whole epoch (importing the reader's library, the open
+and the DataLoader's start included; torch, which both use, is imported before), its seconds to the first batch, and ``steady``: frames/s after the first batch.
 
 Ratios (goals from issue 34): ``cache_warm_vs_local_warm`` and ``cache_cold_vs_local_cold`` >= 0.8;
 ``read_ahead_vs_epoch1`` (and ``shuffled_read_ahead_vs_epoch1``) >= 3; ``sample10_bytes_share`` (fetched / pack) about 0.1.
@@ -68,18 +69,26 @@ RUN = (
     r"""
 import json, os, sys, time
 from torch.utils.data import DataLoader
-from hframe_cli.training import BlockShuffleSampler, FrameDataset
-from hframe_cli.storage.access import evict_from_page_cache
 
 where, cache, read_ahead, batch, workers, decode, cold, epoch, block, run = sys.argv[1:11]
 read_ahead, batch, workers, epoch, block = int(read_ahead), int(batch), int(workers), int(epoch), int(block)
+
+
+def evict(path):  # (as hframe bench-cold does; written out here: hframe is imported inside the timing)
+    fd = os.open(path, os.O_RDONLY)
+    os.fdatasync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+
+
 if cold == "1":
     for d, _, files in os.walk(cache or "/nonexistent"):
         for f in files:
-            evict_from_page_cache(os.path.join(d, f))
-    if not where.startswith("http"):
-        evict_from_page_cache(where)
+            evict(os.path.join(d, f))
+    if "://" not in where:
+        evict(where)
 t0 = time.perf_counter()
+from hframe_cli.training import BlockShuffleSampler, FrameDataset
 ds = FrameDataset(where, target=None, decode="pil" if decode == "1" else None, cache_dir=cache or "")
 sampler = BlockShuffleSampler(ds, seed=1, block=block, window=4 if block > 1 else 1, read_ahead=read_ahead,
                               read_ahead_batch=batch, read_ahead_run=int(run))
@@ -115,11 +124,12 @@ import io, json, os, random, sys, time
 """
     + STUBS
     + r"""
-from streaming import StreamingDataset
 from torch.utils.data import DataLoader
 
 remote, local, batch, workers, decode, epoch, sample = sys.argv[1:8]
 batch, workers, epoch, sample = int(batch), int(workers), int(epoch), int(sample)
+t0 = time.perf_counter()
+from streaming import StreamingDataset
 
 
 class Images(StreamingDataset):
@@ -131,8 +141,12 @@ class Images(StreamingDataset):
         return image
 
 
-t0 = time.perf_counter()
 ds = Images(remote=remote, local=local, shuffle=True, shuffle_seed=1 + epoch, batch_size=batch)
+# MDS at its best: the S3 client it made here (for index.json) is dropped before the DataLoader
+# forks; streaming 0.13 keeps it, and forked workers then share its keep-alive connection (here
+# 2 of 3 epoch-1 runs stalled until its 60 s read timeout)
+for stream in ds.streams:
+    stream._downloader.clean_up()
 if sample:  # a random sample, read one by one: each frame's shard is downloaded whole
     for i in random.Random(1).sample(range(len(ds)), sample):
         ds.get_item(i)
@@ -298,12 +312,17 @@ def against_mds(
     remote = "s3://bench/mds"
     print(f"mds_shards={len(os.listdir(shards)) - 1}")
     print(f"mds_bytes={mds_bytes}")
-    out: dict[str, dict] = {}
-    c, m = os.path.join(work, "s3cache"), os.path.join(work, "mdslocal")
-    out["s3_hframe_epoch1"] = epoch(url, c, args, read_ahead=8 * args.batch)
-    out["s3_hframe_epoch2"] = epoch(url, c, args, read_ahead=8 * args.batch, number=1)
-    out["s3_mds_epoch1"] = mds_epoch(remote, m, args)
-    out["s3_mds_epoch2"] = mds_epoch(remote, m, args, number=1)
+    runs: dict[str, list[dict]] = {}
+    for n in range(args.mds_repeat):  # (alternated, each with new caches; MDS's epoch 1 varies most)
+        c, m = os.path.join(work, f"s3cache{n}"), os.path.join(work, f"mdslocal{n}")
+        runs.setdefault("s3_hframe_epoch1", []).append(epoch(url, c, args, read_ahead=8 * args.batch))
+        runs.setdefault("s3_hframe_epoch2", []).append(epoch(url, c, args, read_ahead=8 * args.batch, number=1))
+        runs.setdefault("s3_mds_epoch1", []).append(mds_epoch(remote, m, args))
+        runs.setdefault("s3_mds_epoch2", []).append(mds_epoch(remote, m, args, number=1))
+    for k, vs in runs.items():
+        print(f"{k}_runs_frames_per_s={','.join(str(round(v['frames'] / v['seconds'])) for v in vs)}")
+    # each: the run of median frames/s
+    out = {k: sorted(vs, key=lambda v: v["frames"] / v["seconds"])[len(vs) // 2] for k, vs in runs.items()}
     report(out)
     rate = {k: v["frames"] / v["seconds"] for k, v in out.items()}
     for e in ("epoch1", "epoch2"):
@@ -376,6 +395,7 @@ def main() -> int:
     ap.add_argument(
         "--mds", action="store_true", help="also read the same images through S3 clients, hframe and MosaicML Streaming"
     )
+    ap.add_argument("--mds-repeat", type=int, default=3, help="runs of each reader against MDS (medians reported)")
     args = ap.parse_args()
     # as installed by pip: the package's bytecode compiled once (with PYTHONDONTWRITEBYTECODE set,
     # as here and on CI machines, a source tree's edited modules are compiled again at every start:
