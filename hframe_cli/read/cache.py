@@ -326,8 +326,9 @@ class PackCache:
         self, ids: Sequence[int], offs: Sequence[int], lens: Sequence[int], again: bool = False
     ) -> list[bytes | None]:
         """Each frame's bytes from the cache, checked against its hash, or None (not held, or
-        held wrongly: then its record is dropped). Frames of one segment close to each other
-        are read together (one ``pread`` per run, as a batch of a block-shuffled epoch is)."""
+        held wrongly: then its record is dropped). Small frames of one segment close to each
+        other are read together (one ``pread`` per run); a big frame by itself, straight into
+        the bytes returned."""
         out: list[bytes | None] = [None] * len(ids)
         frames, unpack, hash_of = self._frames, _RECORD.unpack_from, self._hash
         records = [unpack(frames, i * _RECORD.size) for i in ids]
@@ -360,13 +361,22 @@ class PackCache:
                         timed = False
                         if len(runs) + len(plan) > 2 and looks_cold(time.perf_counter() - t0, len(raw)):
                             _will_need(plan)  # the disk then reads the batch's runs at once
+                    if len(members) == 1:  # (a run of one frame is that frame's bytes: no copy)
+                        j = members[0]
+                        if len(raw) == lens[j] and hash_of(raw) == records[j][2]:
+                            out[j] = raw
+                            hits += 1
+                            hit_bytes += len(raw)
+                        else:
+                            self._drop(ids[j], records[j])
+                            dropped += 1
+                        continue
                     blob = memoryview(raw)
                     for j in members:
                         at, length = offs[j] - run_start, lens[j]
                         piece = blob[at : at + length]
                         if len(piece) == length and hash_of(piece) == records[j][2]:
-                            # (a run of one frame is that frame's bytes: no copy)
-                            out[j] = raw if len(members) == 1 else piece.tobytes()
+                            out[j] = piece.tobytes()
                             hits += 1
                             hit_bytes += length
                         else:
@@ -551,23 +561,23 @@ _ALONE = 8 << 10
 
 
 def _runs(js: list[int], offs: Sequence[int], lens: Sequence[int]) -> list[tuple[int, int, list[int]]]:
-    """The frames ``js`` (indexes into ``offs``/``lens``) in offset order, small neighbours
-    merged into (start, end, members) runs; a big frame is a run of its own."""
-    runs: list[tuple[int, int, list[int]]] = []
+    """The frames ``js`` (indexes into ``offs``/``lens``) as (start, end, members) runs: each
+    big frame a run of its own, in the order asked; then the small ones in offset order,
+    neighbours merged."""
+    # (the big ones as asked: each a run of its own, not worth sorting)
+    runs = [(offs[j], offs[j] + lens[j], [j]) for j in js if lens[j] >= _ALONE]
     members: list[int] = []
     start = end = 0
-    merging = False  # (whether the run being built takes more members)
-    for j in sorted(js, key=offs.__getitem__):
+    for j in sorted((j for j in js if lens[j] < _ALONE), key=offs.__getitem__):
         off = offs[j]
         stop = off + lens[j]
-        small = lens[j] < _ALONE
-        if merging and small and off - end <= _RUN_GAP and stop - start <= _RUN_MAX:
+        if members and off - end <= _RUN_GAP and stop - start <= _RUN_MAX:
             members.append(j)
             end = max(end, stop)
             continue
         if members:
             runs.append((start, end, members))
-        members, start, end, merging = [j], off, stop, small
+        members, start, end = [j], off, stop
     if members:
         runs.append((start, end, members))
     return runs

@@ -465,12 +465,12 @@ def test_small_neighbours_are_read_together_and_a_big_frame_alone():
 
     lens = [100, 200, 300, 40_000, 50, 60, 9_000]
     offs = [0, 100, 400, 700, 40_700, 40_750, 40_810]
-    js = [6, 5, 4, 3, 2, 1, 0]  # (any order in: offset order out)
+    js = [6, 5, 4, 3, 2, 1, 0]  # (any order in: the big ones as asked, then the small in offset order)
     assert _runs(js, offs, lens) == [
-        (0, 700, [0, 1, 2]),
-        (700, 40_700, [3]),
-        (40_700, 40_810, [4, 5]),
         (40_810, 49_810, [6]),
+        (700, 40_700, [3]),
+        (0, 700, [0, 1, 2]),
+        (40_700, 40_810, [4, 5]),
     ]
     far = [0, 100, 200_000]  # (small, but far apart: not merged)
     assert _runs([0, 1, 2], far, [10, 10, 10]) == [(0, 110, [0, 1]), (200_000, 200_010, [2])]
