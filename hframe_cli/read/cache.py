@@ -24,7 +24,8 @@ bytes do not match (damaged, evicted under it, never fully written) is dropped a
 fetched again.
 
 Why this is enough: a segment file only ever holds, at each offset, that generation's own bytes
-or nothing (a hole reads as zeros). Processes filling the same frame at once write the same
+or nothing (a hole reads as zeros; so do the zeros written between neighbouring frames, where
+the pack has a record header, ``_writes``). Processes filling the same frame at once write the same
 bytes; eviction unlinks whole segments (least recently used first), and a record left behind
 then fails its hash. ``frames`` and ``used`` are shared memory maps: a lookup is a load, with
 no lock and no system call.
@@ -317,6 +318,9 @@ class PackCache:
         self._lock = threading.Lock()
         self._counts = {"hits": 0, "misses": 0, "hit_bytes": 0, "filled_bytes": 0, "dropped": 0}
         self.broken = False  # a write failed: this process reads on without filling
+        #: the pack's frame offsets grow with the frame id (its reader says; every pack hframe
+        #: writes): neighbouring frames are then written together (``_writes``)
+        self.in_order = False
         self._pid = os.getpid()
         self._hash = _xxh3()
 
@@ -467,10 +471,9 @@ class PackCache:
                 fd = os.open(self._segment_path(seg), _O_WRITE, 0o644)
                 try:
                     base = seg * SEGMENT
-                    for j in js:
-                        data = datas[j]
-                        n = os.pwrite(fd, data, offs[j] - base)
-                        if n != len(data):
+                    for start, parts in _writes(js, ids if self.in_order else None, offs, datas):
+                        n = os.pwritev(fd, parts, start - base)
+                        if n != sum(map(len, parts)):
                             raise OSError(28, "No space left on device")
                         written += n
                 finally:
@@ -486,7 +489,7 @@ class PackCache:
             warn_unusable(self.node.root, e)
             return
         with self._lock:
-            self._counts["filled_bytes"] += written
+            self._counts["filled_bytes"] += sum(map(len, datas))  # (the frames: ``written`` has the gaps too)
         self.node.wrote(written)
 
     def _segment_path(self, seg: int) -> str:
@@ -581,6 +584,49 @@ def _runs(js: list[int], offs: Sequence[int], lens: Sequence[int]) -> list[tuple
     if members:
         runs.append((start, end, members))
     return runs
+
+
+#: frames put in the cache that are neighbours in the pack (frame i + 1 at most this far after
+#: frame i: its record header between them) are written with one ``pwritev``, zeros in the gaps,
+#: up to ``_WRITE_MAX`` bytes: the kernel then keeps the segment in large pages of its page
+#: cache, and reading a frame back costs a fifth less than from a file written frame by frame
+#: (4.6 -> 3.7 us a 34 KB JPEG, kernel 6.18, ext4). The zeros read as a hole does, in bytes no
+#: frame has (no frame lies between i and i + 1 when the pack's offsets grow with the frame id,
+#: ``PackCache.in_order``), so writers of neighbours never disagree about a byte.
+_WRITE_GAP = 4 << 10
+_WRITE_MAX = 8 << 20
+_WRITE_PARTS = 512  # (each gap a part too: within IOV_MAX, 1024 on Linux)
+
+
+def _writes(
+    js: list[int], ids: Sequence[int] | None, offs: Sequence[int], datas: Sequence[bytes]
+) -> Iterator[tuple[int, list[bytes]]]:
+    """The frames ``js`` (indexes into ``ids``/``offs``/``datas``) as (offset, parts) writes, in
+    offset order: a frame right after the one before in the pack (``ids``: their frame ids, None:
+    each written alone) merged into its write, the gap between them a part of zeros."""
+    parts: list[bytes] = []
+    start = end = last = 0
+    for j in sorted(js, key=offs.__getitem__):
+        off, data = offs[j], datas[j]
+        gap = off - end
+        if (
+            parts
+            and ids is not None
+            and ids[j] == last + 1
+            and 0 <= gap <= _WRITE_GAP
+            and off + len(data) - start <= _WRITE_MAX
+            and len(parts) < _WRITE_PARTS
+        ):
+            if gap:
+                parts.append(bytes(gap))
+            parts.append(data)
+            end, last = off + len(data), ids[j]
+            continue
+        if parts:
+            yield start, parts
+        parts, start, end, last = [data], off, off + len(data), ids[j] if ids is not None else 0
+    if parts:
+        yield start, parts
 
 
 def _alive(pid: int) -> bool:

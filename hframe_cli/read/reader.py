@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import islice, repeat
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -716,6 +716,8 @@ class PackReader:
             self._cache_pid = os.getpid()
             if self._cache is None:
                 self.cache_settings = None  # unusable (warned once): read on without it
+            else:
+                self._cache.in_order = _increasing(self._offsets)
         return self._cache
 
     def _cached(self, ids: Sequence[int], cache: PackCache, fetch: Callable[[list[int]], list[bytes]]) -> list[bytes]:
@@ -1316,6 +1318,16 @@ def _split(offset: int, length: int, cap: int) -> Iterator[tuple[int, int]]:
         step = min(cap, end - offset)
         yield offset, step
         offset += step
+
+
+def _increasing(offsets: array[int]) -> bool:
+    """Whether every frame's offset is beyond the one before."""
+    if len(offsets) < 65536:  # (as below: cheaper than importing pyarrow.compute)
+        return all(map(operator.lt, offsets, islice(offsets, 1, None)))
+    import pyarrow.compute as pc
+
+    col = pa.Array.from_buffers(pa.int64(), len(offsets), [None, pa.py_buffer(offsets)])
+    return bool(pc.all(pc.less(col[:-1], col[1:])).as_py())
 
 
 def _all_in_range(table: pa.Table, data_end: int, offsets: array[int], lengths: array[int]) -> bool:

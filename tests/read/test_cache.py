@@ -476,6 +476,64 @@ def test_small_neighbours_are_read_together_and_a_big_frame_alone():
     assert _runs([0, 1, 2], far, [10, 10, 10]) == [(0, 110, [0, 1]), (200_000, 200_010, [2])]
 
 
+def test_neighbours_in_the_pack_are_written_to_the_cache_together_with_zeros_between():
+    """``put_many``'s writes: a frame right after the one before in the pack (the next frame id,
+    its record header apart) joins that write, the gap a part of zeros; a frame that is not
+    the next one, one farther than a header away, or any frame of a pack whose offsets do not
+    grow with the id (``ids`` None) is written alone."""
+    from hframe_cli.read.cache import _WRITE_GAP, _writes
+
+    offs = [100, 170, 210, 300, 300 + 40 + _WRITE_GAP + 1]
+    datas = [b"a" * 50, b"b" * 30, b"c" * 40, b"d" * 40, b"e" * 10]
+    ids = [0, 1, 2, 4, 5]  # (frame 3, between 2 and 4, is not among them)
+    js = [4, 3, 2, 1, 0]  # (any order in: offset order out)
+    assert list(_writes(js, ids, offs, datas)) == [
+        (100, [datas[0], bytes(20), datas[1], bytes(10), datas[2]]),
+        (300, [datas[3]]),  # (not frame 3: not merged, however close)
+        (offs[4], [datas[4]]),  # (too far after frame 4)
+    ]
+    assert list(_writes(js, None, offs, datas)) == [(o, [d]) for o, d in zip(offs, datas)]
+
+
+def test_a_frame_cached_between_two_filled_later_keeps_its_bytes(served, tmp_path, monkeypatch):
+    """Frames 0 and 2 filled after frame 1 (not neighbours: written apart) leave frame 1's
+    bytes as they were; neighbours filled together are one write holding every byte of each;
+    a reader whose pack's offsets do not grow with the frame id writes frame by frame."""
+    url, local, _ = served
+    cache = tmp_path / "cache"
+    with h.open_pack(local) as p:
+        want = [p[i] for i in range(len(p))]
+    writes: list[int] = []
+    real = os.pwritev
+
+    def counted(fd, parts, offset):
+        writes.append(len(parts))
+        return real(fd, parts, offset)
+
+    monkeypatch.setattr(os, "pwritev", counted)
+    with h.open_pack(url, cache_dir=cache) as p:
+        assert p._pack_cache().in_order  # (a pack hframe writes)
+        p.read_many([1])
+        p.read_many([0, 2])
+        assert writes == [1, 1, 1]
+        p.read_many(list(range(3, 12)))
+        assert writes[3:] == [9 + 8]  # (one write: nine frames, eight gaps)
+        seg = segments(cache)[0]
+        with open(seg, "rb") as f:
+            held = f.read()
+        for i in range(12):
+            at = p._offsets[i]
+            assert held[at : at + len(want[i])] == want[i], i
+    with h.open_pack(url, cache_dir=cache) as p:
+        assert p.read_many(list(range(12))) == want[:12]
+        assert p._cache.counts["hits"] == 12 and p._cache.counts["dropped"] == 0
+    writes.clear()
+    with h.open_pack(url, cache_dir=tmp_path / "other") as p:
+        p._pack_cache().in_order = False
+        assert p.read_many(list(range(12, 20))) == want[12:20]
+    assert writes == [1] * 8
+
+
 @pytest.mark.parametrize("cold", [True, False])
 def test_a_cold_batch_from_the_cache_is_asked_of_the_disk_at_once(served, tmp_path, monkeypatch, cold):
     """A batch whose first read from the cache came from the disk (``looks_cold``) has all its
