@@ -177,6 +177,7 @@ class PackReader:
         self.cache_settings = cache_settings(cache_dir, cache_limit) if self.remote else None
         self._cache: PackCache | None = None
         self._cache_pid = -1
+        self._in_order: bool | None = None  # the offsets grow with the frame id (for the cache's writes)
         # a handle used again after close() (or in a process that cannot reach these files) opens
         # the path: only the same generation may stand in
         checks = generation_checks(self.path, self.index_path, self.info.uuid, self.info.size)
@@ -717,7 +718,9 @@ class PackReader:
             if self._cache is None:
                 self.cache_settings = None  # unusable (warned once): read on without it
             else:
-                self._cache.in_order = _increasing(self._offsets)
+                if self._in_order is None:  # (once per reader: forked workers inherit it)
+                    self._in_order = _increasing(self._offsets)
+                self._cache.in_order = self._in_order
         return self._cache
 
     def _cached(self, ids: Sequence[int], cache: PackCache, fetch: Callable[[list[int]], list[bytes]]) -> list[bytes]:
