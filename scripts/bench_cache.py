@@ -32,7 +32,8 @@ time to the first batch, bytes fetched for a 10% random sample; ``--mds-repeat``
 (default 3, alternated), the median reported, every run's frames/s printed.
 
 Every run prints its frames/s over the whole epoch (importing the reader's library, the open
-and the DataLoader's start included; torch, which both use, is imported before), its seconds to the first batch, and ``steady``: frames/s after the first batch.
+and the DataLoader's start included; torch, which both use, is imported before), its seconds
+to the first batch, and ``steady``: frames/s after the first batch.
 
 Ratios (goals from issue 34): ``cache_warm_vs_local_warm`` and ``cache_cold_vs_local_cold`` >= 0.8;
 ``read_ahead_vs_epoch1`` (and ``shuffled_read_ahead_vs_epoch1``) >= 3; ``sample10_bytes_share`` (fetched / pack) about 0.1.
