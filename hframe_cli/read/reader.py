@@ -519,16 +519,26 @@ class PackReader:
         """
         if self.checks_md5:
             with self._replaced_if_moved():
-                out = self._read_many_raw(keys, workers, stats)
-                self._check_md5(self._frame_ids(keys), out)
+                checked: set[int] = set()
+                out = self._read_many_raw(keys, workers, stats, checked)
+                ids = self._frame_ids(keys)
+                if checked:  # (through the node cache: its frames' md5 was the index's when kept)
+                    rest = [j for j, i in enumerate(ids) if i not in checked]
+                    self._check_md5([ids[j] for j in rest], [out[j] for j in rest])
+                else:
+                    self._check_md5(ids, out)
             return out
         return self._read_many_raw(keys, workers, stats)
 
     def _read_many_raw(
-        self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None
+        self,
+        keys: Sequence[FrameKey],
+        workers: int | None = None,
+        stats: ReadStats | None = None,
+        checked: set[int] | None = None,
     ) -> list[bytes]:
-        """``read_many`` without the md5 check."""
-        out = self._read_many_stored(keys, workers, stats)
+        """``read_many`` without the md5 check (``checked``: see ``_cached``)."""
+        out = self._read_many_stored(keys, workers, stats, checked)
         codecs = self._codecs
         if codecs is None:
             return out
@@ -682,9 +692,13 @@ class PackReader:
         return out
 
     def _read_many_stored(
-        self, keys: Sequence[FrameKey], workers: int | None = None, stats: ReadStats | None = None
+        self,
+        keys: Sequence[FrameKey],
+        workers: int | None = None,
+        stats: ReadStats | None = None,
+        checked: set[int] | None = None,
     ) -> list[bytes]:
-        """``read_many_stored`` without the md5 check.
+        """``read_many_stored`` without the md5 check (``checked``: see ``_cached``).
 
         The steps: look the ranges up (checked against the pack's data section); a local pack
         reads the first frame, timed, to tell whether the batch is in the page cache. A warm
@@ -700,7 +714,9 @@ class PackReader:
         cache = self._pack_cache()
         with self._held():  # (a close() in another thread meanwhile waits for this batch)
             if cache is not None:
-                return self._cached(self._frame_ids(keys), cache, lambda miss: self._read_batch(miss, workers, stats))
+                return self._cached(
+                    self._frame_ids(keys), cache, lambda miss: self._read_batch(miss, workers, stats), checked
+                )
             return self._read_batch(keys, workers, stats)
 
     # -- the node-local cache (remote packs) -------------------------------------------------------
@@ -723,13 +739,23 @@ class PackReader:
                 self._cache.in_order = self._in_order
         return self._cache
 
-    def _cached(self, ids: Sequence[int], cache: PackCache, fetch: Callable[[list[int]], list[bytes]]) -> list[bytes]:
+    def _cached(
+        self,
+        ids: Sequence[int],
+        cache: PackCache,
+        fetch: Callable[[list[int]], list[bytes]],
+        checked: set[int] | None = None,
+    ) -> list[bytes]:
         """Frames as stored: those the cache holds (each checked against its hash), the rest
         fetched with ``fetch`` and kept when their md5 is the index's (a frame that fails is
-        returned as it came: the reader's own checks say what it is)."""
+        returned as it came: the reader's own checks say what it is). ``checked`` gets the ids
+        of the frames returned whose md5 is known to be the index's: held by the cache (kept
+        after that check, read back unchanged: their hash) or kept now."""
         offs = [self._offsets[i] for i in ids]
         lens = [self._lengths[i] for i in ids]
         got = cache.get_many(ids, offs, lens)
+        if checked is not None:
+            checked.update(i for i, data in zip(ids, got) if data is not None)
         missing = [j for j, data in enumerate(got) if data is None]
         if not missing:
             return got  # type: ignore[return-value]
@@ -737,12 +763,14 @@ class PackReader:
         # what another process (the sampler's read-ahead, a worker) is fetching now is waited
         # for, not fetched again; the rest is claimed, fetched and kept
         mine, theirs = cache.claim(unique)
-        fetched = self._fetch_and_keep(mine, cache, fetch)
+        fetched = self._fetch_and_keep(mine, cache, fetch, checked)
         if theirs:
             cache.wait_for(theirs)
             theirs_offs, theirs_lens = [self._offsets[i] for i in theirs], [self._lengths[i] for i in theirs]
             again = cache.get_many(theirs, theirs_offs, theirs_lens, again=True)
             fetched.update((i, data) for i, data in zip(theirs, again) if data is not None)
+            if checked is not None:
+                checked.update(i for i, data in zip(theirs, again) if data is not None)
             gone = [i for i, data in zip(theirs, again) if data is None]  # (given up there: fetched here)
             fetched.update(zip(gone, fetch(gone)) if gone else ())
         for j in missing:
@@ -750,15 +778,21 @@ class PackReader:
         return got  # type: ignore[return-value]
 
     def _fetch_and_keep(
-        self, ids: list[int], cache: PackCache, fetch: Callable[[list[int]], list[bytes]]
+        self,
+        ids: list[int],
+        cache: PackCache,
+        fetch: Callable[[list[int]], list[bytes]],
+        checked: set[int] | None = None,
     ) -> dict[int, bytes]:
-        """Fetch frames this process claimed, keep those whose md5 is the index's, and give the
-        claims of the rest up (also when the fetch fails)."""
+        """Fetch frames this process claimed, keep those whose md5 is the index's (added to
+        ``checked``), and give the claims of the rest up (also when the fetch fails)."""
         if not ids:
             return {}
         try:
             fetched = dict(zip(ids, fetch(ids)))
             keep = [i for i in ids if self._md5_matches(i, fetched[i])]
+            if checked is not None:
+                checked.update(keep)
             cache.put_many(keep, [self._offsets[i] for i in keep], [fetched[i] for i in keep])
         finally:
             cache.release(ids)  # (what was kept has its record: only claims left are cleared)

@@ -308,6 +308,54 @@ def test_an_s3_pack_epoch_two_makes_no_request_and_prefetch_and_prune_work(tmp_p
     assert r.returncode == 2 and b"prefetch is for remote packs" in r.stderr
 
 
+def test_an_s3_packs_frames_through_the_cache_are_md5_checked_once_and_damage_still_fails(tmp_path, monkeypatch):
+    """S3 reads are not pinned to the version opened, so every frame a reader returns has the
+    index's md5: a frame through the node cache had it checked when it arrived (and its hash
+    when read back), and is not hashed again; a frame whose md5 fails on arrival is not kept,
+    and the read fails, naming it."""
+    from hframe_cli.errors import ChecksumMismatch
+
+    photos = make_photos(tmp_path / "photos", 30)
+    local = tmp_path / "p.hframe"
+    assert run_bin(["pack", str(photos), "-o", str(local), "-q"]).returncode == 0
+    with h.open_pack(local) as p:
+        want = [p[i] for i in range(len(p))]
+        at7 = p._offsets[7]
+    damaged = bytearray(local.read_bytes())
+    damaged[at7 + 100] ^= 0xFF
+    hashed: list[int] = []
+    real = h.PackReader._check_md5
+
+    def counted(self, ids, frames):
+        hashed.extend(ids)
+        return real(self, ids, frames)
+
+    monkeypatch.setattr(h.PackReader, "_check_md5", counted)
+    with moto_s3(tmp_path / "moto") as endpoint:
+        fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", allow_bucket_creation=True)
+        fs.create_dir("bkt")
+        for name, data in (("p", bytes(local.read_bytes())), ("bad", bytes(damaged))):
+            for suffix, body in (("", data), (".index.parquet", (tmp_path / "p.hframe.index.parquet").read_bytes())):
+                with fs.open_output_stream(f"bkt/{name}.hframe{suffix}") as f:
+                    f.write(body)
+        url = f"s3://bkt/p.hframe?endpoint_override={endpoint}&scheme=http"
+        cache = tmp_path / "cache"
+        ids = list(range(len(want)))
+        for _ in range(2):  # (fetched and kept; then all from the cache)
+            with h.open_pack(url, cache_dir=cache) as p:
+                assert p.checks_md5 and p.read_many(ids) == want
+        assert hashed == []
+        with h.open_pack(url) as p:  # (without a cache: every frame checked as it comes)
+            assert p.read_many(ids) == want
+        assert sorted(hashed) == ids
+        bad = f"s3://bkt/bad.hframe?endpoint_override={endpoint}&scheme=http"
+        with h.open_pack(bad, cache_dir=cache) as p:
+            assert p.read_many([6, 8]) == [want[6], want[8]]
+            with pytest.raises(ChecksumMismatch, match="frame 7"):
+                p.read_many([6, 7, 8])
+            assert p._pack_cache().missing([6, 7, 8]) == [7]  # (never kept)
+
+
 def test_the_samplers_read_ahead_fills_the_cache_ahead_of_the_items_handed_out_and_stops(served, tmp_path):
     import time
 
