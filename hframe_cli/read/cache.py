@@ -365,22 +365,14 @@ class PackCache:
                         timed = False
                         if len(runs) + len(plan) > 2 and looks_cold(time.perf_counter() - t0, len(raw)):
                             _will_need(plan)  # the disk then reads the batch's runs at once
-                    if len(members) == 1:  # (a run of one frame is that frame's bytes: no copy)
-                        j = members[0]
-                        if len(raw) == lens[j] and hash_of(raw) == records[j][2]:
-                            out[j] = raw
-                            hits += 1
-                            hit_bytes += len(raw)
-                        else:
-                            self._drop(ids[j], records[j])
-                            dropped += 1
-                        continue
-                    blob = memoryview(raw)
+                    # (a run of one frame is that frame's bytes: no view, no copy)
+                    alone = len(members) == 1
+                    blob = raw if alone else memoryview(raw)
                     for j in members:
                         at, length = offs[j] - run_start, lens[j]
-                        piece = blob[at : at + length]
+                        piece = blob if alone else blob[at : at + length]
                         if len(piece) == length and hash_of(piece) == records[j][2]:
-                            out[j] = piece.tobytes()
+                            out[j] = raw if alone else bytes(piece)
                             hits += 1
                             hit_bytes += length
                         else:

@@ -522,11 +522,9 @@ class PackReader:
                 checked: set[int] = set()
                 out = self._read_many_raw(keys, workers, stats, checked)
                 ids = self._frame_ids(keys)
-                if checked:  # (through the node cache: its frames' md5 was the index's when kept)
-                    rest = [j for j, i in enumerate(ids) if i not in checked]
-                    self._check_md5([ids[j] for j in rest], [out[j] for j in rest])
-                else:
-                    self._check_md5(ids, out)
+                # (not those through the node cache: their md5 was the index's when it kept them)
+                rest = [j for j, i in enumerate(ids) if i not in checked]
+                self._check_md5([ids[j] for j in rest], [out[j] for j in rest])
             return out
         return self._read_many_raw(keys, workers, stats)
 
