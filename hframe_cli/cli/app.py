@@ -184,12 +184,15 @@ class RowFormat(str, Enum):
 
 def _version(value: bool) -> None:
     if value:
+        from ..format.hashing import md5x
         from ..native import describe
         from ..sources.compiled import scan
         from ..verify.compiled import walk
         from ..write.compiled import blobs
 
-        sys.stdout.write(f"hframe {__version__} ({describe({'list': scan, 'pack': blobs, 'verify': walk})})\n")
+        md5 = f"md5 x16 {md5x.ISAS[md5x.isa()]}" if md5x is not None else "md5"
+        parts = {"list": scan, "pack": blobs, "verify": walk, md5: md5x}
+        sys.stdout.write(f"hframe {__version__} ({describe(parts)})\n")
         raise typer.Exit(0)
 
 

@@ -44,6 +44,7 @@ from ..errors import (
     PackReplaced,
 )
 from ..format.codec import Decompressor
+from ..format.hashing import md5_each
 from ..format.index import index_location, int64_column, read_index
 from ..format.layout import (
     CODEC_IDS,
@@ -561,8 +562,8 @@ class PackReader:
         """Each frame's bytes against the index's md5 (``checks_md5``; run under
         ``_replaced_if_moved``, which tells a replaced pack from damage)."""
         want = self._index_md5s()
-        for i, data in zip(ids, frames):
-            if hashlib.md5(data).digest() != want[i]:
+        for i, digest in zip(ids, md5_each(frames)):
+            if digest != want[i]:
                 raise ChecksumMismatch(f"{self.shown}: frame {i}: md5 mismatch (stored bytes are not the indexed ones)")
 
     @contextmanager

@@ -19,6 +19,7 @@ from ..errors import (
     FormatError,
 )
 from ..format.codec import DIGEST_IN_PIECES_ABOVE, Decompressor
+from ..format.hashing import md5_each
 from ..format.index import format_time_us
 from ..format.layout import (
     CODEC_NAMES,
@@ -184,8 +185,7 @@ def _hash_batch(
     finding about the frame comes back as ``"check: message"``."""
     if not packed and not decode_ids and items and all(it[1] is items[0][1] for it in items):
         whole = memoryview(items[0][1])
-        md5 = hashlib.md5
-        return [(md5(whole[a:b]).digest(), None) for _, _, a, b in items]
+        return [(d, None) for d in md5_each([whole[a:b] for _, _, a, b in items])]
     out: list[tuple[bytes, str | None]] = []
     for frame_id, buf, a, b in items:
         view: memoryview | bytes = memoryview(buf)[a:b]
@@ -611,7 +611,7 @@ class Verifier:
             i0 = i
             pos, i, nbytes = walk.clean_run(
                 wb, ws, pos, i, stop, end, idx.offset, idx.length, idx.record_offset, idx.raw_length, idx.codec,
-                idx.names, idx.md5, idx.kind, idx.mtime_us, magics, first_id, hashlib.md5
+                idx.names, idx.md5, idx.kind, idx.mtime_us, magics, first_id
             )  # fmt: skip
             if i > i0 and self.on_progress is not None:
                 self.on_progress(i - i0, nbytes)

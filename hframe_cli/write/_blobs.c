@@ -11,7 +11,7 @@
  * with ``HFRAME_NATIVE=0``: the pure-Python path stays the reference):
  *
  *   read_chunk(paths, sizes, mtimes, names, first, end, max_name, max_size, blob_kind,
- *              image_kind, image_meta, md5)
+ *              image_kind, image_meta)
  *       -> None | (image, count, rec_offs, offsets, lengths, md5s, digest_input,
  *                  media, widths, heights, modes)
  *
@@ -20,7 +20,6 @@
  *   max_name, max_size            MAX_NAME_BYTES, STREAM_ABOVE
  *   blob_kind, image_kind         the record kinds (layout.KIND_IDS)
  *   image_meta                    whether images get their size and mode (MediaOptions)
- *   md5                           hashlib.md5 (the same md5 the Python path uses)
  *
  *   None when any source of the chunk is not one of those, read as listed: a located source
  *   (its path holds a NUL), too large, a long name, another image format or a header the
@@ -55,6 +54,8 @@
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the pack layout is little-endian; this module stores integers as they are in memory"
 #endif
+
+#include "../format/md5x.h"
 
 #define RECORD_FIXED 76 /* layout.RECORD_FIXED: "<4sIQQQ16sqHHIIII" */
 #define HEAD_NO_CRC 72
@@ -222,25 +223,6 @@ static void put_u16(unsigned char *p, uint16_t v) { memcpy(p, &v, 2); }
 static void put_u32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
 static void put_u64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
 
-static int md5_into(PyObject *md5, const unsigned char *data, Py_ssize_t size, unsigned char *out) {
-    PyObject *view = PyMemoryView_FromMemory((char *)data, size, PyBUF_READ);
-    if (view == NULL) return -1;
-    PyObject *h = PyObject_CallOneArg(md5, view);
-    Py_DECREF(view);
-    if (h == NULL) return -1;
-    PyObject *digest = PyObject_CallMethod(h, "digest", NULL);
-    Py_DECREF(h);
-    if (digest == NULL) return -1;
-    if (!PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != 16) {
-        Py_DECREF(digest);
-        PyErr_SetString(PyExc_ValueError, "md5 digest is not 16 bytes");
-        return -1;
-    }
-    memcpy(out, PyBytes_AS_STRING(digest), 16);
-    Py_DECREF(digest);
-    return 0;
-}
-
 typedef struct {
     PyObject *path; /* bytes (file system encoding) */
     const unsigned char *name;
@@ -249,12 +231,12 @@ typedef struct {
 } file_t;
 
 static PyObject *read_chunk(PyObject *self, PyObject *args) {
-    PyObject *paths, *sizes, *mtimes, *names, *md5;
+    PyObject *paths, *sizes, *mtimes, *names;
     Py_ssize_t first, end, max_name, max_size, blob_kind, image_kind;
     int image_meta;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!nnnnnnpO", &PyList_Type, &paths, &PyList_Type, &sizes, &PyList_Type,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!nnnnnnp", &PyList_Type, &paths, &PyList_Type, &sizes, &PyList_Type,
                           &mtimes, &PyList_Type, &names, &first, &end, &max_name, &max_size, &blob_kind, &image_kind,
-                          &image_meta, &md5))
+                          &image_meta))
         return NULL;
     Py_ssize_t total = PyList_GET_SIZE(paths);
     if (PyList_GET_SIZE(sizes) != total || PyList_GET_SIZE(mtimes) != total || PyList_GET_SIZE(names) != total ||
@@ -265,6 +247,17 @@ static PyObject *read_chunk(PyObject *self, PyObject *args) {
     Py_ssize_t n = end - first, room = 1, digest_room = 0;
     file_t *files = PyMem_Calloc(n ? (size_t)n : 1, sizeof(file_t));
     if (files == NULL) return PyErr_NoMemory();
+    /* the payloads, hashed together once the chunk is read (md5x.h); where each md5 goes */
+    const unsigned char **payloads = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*payloads));
+    size_t *payload_lens = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*payload_lens));
+    Py_ssize_t *digest_at = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*digest_at));
+    if (payloads == NULL || payload_lens == NULL || digest_at == NULL) {
+        PyMem_Free(files);
+        PyMem_Free(payloads);
+        PyMem_Free(payload_lens);
+        PyMem_Free(digest_at);
+        return PyErr_NoMemory();
+    }
     PyObject *result = NULL, *image = NULL, *rec_offs = NULL, *offsets = NULL, *lengths = NULL, *md5s = NULL,
              *digest = NULL, *media = NULL, *widths = NULL, *heights = NULL, *modes = NULL;
     folder_t dir = {NULL, 0, -1};
@@ -349,15 +342,15 @@ static PyObject *read_chunk(PyObject *self, PyObject *args) {
             memcpy(payload, extra, (size_t)elen);
             payload += elen;
         }
-        unsigned char *sum = sums + 16 * j;
-        if (md5_into(md5, payload, f->size, sum) < 0) goto done;
+        payloads[j] = payload;
+        payload_lens[j] = (size_t)f->size;
         Py_ssize_t hdr = RECORD_FIXED + f->nlen + elen;
         memcpy(h, "HFR1", 4);
         put_u32(h + 4, (uint32_t)hdr);
         put_u64(h + 8, (uint64_t)j); /* frame id and CRC: number() */
         put_u64(h + 16, (uint64_t)f->size);
         put_u64(h + 24, (uint64_t)f->size);
-        memcpy(h + 32, sum, 16);
+        /* h + 32: the md5, below */
         put_u64(h + 48, (uint64_t)f->mtime_ns);
         put_u16(h + 56, 0); /* codec */
         put_u16(h + 58, (uint16_t)(kind == MEDIA_BLOB ? blob_kind : image_kind));
@@ -378,7 +371,7 @@ static PyObject *read_chunk(PyObject *self, PyObject *args) {
         put_u64(dg + 4, (uint64_t)f->size);
         put_u64(dg + 12, (uint64_t)f->mtime_ns);
         memcpy(dg + DIGEST_FIXED, f->name, (size_t)f->nlen);
-        memcpy(dg + DIGEST_FIXED + f->nlen, sum, 16);
+        digest_at[j] = (dg - dg0) + DIGEST_FIXED + f->nlen; /* the md5, below */
         dg += DIGEST_FIXED + f->nlen + 16;
         if (elen) {
             put_u32(dg, 0); /* codec */
@@ -388,6 +381,13 @@ static PyObject *read_chunk(PyObject *self, PyObject *args) {
             dg += DIGEST_FIXED + elen;
         }
         pos += hdr + f->size;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    md5x_many(payloads, payload_lens, (size_t)n, sums);
+    Py_END_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < n; j++) {
+        memcpy(buf + rec_at[j] + 32, sums + 16 * j, 16);
+        memcpy(dg0 + digest_at[j], sums + 16 * j, 16);
     }
     if (PyByteArray_Resize(image, pos) < 0 || PyByteArray_Resize(digest, dg - dg0) < 0) goto done;
     result = Py_BuildValue("(OnOOOOOOOOO)", image, n, rec_offs, offsets, lengths, md5s, digest, media, widths,
@@ -400,6 +400,9 @@ done:
     free(dir.path);
     for (Py_ssize_t j = 0; j < n; j++) Py_XDECREF(files[j].path);
     PyMem_Free(files);
+    PyMem_Free(payloads);
+    PyMem_Free(payload_lens);
+    PyMem_Free(digest_at);
     Py_XDECREF(image);
     Py_XDECREF(rec_offs);
     Py_XDECREF(offsets);

@@ -42,7 +42,6 @@ import struct
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from hashlib import md5 as _md5
 from typing import TYPE_CHECKING, Protocol
 
 from ..faults import fault_point
@@ -368,7 +367,6 @@ def _add_sources(
             _BLOB,
             _IMAGE,
             prep.options.image_meta,
-            _md5,
         )
         if got is not None:
             chunk.add_records(names[first:end], mtimes[first:end], got, blobs.number)
