@@ -7,7 +7,9 @@ it speeds up, which stays the reference (the same bytes, the same report) and th
 * ``sources/_scan.c`` (``sources.compiled``): a folder of plain files listed in one call;
 * ``write/_blobs.c`` (``write.compiled``): a packing worker's chunk of small files read,
   hashed and laid out in one call;
-* ``verify/_walk.c`` (``verify.compiled``): verify's loop over sound frames.
+* ``verify/_walk.c`` (``verify.compiled``): verify's loop over sound frames;
+* ``format/_md5x.c`` (``format.hashing``): the md5 of many frames side by side (``format/md5x.h``,
+  which the packing and verify loops above hash with too).
 
 ``HFRAME_NATIVE=0`` turns them all off (``scripts/test.sh`` runs the listing, packing and
 verify tests again that way); ``hframe --version`` says which are in use.
