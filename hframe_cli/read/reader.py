@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import mmap
 import operator
 import os
@@ -789,7 +788,7 @@ class PackReader:
             return {}
         try:
             fetched = dict(zip(ids, fetch(ids)))
-            keep = [i for i in ids if self._md5_matches(i, fetched[i])]
+            keep = self._md5s_match(ids, [fetched[i] for i in ids])
             if checked is not None:
                 checked.update(keep)
             cache.put_many(keep, [self._offsets[i] for i in keep], [fetched[i] for i in keep])
@@ -880,12 +879,18 @@ class PackReader:
         if widen is not None:
             widen(in_flight)
 
-    def _md5_matches(self, i: int, stored: bytes) -> bool:
-        """Whether a frame's stored bytes (decoded) have the index's md5."""
-        try:
-            return hashlib.md5(self._decode(i, stored)).digest() == self._index_md5s()[i]
-        except HframeError:  # (undecodable: damaged, certainly not cached)
-            return False
+    def _md5s_match(self, ids: list[int], stored: list[bytes]) -> list[int]:
+        """Those of ``ids`` whose stored bytes (decoded) have the index's md5 (hashed together:
+        ``md5_each``)."""
+        want = self._index_md5s()
+        decodable, decoded = [], []
+        for i, data in zip(ids, stored):
+            try:
+                decoded.append(self._decode(i, data))
+            except HframeError:  # (undecodable: damaged, certainly not kept)
+                continue
+            decodable.append(i)
+        return [i for i, digest in zip(decodable, md5_each(decoded)) if digest == want[i]]
 
     def _index_md5s(self) -> list[bytes]:
         if self._md5s is None:
