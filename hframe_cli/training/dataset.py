@@ -152,11 +152,15 @@ class FrameDataset(_Base):
     def __len__(self) -> int:
         return len(self.frame_ids)
 
-    def _position(self, index: Any) -> int:
+    def _position(self, index: Any, n: int) -> int:
+        """Item ``index`` (negative from the end) of ``n`` as a position (``n``: ``len(self)``,
+        taken once per batch: this runs for every item of every batch)."""
         k = operator.index(index)  # ints, numpy and torch integers
-        if not -len(self) <= k < len(self):
-            raise IndexError(f"index {k} out of range for {len(self)} items")
-        return k % len(self)
+        if 0 <= k < n:
+            return k
+        if -n <= k < 0:
+            return k + n
+        raise IndexError(f"index {k} out of range for {n} items")
 
     def _item(self, k: int, data: bytes) -> Any:
         sample: Any = data
@@ -180,13 +184,14 @@ class FrameDataset(_Base):
         return sample, target
 
     def __getitem__(self, index: Any) -> Any:
-        k = self._position(index)
+        k = self._position(index, len(self.frame_ids))
         return self._item(k, self.reader.read(self.frame_ids[k]))
 
     def __getitems__(self, indices: Sequence[Any]) -> list[Any]:
         """A DataLoader batch: every frame read in one ``read_many``."""
-        ks = [self._position(i) for i in indices]
-        datas = self.reader.read_many([self.frame_ids[k] for k in ks])
+        n, position, frame_ids = len(self.frame_ids), self._position, self.frame_ids
+        ks = [position(i, n) for i in indices]
+        datas = self.reader.read_many([frame_ids[k] for k in ks])
         return [self._item(k, data) for k, data in zip(ks, datas)]
 
     @property
@@ -209,8 +214,8 @@ class FrameDataset(_Base):
 
     def frames_of(self, indices: Iterable[Any]) -> list[int]:
         """The frame ids (of the pack, or of the dataset's shards in turn) of these items."""
-        frame_ids, position = self.frame_ids, self._position
-        return [frame_ids[position(i)] for i in indices]
+        frame_ids, position, n = self.frame_ids, self._position, len(self.frame_ids)
+        return [frame_ids[position(i, n)] for i in indices]
 
     def __repr__(self) -> str:
         return f"FrameDataset({self.path!r}, {len(self)} frames, {len(self.classes)} classes)"

@@ -51,9 +51,13 @@ def test_items_are_the_exact_bytes_with_class_indices(packed, photos):
         name = ds.reader.row(ds.frame_ids[k])["name"]
         assert data == by_name[name].read_bytes()
         assert ds.classes[target] == by_name[name].parent.name
-    assert ds[-1] == ds[len(ds) - 1]
-    with pytest.raises(IndexError):
-        ds[len(ds)]
+    assert ds[-1] == ds[len(ds) - 1] and ds[-len(ds)] == ds[0]
+    for wrong in (len(ds), -len(ds) - 1):
+        with pytest.raises(IndexError):
+            ds[wrong]
+        with pytest.raises(IndexError):
+            ds.__getitems__([0, wrong])
+    assert ds.__getitems__([-1, 0]) == [ds[len(ds) - 1], ds[0]]
     assert ds.__getitems__([3, 0, 5]) == [ds[3], ds[0], ds[5]]  # one read_many, same items
 
 
