@@ -353,17 +353,18 @@ class PackCache:
                     continue
                 plan.append((seg, fd, _runs(js, offs, lens)))
             timed = True  # the first read says whether the batch is on disk rather than in memory
+            pread, clock = os.pread, time.perf_counter
             for seg, fd, runs in plan:
                 base = seg * SEGMENT
                 for run_start, run_end, members in runs:
-                    t0 = time.perf_counter()
+                    t0 = clock() if timed else 0.0
                     try:
-                        raw = os.pread(fd, run_end - run_start, run_start - base)
+                        raw = pread(fd, run_end - run_start, run_start - base)
                     except OSError:
                         raw = b""
                     if timed:
                         timed = False
-                        if len(runs) + len(plan) > 2 and looks_cold(time.perf_counter() - t0, len(raw)):
+                        if len(runs) + len(plan) > 2 and looks_cold(clock() - t0, len(raw)):
                             _will_need(plan)  # the disk then reads the batch's runs at once
                     # (a run of one frame is that frame's bytes: no view, no copy)
                     alone = len(members) == 1
