@@ -9,7 +9,7 @@
  * with hashlib's at every length around the block and padding boundaries).
  *
  * One source, written with GCC/Clang vector types; on x86-64 it is compiled three times
- * (AVX-512, AVX2, baseline SSE2) and the first this CPU runs is used; other machines get the
+ * (AVX-512, AVX2, baseline SSE2) and the best this CPU runs is used; other machines get the
  * generic build. Nothing here calls Python.
  *
  *   md5x_many(ptrs, lens, n, out)   out[16 * i .. 16 * i + 15] = md5(ptrs[i][0 .. lens[i]])
@@ -23,6 +23,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+/* md5 reads its input as little-endian words, as they lie in memory here (the build of this
+ * optional part fails elsewhere, and hashlib does the hashing) */
+#error "md5x.h reads md5's little-endian words as they are in memory"
+#endif
 
 #define MD5X_LANES 16
 
@@ -67,7 +73,7 @@ static void md5x_start(md5x_lane *ln, const unsigned char *p, size_t len, size_t
     if (rest) memcpy(ln->pad, p + (len - rest), rest);
     ln->pad[rest] = 0x80;
     uint64_t bits = (uint64_t)len << 3;
-    memcpy(ln->pad + 64 * ln->tail - 8, &bits, 8); /* little-endian (the callers check) */
+    memcpy(ln->pad + 64 * ln->tail - 8, &bits, 8); /* little-endian (checked above) */
 }
 
 #define MD5X_ROTL(x, s) (((x) << (s)) | ((x) >> (32 - (s))))
