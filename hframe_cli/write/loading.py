@@ -1,6 +1,7 @@
 """Reading sources for ``pack``: on a few threads, in order, with bounded memory.
 
-Each source is read with one ``os.read`` and hashed (file reads and md5 release the GIL),
+Each source is read with one ``os.read``, and a batch's sources hashed together once read
+(``md5_each``: side by side where built; file reads and md5 release the GIL),
 checked against what the listing saw (a file that vanished, grew or changed is reported, not
 packed), sniffed for video when videos are cut into frames, and prepared (image metadata,
 compression) by ``media.FramePrep`` on the same thread. ``loaded_in_order`` keeps only a few
@@ -27,6 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..format.hashing import md5_each
 from ..processes import (
     fork_helper,
     fork_is_safe,
@@ -52,10 +54,14 @@ __all__ = [
     "Loaded",
     "add_loaded",
     "child_may_load",
+    "finish",
+    "load_batch",
     "load_prepared",
     "loaded_by_child",
     "loaded_in_order",
     "read_listed",
+    "read_listed_bytes",
+    "read_unhashed",
 ]
 
 STREAM_ABOVE = 32 << 20
@@ -80,6 +86,17 @@ class Loaded:
 
 def load_prepared(src: Source, prep: FramePrep | None, videos: bool) -> Loaded:
     """``_load``, then (on the same reader thread) sniff videos and prepare the frame."""
+    return load_batch([src], prep, videos)[0]
+
+
+def load_batch(batch: Sequence[Source], prep: FramePrep | None, videos: bool) -> list[Loaded]:
+    """``load_prepared`` of each source of ``batch``, in order; their md5s computed together
+    (``md5_each``: side by side where built) once all are read."""
+    return finish([read_unhashed(src, videos) for src in batch], prep)
+
+
+def read_unhashed(src: Source, videos: bool) -> Loaded:
+    """A source read (``_load``) and sniffed for video, its md5 not yet computed (``finish``)."""
     if videos:
         if has_video_extension(src.name):
             return Loaded(src, video=True)
@@ -94,9 +111,18 @@ def load_prepared(src: Source, prep: FramePrep | None, videos: bool) -> Loaded:
     if item.data is not None and videos:
         if sniff_video(item.data[:200]):
             item.video = True  # confirmed (or refuted) when the container is opened
-    if prep is not None and item.data is not None and not item.video:
-        item.frame = prep.prepare(src.name, item.data, item.md5, item.origin)
     return item
+
+
+def finish(items: list[Loaded], prep: FramePrep | None) -> list[Loaded]:
+    """Items ``read_unhashed`` gave: the md5 of every one read, computed together, then each
+    frame prepared (which needs its md5). Returns ``items``."""
+    read = [(item, item.data) for item in items if item.data is not None]
+    for (item, data), digest in zip(read, md5_each([data for _, data in read])):
+        item.md5 = digest
+        if prep is not None and not item.video:
+            item.frame = prep.prepare(item.source.name, data, digest, item.origin)
+    return items
 
 
 #: How an image whose header could not be read is packed (said after its warning).
@@ -122,21 +148,28 @@ def add_loaded(writer: PackWriter, item: Loaded, strict_images: bool) -> str | N
 
 
 def _load(src: Source) -> Loaded:
-    """Read and hash one source, noting if it vanished or changed since it was listed."""
+    """Read one source (not hashed: ``finish``), noting if it vanished or changed since it was
+    listed."""
     if src.size > STREAM_ABOVE:
         return Loaded(src, stream=True)
     if "\0" in src.path:  # a located source (sources/locator.py; os.open would refuse it)
         return _load_located(src)
-    got = read_listed(src.path, src.size, src.mtime_ns)
+    got = read_listed_bytes(src.path, src.size, src.mtime_ns)
     if type(got) is str:
         return Loaded(src, error=got)
-    return Loaded(src, *got)
+    return Loaded(src, got)  # type: ignore[arg-type]
 
 
 def read_listed(path: str, size: int, mtime_ns: int) -> tuple[bytes, bytes] | str:
-    """A file's bytes and md5, as listed (``size`` bytes, modified at ``mtime_ns``), or what is
-    wrong with it now: vanished, unreadable, or changed since it was listed. The packing loops'
-    one read of a file (``_load``; a packing worker calls it for each file of its chunks)."""
+    """A file's bytes and md5, as listed (``read_listed_bytes``), or what is wrong with it."""
+    got = read_listed_bytes(path, size, mtime_ns)
+    return got if isinstance(got, str) else (got, hashlib.md5(got).digest())
+
+
+def read_listed_bytes(path: str, size: int, mtime_ns: int) -> bytes | str:
+    """A file's bytes, as listed (``size`` bytes, modified at ``mtime_ns``), or what is wrong
+    with it now: vanished, unreadable, or changed since it was listed. The packing loops' one
+    read of a file (``_load``; a packing worker calls it for each file of its chunks)."""
     try:
         fd = os.open(path, _O_READ)
     except FileNotFoundError:
@@ -165,12 +198,12 @@ def read_listed(path: str, size: int, mtime_ns: int) -> tuple[bytes, bytes] | st
         os.close(fd)
     if len(data) != size or st.st_size != size or st.st_mtime_ns != mtime_ns:
         return f"changed while packing (listed {size} bytes, read {len(data)})"
-    return data, hashlib.md5(data).digest()
+    return data
 
 
 def _load_located(src: Source) -> Loaded:
-    """Read and hash one located source where it sits (an archive member, a table's row, an
-    object: ``located.read_located``)."""
+    """Read one located source where it sits (an archive member, a table's row, an object:
+    ``located.read_located``); not hashed (``finish``)."""
     try:
         data, origin = read_located(src.path, src.size)
     except SourceChanged as e:
@@ -179,7 +212,7 @@ def _load_located(src: Source) -> Loaded:
         return Loaded(src, error="its archive or table vanished while packing")
     except OSError as e:
         return Loaded(src, error=f"cannot read its archive or table: {e.strerror or e}")
-    return Loaded(src, data, hashlib.md5(data).digest(), origin=origin)
+    return Loaded(src, data, origin=origin)
 
 
 def _batches(sources: Sequence[Source]) -> Iterator[list[Source]]:
@@ -201,15 +234,15 @@ def loaded_in_order(
     """Load (and prepare) sources on ``workers`` threads, yielding them in order, few batches
     in flight."""
     if workers <= 1:
-        for s in sources:
-            yield load_prepared(s, prep, videos)
+        for batch in _batches(sources):
+            yield from load_batch(batch, prep, videos)
         return
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hframe-pack") as pool:
         pending: deque[Future[list[Loaded]]] = deque()
         batches = _batches(sources)
         try:
             for batch in batches:
-                pending.append(pool.submit(lambda b: [load_prepared(s, prep, videos) for s in b], batch))
+                pending.append(pool.submit(load_batch, batch, prep, videos))
                 if len(pending) >= 2 * workers:
                     yield from pending.popleft().result()
             while pending:
@@ -248,7 +281,7 @@ def loaded_by_child(
     def load_all() -> None:  # in the child
         keep_freed_heap()
         for batch in batches:
-            send_message(w, _encode([load_prepared(src, prep, videos) for src in batch]))
+            send_message(w, _encode(load_batch(batch, prep, videos)))
 
     try:
         with signals_held():  # a signal is taken only once the child is known to the finally below

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from ..faults import fault_point
+from ..format.hashing import md5_each
 from ..format.layout import KIND_IDS, MAX_NAME_BYTES, SNIFF_BYTES, sniff_media_type
 from ..processes import (
     fork_helper,
@@ -60,7 +61,7 @@ from ..processes import (
 from ..sources.located import shown
 from ..sources.sourcelist import Rejected, Source
 from .compiled import blobs
-from .loading import STREAM_ABOVE, WITHOUT_SIZE, Loaded, add_loaded, load_prepared, read_listed
+from .loading import STREAM_ABOVE, WITHOUT_SIZE, Loaded, add_loaded, finish, read_listed_bytes, read_unhashed
 from .writer import ChunkWriter, PackWriter, WrittenChunk
 
 if TYPE_CHECKING:
@@ -348,10 +349,11 @@ def _add_sources(
     problems: list[tuple[int, bool, str]],
 ) -> None:
     """Load, prepare and add sources ``first``..``end - 1`` to ``chunk`` as the one-writer loop
-    does (``load_prepared``, then ``add_loaded``), noting each problem as (source number,
+    does (``load_batch``, then ``add_loaded``), noting each problem as (source number,
     whether it is an error, what is wrong). A file that is a blob stored as it is (most of a
-    pack of small files) is read (``read_listed``) and added (``add_blob``, its media type
-    sniffed once) with no object built for it; anything else takes the general path."""
+    pack of small files) is read (``read_listed_bytes``) and added (``add_blob``, its media type
+    sniffed once) with no object built for it; anything else takes the general path. The
+    chunk's sources are all read before any is hashed: their md5s are computed together."""
     paths, names, sizes, mtimes = sources.columns()
     plain = prep.plain_blobs
     if plain and blobs is not None:  # the compiled loop, when it can take every file of the chunk
@@ -371,22 +373,31 @@ def _add_sources(
         if got is not None:
             chunk.add_records(names[first:end], mtimes[first:end], got, blobs.number)
             return
+    # every source of the chunk read first, then hashed together (md5_each: side by side
+    # where built), then prepared and added in order
+    reads: list[tuple[int, bytes | str | Loaded]] = []
     for k in range(first, end):
         path = paths[k]
         if plain and "\0" not in path and sizes[k] <= STREAM_ABOVE:  # (\0: a located source, read where it sits)
-            got = read_listed(path, sizes[k], mtimes[k])
-            if isinstance(got, str):
-                problems.append((k, True, got))
-                continue
-            data, md5 = got
+            reads.append((k, read_listed_bytes(path, sizes[k], mtimes[k])))
+        else:
+            reads.append((k, read_unhashed(sources.source(k), False)))
+    finish([got for _, got in reads if isinstance(got, Loaded)], prep)
+    digests = iter(md5_each([got for _, got in reads if isinstance(got, bytes)]))
+    for k, got in reads:
+        if isinstance(got, str):
+            problems.append((k, True, got))
+            continue
+        if isinstance(got, bytes):
+            data, md5 = got, next(digests)
             media = sniff_media_type(data[:SNIFF_BYTES])
             if media == "unknown":
                 chunk.add_blob(names[k], data, md5, mtimes[k], None, media)
                 continue
-            src = Source(path, names[k], sizes[k], mtimes[k])
+            src = Source(paths[k], names[k], sizes[k], mtimes[k])
             item = Loaded(src, data, md5, frame=prep.prepare(src.name, data, md5))
         else:
-            item = load_prepared(sources.source(k), prep, False)
+            item = got
         warning = add_loaded(chunk, item, strict) if item.error is None else None
         if warning is not None:
             problems.append((k, False, warning))

@@ -4,6 +4,7 @@ same bytes as one thread, and survives a signal."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import signal
@@ -62,14 +63,14 @@ def test_a_child_that_dies_leaves_the_rest_to_the_parent(tmp_path, monkeypatch):
     sources = collect_sources([str(small_tree(tmp_path / "src", 1000))]).sources
     prep = FramePrep(MediaOptions())
     want = fields(loading.loaded_in_order(sources, 1, prep))
-    parent, real = os.getpid(), loading.load_prepared
+    parent, real = os.getpid(), loading.read_unhashed
 
-    def dies_in_the_child(src, prep, videos):
+    def dies_in_the_child(src, videos):
         if os.getpid() != parent and src.name.endswith(b"00700.bin"):
             os.kill(os.getpid(), signal.SIGKILL)
-        return real(src, prep, videos)
+        return real(src, videos)
 
-    monkeypatch.setattr(loading, "load_prepared", dies_in_the_child)
+    monkeypatch.setattr(loading, "read_unhashed", dies_in_the_child)
     assert fields(loading.loaded_by_child(sources, prep)) == want
 
 
@@ -265,3 +266,21 @@ def test_a_helper_keeps_freed_memory_instead_of_faulting_it_in_again():
         pytest.skip("not glibc: no mallopt")
     assert out["default"][1] > 20 * 240 * 34_000 // 4096 // 2  # about a fault per page, every round
     assert out["keep"][1] < out["default"][1] // 20, out
+
+
+def test_a_batch_is_hashed_together_with_each_sources_own_md5(tmp_path):
+    """``load_batch`` reads a batch, then hashes it in one ``md5_each`` call: every item read has
+    its own bytes' md5 (side by side where built, else hashlib), an item that failed has none,
+    and the images are prepared with their md5."""
+    src = small_tree(tmp_path / "src", 300)
+    sources = collect_sources([str(src)]).sources
+    (src / "d0" / "00007.bin").unlink()  # vanished since the listing: an error, no bytes
+    items = loading.load_batch(sources, FramePrep(MediaOptions()), False)
+    assert [i.source for i in items] == list(sources)
+    read = [i for i in items if i.data is not None]
+    assert len(read) == len(sources) - 1 and len(read) >= 16  # (more than one lane's worth)
+    assert all(i.md5 == hashlib.md5(i.data).digest() for i in read)
+    (gone,) = [i for i in items if i.data is None]
+    assert gone.error and gone.md5 is None and gone.source.name.endswith(b"00007.bin")
+    images = [i for i in read if i.frame is not None]
+    assert len(images) == 2 and all(i.frame.md5 == i.md5 for i in images)
