@@ -6,7 +6,8 @@ the sources (from the first one not yet packed) are cut into chunks of consecuti
 worker ``c % N`` takes chunk ``c``. For each chunk a worker
 
 1. loads and prepares every source exactly as the one-writer loop does (``_add_sources``:
-   ``load_prepared`` and ``add_loaded``, a plain blob with no object built for it),
+   read whole, then hashed together and prepared as ``load_batch`` does, then ``add_loaded``;
+   a plain blob with no object built for it),
    builds its records and index rows in memory (``writer.ChunkWriter``, whose ``add`` is
    ``PackWriter.add``), and sends the parent the chunk's size, frame count and problems;
 2. waits for the parent to place the chunk: the byte offset and the first frame id, known as
