@@ -233,9 +233,9 @@ def loaded_in_order(
 ) -> Generator[Loaded, None, None]:
     """Load (and prepare) sources on ``workers`` threads, yielding them in order, few batches
     in flight."""
-    if workers <= 1:
-        for batch in _batches(sources):
-            yield from load_batch(batch, prep, videos)
+    if workers <= 1:  # (one at a time: nothing read before it is needed, as with no thread)
+        for s in sources:
+            yield load_prepared(s, prep, videos)
         return
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hframe-pack") as pool:
         pending: deque[Future[list[Loaded]]] = deque()
