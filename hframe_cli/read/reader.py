@@ -749,11 +749,7 @@ class PackReader:
         returned as it came: the reader's own checks say what it is). ``checked`` gets the ids
         of the frames returned whose md5 is known to be the index's: held by the cache (kept
         after that check, read back unchanged: their hash) or kept now."""
-        offs = [self._offsets[i] for i in ids]
-        lens = [self._lengths[i] for i in ids]
-        got = cache.get_many(ids, offs, lens)
-        if checked is not None:
-            checked.update(i for i, data in zip(ids, got) if data is not None)
+        got = self._from_cache(ids, cache, checked)
         missing = [j for j, data in enumerate(got) if data is None]
         if not missing:
             return got  # type: ignore[return-value]
@@ -764,16 +760,22 @@ class PackReader:
         fetched = self._fetch_and_keep(mine, cache, fetch, checked)
         if theirs:
             cache.wait_for(theirs)
-            theirs_offs, theirs_lens = [self._offsets[i] for i in theirs], [self._lengths[i] for i in theirs]
-            again = cache.get_many(theirs, theirs_offs, theirs_lens, again=True)
+            again = self._from_cache(theirs, cache, checked, again=True)
             fetched.update((i, data) for i, data in zip(theirs, again) if data is not None)
-            if checked is not None:
-                checked.update(i for i, data in zip(theirs, again) if data is not None)
             gone = [i for i, data in zip(theirs, again) if data is None]  # (given up there: fetched here)
             fetched.update(zip(gone, fetch(gone)) if gone else ())
         for j in missing:
             got[j] = fetched[ids[j]]
         return got  # type: ignore[return-value]
+
+    def _from_cache(
+        self, ids: Sequence[int], cache: PackCache, checked: set[int] | None, again: bool = False
+    ) -> list[bytes | None]:
+        """``cache.get_many`` of these frames; the ids of those it held added to ``checked``."""
+        got = cache.get_many(ids, [self._offsets[i] for i in ids], [self._lengths[i] for i in ids], again)
+        if checked is not None:
+            checked.update(i for i, data in zip(ids, got) if data is not None)
+        return got
 
     def _fetch_and_keep(
         self,

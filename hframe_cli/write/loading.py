@@ -59,7 +59,6 @@ __all__ = [
     "load_prepared",
     "loaded_by_child",
     "loaded_in_order",
-    "read_listed",
     "read_listed_bytes",
     "read_unhashed",
 ]
@@ -155,15 +154,9 @@ def _load(src: Source) -> Loaded:
     if "\0" in src.path:  # a located source (sources/locator.py; os.open would refuse it)
         return _load_located(src)
     got = read_listed_bytes(src.path, src.size, src.mtime_ns)
-    if type(got) is str:
+    if isinstance(got, str):
         return Loaded(src, error=got)
-    return Loaded(src, got)  # type: ignore[arg-type]
-
-
-def read_listed(path: str, size: int, mtime_ns: int) -> tuple[bytes, bytes] | str:
-    """A file's bytes and md5, as listed (``read_listed_bytes``), or what is wrong with it."""
-    got = read_listed_bytes(path, size, mtime_ns)
-    return got if isinstance(got, str) else (got, hashlib.md5(got).digest())
+    return Loaded(src, got)
 
 
 def read_listed_bytes(path: str, size: int, mtime_ns: int) -> bytes | str:
