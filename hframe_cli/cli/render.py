@@ -652,6 +652,9 @@ def cache_report(doc: dict[str, Any], as_json: bool) -> None:
             f"{p['url']}\t{p['uuid']}\t{format_bytes(p['bytes'])}\tused {used}\t"
             f"{p['hits']} hits, {p['misses']} misses\n"
         )
+    kept = doc.get("kept") or {}
+    if kept.get("files"):
+        out.write(f"kept opens (headers, indexes)\t{kept['files']} files\t{format_bytes(kept['bytes'])}\n")
     for o in doc.get("old_layouts", []):
         out.write(
             f"{o['folder']}: {format_bytes(o['bytes'])} of an older hframe's cache, not read (--clear removes it)\n"

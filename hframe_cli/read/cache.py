@@ -13,6 +13,9 @@ Layout, under the cache folder (``--cache-dir``, ``HFRAME_CACHE_DIR``)::
         used                            8 bytes per segment: when it was last read or filled
         seg/000042                      the pack's bytes [42 x 64 MiB, 43 x 64 MiB), sparse
         stats                           one line per reader closed: hits, misses, bytes
+      kept/0123abcd...                what a remote open fetched first (a pack's header and
+                                      trailer, an index whole), by URL and ETag: the next open
+                                      asks only whether the object changed (``storage/kept.py``)
 
 A frame lives in the segment its first byte falls in, at its own offset within it (a segment
 file may run past 64 MiB by its last frame's tail). Only a frame checked against the index's
@@ -60,6 +63,7 @@ from typing import Any
 from ..errors import InputError
 from ..faults import fault_point
 from ..storage.access import looks_cold, will_need
+from ..storage.kept import KeptCopies
 from ..units import parse_size
 
 __all__ = [
@@ -69,6 +73,7 @@ __all__ = [
     "NodeCache",
     "PackCache",
     "cache_settings",
+    "kept_copies",
 ]
 
 CACHE_DIR_ENV = "HFRAME_CACHE_DIR"
@@ -143,6 +148,22 @@ class NodeCache:
 
     # -- packs -----------------------------------------------------------------------------------
 
+    @property
+    def kept_folder(self) -> str:
+        """Where the kept copies of remote opens are (``storage/kept.py``)."""
+        return os.path.join(self.root, "kept")
+
+    def kept_files(self) -> Iterator[tuple[float, str, int]]:
+        """(last used, path, bytes on disk) of every kept copy."""
+        try:
+            entries = list(os.scandir(self.kept_folder))
+        except FileNotFoundError:
+            return
+        for e in entries:
+            with contextlib.suppress(OSError):
+                st = e.stat()
+                yield st.st_mtime, e.path, st.st_blocks * 512
+
     def pack(self, identity: PackIdentity) -> PackCache | None:
         """The cache of one pack generation (made if new); None, with a ``CacheWarning``, when
         the folder cannot be used."""
@@ -189,8 +210,8 @@ class NodeCache:
                 yield (used[n] if n < len(used) else 0) or st.st_mtime, e.path, st.st_blocks * 512
 
     def usage(self) -> int:
-        """Bytes the segments take on disk."""
-        return sum(b for _, _, b in self.segments())
+        """Bytes the segments and kept copies take on disk."""
+        return sum(b for _, _, b in self.segments()) + sum(b for _, _, b in self.kept_files())
 
     def wrote(self, nbytes: int) -> None:
         """Count bytes written; past a sixteenth of the limit, look at the total (and evict)."""
@@ -203,7 +224,7 @@ class NodeCache:
             self.evict()
 
     def evict(self, down_to: int | None = None) -> int:
-        """Unlink the least recently used segments until the cache holds at most ``down_to``
+        """Unlink the least recently used segments (and kept copies) until the cache holds at most ``down_to``
         bytes (default: 90 % of the limit), when it holds more than the limit (or ``down_to``).
         One process at a time: another one evicting means this one need not. Returns the bytes
         freed."""
@@ -217,7 +238,7 @@ class NodeCache:
                 fcntl.flock(fd, fcntl.LOCK_EX | (fcntl.LOCK_NB if down_to is None else 0))
             except BlockingIOError:
                 return 0
-            found = sorted(self.segments())
+            found = sorted([*self.segments(), *self.kept_files()])
             total = sum(b for _, _, b in found)
             if total <= (limit if down_to is None else down_to):
                 return 0
@@ -233,10 +254,11 @@ class NodeCache:
             os.close(fd)
 
     def clear(self) -> None:
-        """Remove every pack generation (readers using them fetch again), and the folders of
-        the layouts of hframe before this one."""
+        """Remove every pack generation and kept copy (readers using them fetch again), and
+        the folders of the layouts of hframe before this one."""
         for pack in self.packs():
             shutil.rmtree(pack, ignore_errors=True)
+        shutil.rmtree(self.kept_folder, ignore_errors=True)
         for old, _ in self.old_layouts():
             shutil.rmtree(old, ignore_errors=True)
 
@@ -256,6 +278,11 @@ class NodeCache:
                         if k in total and type(v) is int:
                             total[k] += v
         return total
+
+
+def kept_copies(settings: tuple[str, int | None] | None) -> KeptCopies | None:
+    """The kept copies of remote opens in the cache ``settings`` name (``cache_settings``)."""
+    return None if settings is None else KeptCopies(NodeCache(settings[0]).kept_folder)
 
 
 def warn_unusable(where: str, err: OSError) -> None:

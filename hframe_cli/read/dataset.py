@@ -30,8 +30,9 @@ from ..locations import is_remote, shown_url, with_suffix
 from ..names import MANIFEST_SUFFIX, checkpoint_paths, shard_path
 from ..storage.access import open_storage, opening_ahead
 from ..storage.policy import Counters
+from .cache import cache_settings, kept_copies
 from .reader import FrameKey, PackReader, buffer_for, carved
-from .snapshot import INDEX_OPEN, PACK_OPEN
+from .snapshot import open_hints
 
 __all__ = [
     "MANIFEST_SUFFIX",
@@ -467,7 +468,10 @@ def open_pack(
     # there is a pack, as on a disk, whatever the manifest's answer (over S3 a missing object
     # costs a second round trip: the open no longer waits for it)
     ipath = index_location(where)
-    with opening_ahead([manifest_location(where), where, ipath], {where: PACK_OPEN, ipath: INDEX_OPEN}):
+    pack_hints, index_hints = open_hints(
+        kept_copies(cache_settings(options.get("cache_dir"), options.get("cache_limit")))
+    )
+    with opening_ahead([manifest_location(where), where, ipath], {where: pack_hints, ipath: index_hints}):
         try:
             return PackReader(path, None, **options)
         except InputError:  # no pack there (or none hframe can read): a dataset's manifest beside it?

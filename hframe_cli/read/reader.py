@@ -56,10 +56,10 @@ from ..format.layout import (
     RecordHeader,
     decode_extra,
 )
-from ..locations import shown_url
+from ..locations import is_remote, shown_url
 from ..processes import usable_cpus
 from ..storage.access import LocalFile, Storage, looks_cold, unpinned_and_moved
-from .cache import NodeCache, PackCache, PackIdentity, cache_settings
+from .cache import NodeCache, PackCache, PackIdentity, cache_settings, kept_copies
 from .snapshot import PackInfo, generation_checks, open_generation
 
 __all__ = [
@@ -159,7 +159,13 @@ class PackReader:
         if (coalesce_gap is not None and coalesce_gap < 0) or (max_read is not None and max_read < 1):
             raise InputError("coalesce_gap must be >= 0 and max_read >= 1")
         self.workers = workers
-        self._storage, self.info, self._index, self.meta = open_generation(self.path, self.index_path, _snapshot)
+        #: the node-local cache (remote packs only): its folder and limit (its handle: ``_cache``)
+        self.cache_settings = cache_settings(cache_dir, cache_limit) if is_remote(self.path) else None
+        #: where the remote open's first answers are kept (the cache's: ``storage/kept.py``)
+        self._kept = kept_copies(self.cache_settings)
+        self._storage, self.info, self._index, self.meta = open_generation(
+            self.path, self.index_path, _snapshot, self._kept
+        )
         #: a remote pack: every read is a request, so neighbours farther apart are worth merging,
         #: runs may be longer, and a batch is always read as cold (all its requests at once)
         self.remote = bool(getattr(self._storage, "remote", False))
@@ -173,8 +179,6 @@ class PackReader:
         #: without a strong ETag): every frame returned is checked against the index's md5 first
         self.checks_md5 = self.remote and not getattr(self._storage, "pinned", True)
         self._md5s: list[bytes] | None = None
-        #: the node-local cache (remote packs only): its folder and limit, and this process's handle
-        self.cache_settings = cache_settings(cache_dir, cache_limit) if self.remote else None
         self._cache: PackCache | None = None
         self._cache_pid = -1
         self._in_order: bool | None = None  # the offsets grow with the frame id (for the cache's writes)
@@ -560,6 +564,8 @@ class PackReader:
     def _check_md5(self, ids: Sequence[int], frames: Sequence[bytes | memoryview]) -> None:
         """Each frame's bytes against the index's md5 (``checks_md5``; run under
         ``_replaced_if_moved``, which tells a replaced pack from damage)."""
+        if not ids:  # (a batch the node cache held whole: the md5 column is not even read)
+            return
         want = self._index_md5s()
         for i, digest in zip(ids, md5_each(frames)):
             if digest != want[i]:
@@ -577,7 +583,16 @@ class PackReader:
                 raise PackReplaced(
                     f"{self.shown}: the pack was replaced since this reader opened it ({e}); open it again"
                 ) from None
+            self._forget_copies()
             raise
+
+    def _forget_copies(self) -> None:
+        """Drop the kept copies this reader's pack and index came from (``open_generation``):
+        bytes that fail a check are damage, or (a publish raced the open that kept them) not
+        the version those copies say; either way the next open fetches both from the store."""
+        for storage in (self._storage, self._index):
+            if getattr(storage, "from_copy", False):
+                storage.forget_copy()  # type: ignore[attr-defined]
 
     def read_many_into(
         self, keys: Sequence[FrameKey], buffer: bytearray | memoryview | None = None

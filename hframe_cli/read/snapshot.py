@@ -21,6 +21,7 @@ from ..format.layout import HEADER_SIZE, TRAILER_SIZE, Header, Trailer
 from ..locations import is_remote
 from ..names import partial_name
 from ..storage.access import LocalFile, Storage, open_storage, opening_ahead, unpinned_and_moved
+from ..storage.kept import KeptCopies
 
 T = TypeVar("T")
 
@@ -30,6 +31,7 @@ __all__ = [
     "PackInfo",
     "generation_checks",
     "open_generation",
+    "open_hints",
     "pinned_index",
     "read_pack_info",
     "until_settled",
@@ -70,13 +72,23 @@ def read_pack_info(storage: Storage) -> PackInfo:
 PACK_OPEN: dict[str, Any] = {"tail": TRAILER_SIZE}
 INDEX_OPEN: dict[str, Any] = {"whole": True}
 
+
+def open_hints(kept: KeptCopies | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a remote pack's open and its index's fetch with their first requests
+    (``PACK_OPEN``, ``INDEX_OPEN``), and where copies of those answers are kept (``kept``:
+    ``storage/kept.py``; the node cache's, for a reader with one)."""
+    if kept is None:
+        return PACK_OPEN, INDEX_OPEN
+    return {**PACK_OPEN, "kept": kept}, {**INDEX_OPEN, "kept": kept}
+
+
 #: How often ``open_generation`` looks again when the pack or index at the path changed while it
 #: was opening them (a publish under way); each look is a few syscalls, with a short pause between.
 OPEN_ATTEMPTS = 10
 
 
 def open_generation(
-    path: str, index_path: str, snapshot: dict[str, Any] | None = None
+    path: str, index_path: str, snapshot: dict[str, Any] | None = None, kept: KeptCopies | None = None
 ) -> tuple[Storage, PackInfo, Storage, IndexMeta]:
     """Open one pack generation: the pack, and the index that belongs to it (``man/hframe.5``,
     PUBLISHING AND READERS).
@@ -90,17 +102,23 @@ def open_generation(
     ``snapshot`` (from an unpickled reader) names the generation wanted: the one its parent held,
     reached through the parent's open files where possible; another generation is refused.
 
+    ``kept``: a remote pack's and index's first answers are taken from these copies while the
+    store says the objects are still the versions kept, and kept there once the pair opened
+    (``storage/kept.py``). A pair from copies that does not open (copies that do not belong
+    together) is opened again from the store, the copies dropped.
+
     Returns:
         (pack handle, its header and trailer, index handle, index metadata).
     """
+    pack_hints, index_hints = open_hints(kept)
     if snapshot is not None:
-        return _reopen_generation(path, index_path, snapshot)
+        return _reopen_generation(path, index_path, snapshot, pack_hints, index_hints, kept)
 
     def attempt() -> tuple[Storage, PackInfo, Storage, IndexMeta]:
-        storage = open_storage(path, **PACK_OPEN)
+        storage = open_storage(path, **pack_hints)
         try:
             info = read_pack_info(storage)
-            index, meta = pinned_index(storage, index_path, {info.uuid})
+            index, meta = pinned_index(storage, index_path, {info.uuid}, index_hints)
         except FormatError:
             try:
                 replaced = unpinned_and_moved(storage)  # (a store that cannot say raises StorageError)
@@ -120,7 +138,37 @@ def open_generation(
             raise
         return storage, info, index, meta
 
-    return until_settled(attempt, index_path)
+    return until_settled(_kept_by(attempt, kept, path, index_path), index_path)
+
+
+def _kept_by(
+    attempt: Callable[[], tuple[Storage, PackInfo, Storage, IndexMeta]],
+    kept: KeptCopies | None,
+    *locations: str,
+) -> Callable[[], tuple[Storage, PackInfo, Storage, IndexMeta]]:
+    """``attempt`` (an open of a pack and its index), whose answers are kept in ``kept`` once
+    it opened; one that fails while copies of ``locations`` are kept drops them and is made
+    again (``Overtaken``): copies are never the reason an open fails."""
+    if kept is None:
+        return attempt
+
+    def kept_attempt() -> tuple[Storage, PackInfo, Storage, IndexMeta]:
+        try:
+            opened = attempt()
+        except HframeError:
+            held = [loc for loc in locations if kept.holds(loc)]
+            if not held:
+                raise
+            for loc in held:
+                kept.forget(loc)
+            raise Overtaken from None
+        for storage in (opened[0], opened[2]):
+            keep = getattr(storage, "keep", None)
+            if keep is not None:
+                keep()
+        return opened
+
+    return kept_attempt
 
 
 def until_settled(attempt: Callable[[], T], where: str) -> T:
@@ -176,7 +224,12 @@ def generation_checks(
 
 
 def _reopen_generation(
-    path: str, index_path: str, snapshot: dict[str, Any]
+    path: str,
+    index_path: str,
+    snapshot: dict[str, Any],
+    pack_hints: dict[str, Any],
+    index_hints: dict[str, Any],
+    kept: KeptCopies | None,
 ) -> tuple[Storage, PackInfo, Storage, IndexMeta]:
     """The generation an unpickled reader's parent held: through the parent's open files while
     it lives (``/proc/PID/fd``), else by path if the path still holds the same generation."""
@@ -184,8 +237,12 @@ def _reopen_generation(
     same_pack, same_index, replaced = generation_checks(path, index_path, want, size)
     location = snapshot.get("index_location") or index_path
     if is_remote(path):  # pinned by the checks below; pack and index asked for at once
-        with opening_ahead([path, location], {path: PACK_OPEN, location: INDEX_OPEN}):
-            return _reopen_from(path, index_path, location, want, PACK_OPEN, INDEX_OPEN, same_index, replaced)
+
+        def attempt() -> tuple[Storage, PackInfo, Storage, IndexMeta]:
+            with opening_ahead([path, location], {path: pack_hints, location: index_hints}):
+                return _reopen_from(path, index_path, location, want, pack_hints, index_hints, same_index, replaced)
+
+        return until_settled(_kept_by(attempt, kept, path, location), index_path)
     pack_options = {"origin": snapshot.get("pack"), "same_generation": same_pack}
     index_options = {"origin": snapshot.get("index"), "same_generation": same_index}
     return _reopen_from(path, index_path, location, want, pack_options, index_options, same_index, replaced)
@@ -209,7 +266,7 @@ def _reopen_from(
         try:
             index = open_storage(location, **index_options)
         except InputError:  # e.g. it was opened as INDEX.partial, since renamed: the path now
-            index = open_storage(index_path, **INDEX_OPEN)
+            index = open_storage(index_path, **{k: v for k, v in index_options.items() if k in INDEX_OPEN})
             try:
                 if isinstance(index, LocalFile):  # a remote index is checked by its metadata below
                     same_index(index.fileno())
@@ -232,12 +289,15 @@ class Overtaken(Exception):
     """The pack at the path was replaced after it was opened and before its index was."""
 
 
-def pinned_index(storage: Storage, ipath: str, uuids: set[str]) -> tuple[Storage, IndexMeta]:
+def pinned_index(
+    storage: Storage, ipath: str, uuids: set[str], hints: dict[str, Any] = INDEX_OPEN
+) -> tuple[Storage, IndexMeta]:
     """The index of the pack ``storage`` holds, as an open handle: ``ipath``, or mid-publish
     ``ipath.partial`` (``man/hframe.5``, PUBLISHING AND READERS). An index of another pack is
-    returned as it is (the caller reports it) unless the pack was replaced meanwhile."""
+    returned as it is (the caller reports it) unless the pack was replaced meanwhile.
+    ``hints``: what its open fetches (``open_hints``)."""
     try:
-        index: Storage | None = open_storage(ipath, **INDEX_OPEN)
+        index: Storage | None = open_storage(ipath, **hints)
     except InputError:
         index = None
     meta: IndexMeta | None = None

@@ -138,7 +138,8 @@ def _requests(reader: Any) -> int:
 
 def cache_report(cache_dir: str | None, prune: bool = False, clear: bool = False) -> dict[str, Any]:
     """What the node's cache holds, per pack generation (and after ``prune`` to its limit, or
-    ``clear``): URL, UUID, frames held, bytes on disk, last use, hits and misses.
+    ``clear``): URL, UUID, frames held, bytes on disk, last use, hits and misses; and the kept
+    copies of remote opens (files, bytes).
 
     Raises:
         InputError: no cache folder given.
@@ -174,12 +175,16 @@ def cache_report(cache_dir: str | None, prune: bool = False, clear: bool = False
             }
         )
     packs.sort(key=lambda p: p["last_used"] or 0, reverse=True)
+    kept = [nbytes for _, _, nbytes in node.kept_files()]
+    held = sum(b for _, _, b in node.segments()) + sum(kept)
     return {
         "cache": node.root,
         "limit": node.effective_limit(),
-        "bytes": sum(p["bytes"] for p in packs),
+        "bytes": held,
         "freed": freed,
         "packs": packs,
+        # what remote opens fetched first (headers, indexes), kept by URL and ETag
+        "kept": {"files": len(kept), "bytes": sum(kept)},
         "old_layouts": old,  # (an older hframe's cache beside it: never read; --clear removes it)
     }
 

@@ -439,8 +439,8 @@ def open_storage(location: str | os.PathLike[str], **options: Any) -> Storage:
 
 
 #: options of ``open_storage`` that say what to fetch with a remote open (``RemoteFile``'s
-#: ``whole`` and ``tail``): a local file has no use for them
-_HINTS = frozenset({"whole", "tail"})
+#: ``whole`` and ``tail``) and where its answers are kept (``kept``): a local file has no use for them
+_HINTS = frozenset({"whole", "tail", "kept"})
 
 
 def _open_now(loc: str, **options: Any) -> Storage:

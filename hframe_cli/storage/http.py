@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 from ..errors import HframeError, InputError, PackReplaced, StorageError
 from ..locations import scheme_family, shown_url
 from ..signals import pending_signal
+from .kept import Copy, KeptCopies
 from .objectstore import ObjectBackend, join
 from .policy import Budget, Counters, Permanent, RequestPolicy, Response, Transient
 from .wire import Answer, Connection
@@ -151,12 +152,18 @@ class HttpBackend:
     #: ``get`` takes a negative ``start``: the last ``length`` bytes, whatever the object's size
     suffix_ranges = True
 
-    def get(self, start: int, length: int | None, etag: str | None, deadline: float | None = None) -> Response:
+    def get(
+        self, start: int, length: int | None, etag: str | None, deadline: float | None = None, unless: str | None = None
+    ) -> Response:
         """``length`` bytes from ``start`` (None: the whole object, no Range header; ``start``
         < 0: the last ``length`` bytes), all of it received before ``deadline``
-        (``time.monotonic()``) or ``Transient``."""
-        resp, body = self._exchange(start, length, etag, deadline)
+        (``time.monotonic()``) or ``Transient``. ``unless``: an ETag kept from before; while the
+        object is that version the answer is ``unchanged``, without a body (``If-None-Match``:
+        HTTP 304)."""
+        resp, body = self._exchange(start, length, etag, deadline, unless)
         status = resp.status
+        if status == 304 and unless is not None:
+            return Response(b"", -1, resp.getheader("ETag") or unless, unchanged=True)
         if status == 416 and (resp.getheader("Content-Range") or "").endswith("/0"):
             # an empty object: nothing to range over
             return Response(b"", 0, resp.getheader("ETag"), modified=resp.getheader("Last-Modified"))
@@ -169,7 +176,7 @@ class HttpBackend:
         return self._response(resp, body, start, length)
 
     def _exchange(
-        self, start: int, length: int | None, etag: str | None, deadline: float | None
+        self, start: int, length: int | None, etag: str | None, deadline: float | None, unless: str | None = None
     ) -> tuple[Answer, bytes]:
         """One request on this thread's connection, and its answer: the body where the status
         carries data (200, 206), else nothing (a short error body is drained so the connection
@@ -180,6 +187,8 @@ class HttpBackend:
             headers["Range"] = f"bytes=-{length}" if start < 0 else f"bytes={start}-{start + length - 1}"
         if etag is not None:
             headers["If-Match"] = etag
+        if unless is not None:
+            headers["If-None-Match"] = unless
         if self.authorization is not None:
             headers["Authorization"] = self.authorization
 
@@ -207,9 +216,9 @@ class HttpBackend:
                 # a kept-alive connection the server had closed (idle too long, or nginx after a
                 # 412): the request never reached it; ask again on a new connection, once (a
                 # new one is not ``reused``), as no attempt of the policy was spent
-                return self._exchange(start, length, etag, deadline)
+                return self._exchange(start, length, etag, deadline, unless)
             raise Transient(f"connection failed: {e.__class__.__name__}: {e}") from None
-        if not resp.keep_alive or resp.status not in (200, 206):
+        if not resp.keep_alive or resp.status not in (200, 206, 304):
             self._drop()  # nginx closes after a 412 though its answer says keep-alive: so do we
         return resp, body
 
@@ -333,6 +342,7 @@ class RemoteFile:
         backend: Callable[[str, RequestPolicy], Any] | None = None,
         whole: bool = False,
         tail: int = 0,
+        kept: KeptCopies | None = None,
         **_: Any,
     ) -> None:
         self.url = location
@@ -353,16 +363,27 @@ class RemoteFile:
         self._version: tuple[str | None, int] | None = None  # (ETag, size) of the first answer
         self._gone: str | None = None  # why the version read is known to be replaced (then: no more requests)
         self._tail: Future[Response] | None = None
+        self._tail_wanted = tail
         pinned = etag is not None
+        #: where this open's first answers are kept (``kept.py``), and the copy found there: of
+        #: an object read whole (an index: the pack's header, always fetched, must name its pack
+        #: UUID), or of any object where a store's version tag changes with every write (an S3
+        #: ETag, a GCS generation). An HTTP ETag may not (nginx's: mtime in seconds and size),
+        #: so a pack's header over HTTP is always fetched.
+        self._kept = kept if whole or getattr(self.backend, "versioned", False) else None
+        self._copy = self._kept.get(location) if self._kept is not None else None
         # on a worker, as every request: a client blocked in C++ (pyarrow) would not see Ctrl-C
         try:
-            started = self._executor().submit(self._request, 0, WHOLE_OBJECT_MAX if whole else PROBE_BYTES)
+            started = self._executor().submit(self._request, 0, WHOLE_OBJECT_MAX if whole else PROBE_BYTES, None, True)
             if tail > 0 and getattr(self.backend, "suffix_ranges", False):
-                self._tail = self._executor().submit(self._one_try, -tail, tail)
+                from_copy = self._copy is not None and len(self._copy.tail) == tail
+                self._tail = self._executor().submit(self._one_try, -tail, tail, from_copy)
             first = self._wait(started)
         except BaseException:
             self.close()  # no worker thread is left behind by a failed open (a dataset check's 404)
             raise
+        #: the first answer came from the kept copy (the store said it is still that version)
+        self.from_copy = first.unchanged
         if pinned and first.etag != etag:
             raise PackReplaced(f"{self.location}: the object was replaced (ETag {first.etag}, expected {etag})")
         # a weak ETag (W/"...") never passes If-Match (a strong comparison): such a server, or one
@@ -373,23 +394,65 @@ class RemoteFile:
 
     # -- the request policy ------------------------------------------------------------------
 
-    def _request(self, start: int, length: int | None, deadline: float | None = None) -> Response:
-        """One GET with the policy's retries (``deadline``: the end of the read it serves)."""
-        resp: Response = self._retried(lambda until: self.backend.get(start, length, self.etag, until), deadline)
-        self.counters.add(requests=resp.requests - 1, nbytes=len(resp.body))
+    def _request(
+        self, start: int, length: int | None, deadline: float | None = None, from_copy: bool = False
+    ) -> Response:
+        """One GET with the policy's retries (``deadline``: the end of the read it serves).
+        ``from_copy``: the object's first bytes, which the kept copy holds while the store says
+        it is still that version (then no body is sent)."""
+
+        def get(until: float) -> Response:
+            unless = self._copy.etag if from_copy and self._copy is not None else None
+            return self._kept_answer(self.backend.get(start, length, self.etag, until, unless), tail=False)
+
+        resp: Response = self._retried(get, deadline)
+        self.counters.add(requests=resp.requests - 1, nbytes=0 if resp.unchanged else len(resp.body))
         self._same_version(resp)
         return resp
 
-    def _one_try(self, start: int, length: int) -> Response:
+    def _one_try(self, start: int, length: int, from_copy: bool = False) -> Response:
         """One GET, not retried: a read asked for ahead of need (``tail``), whose failure only
-        means the read is asked for again when it is needed, with the policy's retries."""
+        means the read is asked for again when it is needed, with the policy's retries.
+        ``from_copy``: the object's last bytes, as ``_request``'s first ones."""
         if self._closed:  # (the open failed meanwhile: nothing more is asked)
             raise StorageError(f"{self.location}: closed while reading")
         self.counters.add(requests=1)
-        resp: Response = self.backend.get(start, length, self.etag, time.monotonic() + self.policy.request_timeout_s)
-        self.counters.add(requests=resp.requests - 1, nbytes=len(resp.body))
+        unless = self._copy.etag if from_copy and self._copy is not None else None
+        deadline = time.monotonic() + self.policy.request_timeout_s
+        resp = self._kept_answer(self.backend.get(start, length, self.etag, deadline, unless), tail=True)
+        self.counters.add(requests=resp.requests - 1, nbytes=0 if resp.unchanged else len(resp.body))
         self._same_version(resp)
         return resp
+
+    def _kept_answer(self, resp: Response, tail: bool) -> Response:
+        """An ``unchanged`` answer (the store still serves the kept version) with the copy's
+        bytes, size and ETag; any other answer as it is."""
+        copy = self._copy
+        if not resp.unchanged or copy is None:
+            return resp
+        if resp.size not in (-1, copy.size):  # (the same ETag at another size: not the version kept)
+            self._copy = None
+            raise Transient(f"the object has the kept ETag {copy.etag} but {resp.size} bytes, not {copy.size}")
+        body = copy.tail if tail else copy.head
+        return Response(body, copy.size, copy.etag, requests=resp.requests, unchanged=True)
+
+    def keep(self) -> None:
+        """Keep what this open fetched (its first bytes, and the tail asked for) under the
+        object's ETag, where a kept-copies folder was given (``kept.py``): once the caller has
+        checked them (a pack and the index that belongs to it). Nothing is kept from an object
+        without a strong ETag (HTTP), or that came from the copy already."""
+        tag = (self._version or (None, 0))[0]
+        if self._kept is None or self.from_copy or not tag or tag.startswith("W/") or self._gone is not None:
+            return
+        tail = self._tail_bytes() if self._tail_wanted and self._tail is not None else b""
+        if self._tail_wanted and len(tail) != min(self._tail_wanted, self._size):
+            return
+        self._kept.put(self.url, Copy(tag, self._size, self._probe, tail))
+
+    def forget_copy(self) -> None:
+        """Drop this object's kept copy (what it held does not belong with what the store serves)."""
+        if self._kept is not None:
+            self._kept.forget(self.url)
 
     def _retried(self, call: Callable[[float], _T], deadline: float | None = None) -> _T:
         """``call(deadline)`` (one request of the backend) with the policy's retries; its

@@ -327,12 +327,20 @@ class ObjectBackend:
         if handle is None or handle[0] != os.getpid():
             raise Transient("the object's size is not known (its metadata request failed or is under way)")
 
+    #: the version tag changes with every write (S3: the ETag, the md5 of the content; GCS: the
+    #: generation): a copy kept under it is that content (``kept.py``)
+    versioned = True
+
     #: ``get`` takes a negative ``start``: the last ``length`` bytes (asked for once the
     #: handle's metadata request gave the size: a trailer asked for with the first read then
     #: costs no round trip of its own after it)
     suffix_ranges = True
 
-    def get(self, start: int, length: int | None, etag: str | None, deadline: float | None = None) -> Response:
+    def get(
+        self, start: int, length: int | None, etag: str | None, deadline: float | None = None, unless: str | None = None
+    ) -> Response:
+        """As ``HttpBackend.get``; ``unless``: no GET while the object's metadata (asked for
+        once per process, with the handle) names that ETag or generation."""
         if deadline is not None and deadline <= time.monotonic():
             raise Transient("timed out (the deadline passed)")
         opened = 0
@@ -342,6 +350,8 @@ class ObjectBackend:
             f, size, tag, opened = self._open()
             if etag is not None and tag != etag:
                 raise Permanent("replaced", f"the object changed (its ETag is now {tag})")
+            if unless is not None and tag == unless:
+                return Response(b"", size, tag, requests=opened, unchanged=True)
             if length is None:
                 body = self._within(size, deadline, lambda: f.read_at(size, 0)) if size else b""
             else:

@@ -127,6 +127,8 @@ class Response:
     etag: str | None
     requests: int = 1  # requests it took (a backend may first ask for the object's metadata)
     modified: str | None = None  # the Last-Modified header (HTTP), as sent
+    #: the object is still the version ``get(unless=ETAG)`` named: no body came (HTTP 304)
+    unchanged: bool = False
 
 
 def fetched(call: Callable[[float], _T], policy: RequestPolicy, budget: Budget, where: str) -> _T:
