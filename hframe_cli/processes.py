@@ -189,8 +189,9 @@ def keep_freed_heap(limit: int = 256 << 20) -> bool:
     already. By default glibc trims the heap whenever a freed file leaves its top free, and the
     next file faults every page in again: loading 6,000 JPEGs of 34 KB as a worker does took
     39,000 minor faults and 0.18-0.22 s of system time, and 0 faults and 0.07-0.10 s with this.
-    Only for our own helpers (a library must not set this in its caller's process). False where
-    the C library has no ``mallopt`` (not glibc)."""
+    Only for our own helpers and DataLoader workers reading a ``FrameDataset`` (processes made
+    to run our reads; a library must not set this in its caller's process). False where the C
+    library has no ``mallopt`` (not glibc)."""
     try:
         import ctypes
 

@@ -230,3 +230,61 @@ def test_dataloader_with_a_cache_and_read_ahead_makes_no_frame_request_in_epoch_
             assert got == want
             assert sampler.ahead is not None and sampler.ahead.error is None and sampler.ahead.fetched > 0
     assert asked[0] > 10 and asked[1] <= 2 * 3, asked  # (epoch 2: each worker's opening requests at most)
+
+
+class _MallInfo2(__import__("ctypes").Structure):
+    _fields_ = [
+        (name, __import__("ctypes").c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def kept_after_freeing() -> int:
+    """Bytes glibc keeps at the top of its heap after 40 MiB of 1 MiB buffers are freed: all of
+    them where freed heap is kept, a trim's leftover where not."""
+    import ctypes
+
+    blobs = [bytearray(1 << 20) for _ in range(40)]
+    del blobs
+    mallinfo2 = ctypes.CDLL(None).mallinfo2
+    mallinfo2.restype = _MallInfo2
+    return int(mallinfo2().keepcost)
+
+
+def _heap_probe(batch):
+    return kept_after_freeing()
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_dataloader_worker_keeps_its_freed_heap_and_the_training_process_does_not(packed, context):
+    """A batch is hundreds of new bytes freed together: a worker that gave them back to the
+    kernel would fault every page in again the next batch. Workers keep them (glibc); the
+    process that made the DataLoader is never changed; HFRAME_MALLOC=0 leaves workers alone."""
+    import ctypes
+
+    if not hasattr(ctypes.CDLL(None), "mallinfo2"):
+        pytest.skip("not glibc 2.33 or later")
+    ds = FrameDataset(packed, target=None)
+    kept = {}
+    for setting in ("1", "0"):
+        os.environ["HFRAME_MALLOC"] = setting
+        try:
+            loader = DataLoader(
+                ds, batch_size=4, num_workers=1, collate_fn=_heap_probe, multiprocessing_context=context
+            )
+            kept[setting] = next(iter(loader))
+        finally:
+            del os.environ["HFRAME_MALLOC"]
+    assert kept["1"] >= 32 << 20 and kept["0"] < 8 << 20, kept
+    assert kept_after_freeing() < 8 << 20  # (here: the training process)
