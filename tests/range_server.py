@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import os
 import socket
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -173,6 +174,13 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     owner: RangeServer
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that closed its connection (a reader dropping a kept-alive connection, a
+        request given up) is not an error of the server: socketserver printed a traceback."""
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class RangeServer:

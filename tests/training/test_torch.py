@@ -266,11 +266,10 @@ def _heap_probe(batch):
     return kept_after_freeing()
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_a_dataloader_worker_keeps_its_freed_heap_and_the_training_process_does_not(packed, context):
+def test_a_spawned_dataloader_worker_keeps_its_freed_heap(packed):
     """A batch is hundreds of new bytes freed together: a worker that gave them back to the
-    kernel would fault every page in again the next batch. Workers keep them (glibc); the
-    process that made the DataLoader is never changed; HFRAME_MALLOC=0 leaves workers alone."""
+    kernel would fault every page in again the next batch. A spawned worker (a new interpreter:
+    its heap says what glibc does) keeps them; with HFRAME_MALLOC=0 it does not."""
     import ctypes
 
     if not hasattr(ctypes.CDLL(None), "mallinfo2"):
@@ -281,10 +280,40 @@ def test_a_dataloader_worker_keeps_its_freed_heap_and_the_training_process_does_
         os.environ["HFRAME_MALLOC"] = setting
         try:
             loader = DataLoader(
-                ds, batch_size=4, num_workers=1, collate_fn=_heap_probe, multiprocessing_context=context
+                ds, batch_size=4, num_workers=1, collate_fn=_heap_probe, multiprocessing_context="spawn"
             )
             kept[setting] = next(iter(loader))
         finally:
             del os.environ["HFRAME_MALLOC"]
     assert kept["1"] >= 32 << 20 and kept["0"] < 8 << 20, kept
-    assert kept_after_freeing() < 8 << 20  # (here: the training process)
+
+
+def test_a_forked_dataloader_worker_asks_to_keep_its_heap_and_the_training_process_never(packed, tmp_path, monkeypatch):
+    """Forked workers (their heap is the parent's, so it cannot say): each asks glibc once, at
+    its first batch; the process that made the DataLoader never does; HFRAME_MALLOC=0 or a
+    malloc threshold in the environment means none does."""
+    import hframe_cli.training.dataset as dataset_mod
+
+    def spy() -> bool:
+        (tmp_path / f"asked-{os.getpid()}").touch()
+        return True
+
+    monkeypatch.setattr(dataset_mod, "keep_freed_heap", spy)
+    ds = FrameDataset(packed, target=None)
+    asked = {}
+    for env in ({}, {"HFRAME_MALLOC": "0"}, {"MALLOC_TRIM_THRESHOLD_": "1000000"}):
+        for f in tmp_path.glob("asked-*"):
+            f.unlink()
+        with monkeypatch.context() as m:
+            for k, v in env.items():
+                m.setenv(k, v)
+            loader = DataLoader(
+                ds, batch_size=2, num_workers=2, collate_fn=lambda b: os.getpid(), multiprocessing_context="fork"
+            )
+            pids = set(loader)
+        asked[tuple(env)] = {int(f.name.split("-")[1]) for f in tmp_path.glob("asked-*")}
+        if not env:
+            assert asked[()] == pids and len(pids) == 2 and os.getpid() not in pids
+    assert asked[("HFRAME_MALLOC",)] == set() and asked[("MALLOC_TRIM_THRESHOLD_",)] == set()
+    ds.__getitems__([0, 1])  # (here, in the training process: never asked)
+    assert not (tmp_path / f"asked-{os.getpid()}").exists()
