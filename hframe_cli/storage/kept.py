@@ -38,6 +38,7 @@ import hashlib
 import json
 import os
 import struct
+import threading
 from dataclasses import dataclass
 
 __all__ = ["Copy", "KeptCopies"]
@@ -92,7 +93,7 @@ class KeptCopies:
         if len(copy.head) + len(copy.tail) > MOST_BYTES or not copy.etag:
             return
         path = self.path_of(url)
-        tmp = f"{path}.{os.getpid()}.tmp"
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # (one writer per name: threads too)
         try:
             os.makedirs(self.folder, exist_ok=True)
             with open(tmp, "wb") as f:
