@@ -654,7 +654,8 @@ def cache_report(doc: dict[str, Any], as_json: bool) -> None:
         )
     kept = doc.get("kept") or {}
     if kept.get("files"):
-        out.write(f"kept opens (headers, indexes)\t{kept['files']} files\t{format_bytes(kept['bytes'])}\n")
+        files = f"{kept['files']} file{'s' if kept['files'] != 1 else ''}"
+        out.write(f"kept opens (headers, indexes)\t{files}\t{format_bytes(kept['bytes'])}\n")
     for o in doc.get("old_layouts", []):
         out.write(
             f"{o['folder']}: {format_bytes(o['bytes'])} of an older hframe's cache, not read (--clear removes it)\n"
