@@ -93,6 +93,8 @@ class KeptCopies:
         if len(copy.head) + len(copy.tail) > MOST_BYTES or not copy.etag:
             return
         path = self.path_of(url)
+        if _kept_version(path) == (copy.etag, copy.size, len(copy.head), len(copy.tail)):
+            return  # (another process kept it meanwhile: ranks opening at once write it once)
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # (one writer per name: threads too)
         try:
             os.makedirs(self.folder, exist_ok=True)
@@ -111,6 +113,20 @@ class KeptCopies:
         """Drop ``url``'s copy (what it held did not match what the store serves)."""
         with contextlib.suppress(OSError):
             os.unlink(self.path_of(url))
+
+
+def _kept_version(path: str) -> tuple[str, int, int, int] | None:
+    """(ETag, size, head and tail lengths) a copy's file says it holds, from its first bytes
+    only (not checked: enough to tell that writing the same copy again is not needed)."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(8)
+            if len(start) < 8 or start[:4] != _MAGIC:
+                return None
+            meta = json.loads(f.read(_LEN.unpack_from(start, 4)[0]))
+        return meta["etag"], meta["size"], meta["head"], meta["tail"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _digest(head: bytes, tail: bytes) -> str:

@@ -258,6 +258,12 @@ def test_kept_copies_are_whole_or_nothing():
         kept.put("http://x/b", Copy("", 10, b"x"))  # (no ETag: nothing to keep it under)
         assert not kept.holds("http://x/b")
         path = Path(kept.path_of("http://x/a"))
+        inode = path.stat().st_ino
+        kept.put("http://x/a", copy)  # (the same copy again, as ranks opening at once do: not rewritten)
+        assert path.stat().st_ino == inode
+        kept.put("http://x/a", Copy('"abd"', 1000, copy.head, copy.tail))  # (another version: replaced)
+        assert path.stat().st_ino != inode and kept.get("http://x/a").etag == '"abd"'
+        kept.put("http://x/a", copy)
         whole = path.read_bytes()
         for broken in (whole[:-1], whole + b"x", b"HFK2" + whole[4:], whole[:10]):
             path.write_bytes(broken)
