@@ -3,7 +3,8 @@
 
 ``prefetch`` reads the chosen frames of a remote pack or dataset through a reader with the
 cache: every frame the cache does not hold is fetched (coalesced ranges, many at once, as
-``read_many`` reads a batch), checked against the index's md5, and kept. What the cache holds
+``read_many`` reads a batch, with up to ``IN_FLIGHT`` requests in flight: a sample is scattered
+frames, a request each), checked against the index's md5, and kept. What the cache holds
 already costs a lookup. As MosaicML Streaming's ``predownload``, but by frame, not by shard: a
 10 % sample fetches 10 % of the bytes.
 
@@ -27,6 +28,9 @@ __all__ = ["cache_report", "prefetch", "select_frames"]
 
 #: frames asked for at once
 BATCH = 1024
+#: requests in flight while warming (as the sampler's read-ahead: ``read_ahead_in_flight``): a
+#: sample's frames are scattered, one request each, and each waits a round trip
+IN_FLIGHT = 64
 
 
 def select_frames(count: int, frames: str | None, sample: int | None, seed: int, part: str | None) -> list[int]:
@@ -90,6 +94,7 @@ def prefetch(
         raise InputError(f"{location}: a local pack is read where it is; prefetch is for remote packs")
     t0 = time.monotonic()
     with open_pack(location, cache_dir=settings[0], cache_limit=settings[1]) as reader:
+        reader.widen(IN_FLIGHT)  # (never fewer than HFRAME_IO_IN_FLIGHT)
         ids = select_frames(len(reader), frames, sample, seed, part)
         sizes = reader.frame_sizes(ids) if ids else []
         done = nbytes = fetched = 0

@@ -271,3 +271,28 @@ def test_kept_copies_are_whole_or_nothing():
         kept.put("http://x/a", copy)
         kept.forget("http://x/a")
         assert not kept.holds("http://x/a")
+
+
+def test_prefetch_of_a_sample_keeps_many_requests_in_flight_and_fetches_only_the_sample(tmp_path):
+    """A sample's frames are scattered, a request each, and each waits a round trip: prefetch
+    keeps up to 64 in flight (a reader's default is 16), and fetches the sample's bytes only."""
+    from range_server import RangeServer
+
+    from hframe_cli.read.warm import IN_FLIGHT, prefetch
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(600):  # (3 KB apart: a sample of 1 in 4 leaves gaps no request bridges)
+        (src / f"{i:04d}.bin").write_bytes(random.Random(i).randbytes(3000))
+    (tmp_path / "www").mkdir()
+    h.pack([src], tmp_path / "www" / "p.hframe")
+    want = frames_of(tmp_path / "www" / "p.hframe")
+    with RangeServer(tmp_path / "www") as srv:
+        srv.latency_s = 0.05
+        doc = prefetch(srv.url("p.hframe"), cache_dir=str(tmp_path / "cache"), sample=150, seed=4)
+        peak = srv.peak_waiting
+        with h.open_pack(srv.url("p.hframe"), cache_dir=tmp_path / "cache") as p:
+            ids = sorted(random.Random(4).sample(range(600), 150))
+            assert p.read_many(ids) == [want[i] for i in ids] and p._cache.counts["hits"] == 150
+    assert doc["fetched"] == 150 and doc["fetched_bytes"] == 150 * 3000
+    assert 16 < peak <= IN_FLIGHT, peak
