@@ -155,7 +155,7 @@ def _kept_by(
     def kept_attempt() -> tuple[Storage, PackInfo, Storage, IndexMeta]:
         try:
             opened = attempt()
-        except HframeError:
+        except (HframeError, Overtaken):  # (a copy of another size than the object's looks moved)
             held = [loc for loc in locations if kept.holds(loc)]
             if not held:
                 raise
