@@ -65,6 +65,9 @@ class KeptCopies:
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
+        #: copies found wrong here (``forget``): never used again through this handle, even
+        #: where their files cannot be deleted (a read-only cache)
+        self._refused: set[str] = set()
 
     def path_of(self, url: str) -> str:
         """The file of ``url``'s copy: named by the URL's SHA-256 (the whole URL: the same path
@@ -73,6 +76,8 @@ class KeptCopies:
 
     def get(self, url: str) -> Copy | None:
         """``url``'s copy, if one is kept and whole (a damaged one is deleted)."""
+        if url in self._refused:
+            return None
         path = self.path_of(url)
         try:
             with open(path, "rb") as f:
@@ -101,16 +106,18 @@ class KeptCopies:
             with open(tmp, "wb") as f:
                 f.write(_encode(copy))
             os.replace(tmp, path)
+            self._refused.discard(url)
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
 
     def holds(self, url: str) -> bool:
-        """Whether a copy of ``url`` is kept (whole or not: ``get`` says)."""
-        return os.path.exists(self.path_of(url))
+        """Whether a copy of ``url`` is kept and not refused (whole or not: ``get`` says)."""
+        return url not in self._refused and os.path.exists(self.path_of(url))
 
     def forget(self, url: str) -> None:
         """Drop ``url``'s copy (what it held did not match what the store serves)."""
+        self._refused.add(url)
         with contextlib.suppress(OSError):
             os.unlink(self.path_of(url))
 

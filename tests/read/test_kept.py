@@ -93,6 +93,17 @@ def test_over_http_a_second_open_takes_the_index_from_the_cache_and_a_changed_or
             with h.open_pack(url, cache_dir=cache) as p:
                 assert not p._index.from_copy and p.read_many(list(range(len(p)))) == want_b
             assert kept.get(index_url).head == Path(f"{b}.index.parquet").read_bytes()
+        # the same where the copy cannot be deleted (a read-only cache; here an immutable file,
+        # which root cannot delete either): refused by this open, never used, never a failure
+        kept.put(index_url, Copy(now.etag, now.size, foreign))
+        copy_file = kept.path_of(index_url)
+        if subprocess.run(["chattr", "+i", copy_file], capture_output=True).returncode == 0:
+            try:
+                with h.open_pack(url, cache_dir=cache) as p:
+                    assert not p._index.from_copy and p.read_many(list(range(len(p)))) == want_b
+                assert Path(copy_file).read_bytes().endswith(foreign)  # (still there, untouched)
+            finally:
+                subprocess.run(["chattr", "-i", copy_file], check=True)
         # what the CLI shows, and --clear removes them
         r = run_bin(["cache", "--cache-dir", str(cache), "--json"])
         doc = json.loads(r.stdout)
