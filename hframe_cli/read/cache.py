@@ -224,10 +224,10 @@ class NodeCache:
             self.evict()
 
     def evict(self, down_to: int | None = None) -> int:
-        """Unlink the least recently used segments and kept copies until the cache holds at most
-        ``down_to`` bytes (default: 90 % of the limit), when it holds more than the limit (or ``down_to``).
-        One process at a time: another one evicting means this one need not. Returns the bytes
-        freed."""
+        """Unlink the least recently used segments and kept copies until the cache holds at
+        most ``down_to`` bytes (default: 90 % of the limit), when it holds more than the limit
+        (or ``down_to``). One process at a time: another one evicting means this one need not.
+        Returns the bytes freed."""
         limit = self.effective_limit()
         target = int(limit * 0.9) if down_to is None else down_to
         if not os.path.isdir(self.root):

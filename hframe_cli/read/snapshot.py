@@ -266,7 +266,7 @@ def _reopen_from(
         try:
             index = open_storage(location, **index_options)
         except InputError:  # e.g. it was opened as INDEX.partial, since renamed: the path now
-            index = open_storage(index_path, **{k: v for k, v in index_options.items() if k in INDEX_OPEN})
+            index = open_storage(index_path, **INDEX_OPEN)
             try:
                 if isinstance(index, LocalFile):  # a remote index is checked by its metadata below
                     same_index(index.fileno())

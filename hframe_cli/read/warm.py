@@ -181,7 +181,7 @@ def cache_report(cache_dir: str | None, prune: bool = False, clear: bool = False
         )
     packs.sort(key=lambda p: p["last_used"] or 0, reverse=True)
     kept = [nbytes for _, _, nbytes in node.kept_files()]
-    held = sum(b for _, _, b in node.segments()) + sum(kept)
+    held = sum(b for segs in by_pack.values() for _, b in segs) + sum(kept)  # (the segments listed once)
     return {
         "cache": node.root,
         "limit": node.effective_limit(),

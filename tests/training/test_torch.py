@@ -3,6 +3,7 @@ splits, labels, decoding; checked against the source files decoded independently
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -232,9 +233,9 @@ def test_dataloader_with_a_cache_and_read_ahead_makes_no_frame_request_in_epoch_
     assert asked[0] > 10 and asked[1] <= 2 * 3, asked  # (epoch 2: each worker's opening requests at most)
 
 
-class _MallInfo2(__import__("ctypes").Structure):
+class _MallInfo2(ctypes.Structure):
     _fields_ = [
-        (name, __import__("ctypes").c_size_t)
+        (name, ctypes.c_size_t)
         for name in (
             "arena",
             "ordblks",
@@ -253,8 +254,6 @@ class _MallInfo2(__import__("ctypes").Structure):
 def kept_after_freeing() -> int:
     """Bytes glibc keeps at the top of its heap after 40 MiB of 1 MiB buffers are freed: all of
     them where freed heap is kept, a trim's leftover where not."""
-    import ctypes
-
     blobs = [bytearray(1 << 20) for _ in range(40)]
     del blobs
     mallinfo2 = ctypes.CDLL(None).mallinfo2
@@ -266,25 +265,21 @@ def _heap_probe(batch):
     return kept_after_freeing()
 
 
-def test_a_spawned_dataloader_worker_keeps_its_freed_heap(packed):
+def test_a_spawned_dataloader_worker_keeps_its_freed_heap(packed, monkeypatch):
     """A batch is hundreds of new bytes freed together: a worker that gave them back to the
     kernel would fault every page in again the next batch. A spawned worker (a new interpreter:
     its heap says what glibc does) keeps them; with HFRAME_MALLOC=0 it does not."""
-    import ctypes
-
     if not hasattr(ctypes.CDLL(None), "mallinfo2"):
         pytest.skip("not glibc 2.33 or later")
     ds = FrameDataset(packed, target=None)
     kept = {}
     for setting in ("1", "0"):
-        os.environ["HFRAME_MALLOC"] = setting
-        try:
+        with monkeypatch.context() as m:
+            m.setenv("HFRAME_MALLOC", setting)  # (a spawned worker starts with this environment)
             loader = DataLoader(
                 ds, batch_size=4, num_workers=1, collate_fn=_heap_probe, multiprocessing_context="spawn"
             )
             kept[setting] = next(iter(loader))
-        finally:
-            del os.environ["HFRAME_MALLOC"]
     assert kept["1"] >= 32 << 20 and kept["0"] < 8 << 20, kept
 
 
