@@ -10,7 +10,7 @@ from contextlib import contextmanager, suppress
 
 from .names import partial_name
 
-__all__ = ["fsync_dir", "replaced", "write_atomically"]
+__all__ = ["fsync_dir", "later_than_replaced", "replaced", "write_atomically"]
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -30,6 +30,26 @@ def _fsync_file(path: str) -> None:
         os.close(fd)
 
 
+def later_than_replaced(new: str | os.PathLike[str], old: str | os.PathLike[str]) -> None:
+    """Before ``new`` is renamed over ``old``: where both have the same size, give ``new`` an
+    mtime in a later whole second than ``old``'s (when it is not already).
+
+    A static web server names a file's version by its mtime in whole seconds and its size
+    (nginx's ETag is ``"MTIME-SIZE"`` in hex; Last-Modified has seconds): two versions of one
+    size written within a second would carry one ETag, and a reader pinned to the first by
+    ``If-Match`` would be served the second's bytes at the first's offsets (``man/hframe.5``,
+    PUBLISHING AND READERS). Publishes of one path follow each other, under its lock, so each
+    one's mtime second is later than the one it replaces: mtimes run at most a second ahead of
+    the clock per same-size publish within that second."""
+    try:
+        was, now = os.stat(old), os.stat(new)
+    except FileNotFoundError:
+        return
+    second = int(was.st_mtime)
+    if was.st_size == now.st_size and int(now.st_mtime) <= second:
+        os.utime(new, ns=(now.st_atime_ns, (second + 1) * 1_000_000_000))
+
+
 @contextmanager
 def replaced(path: str | os.PathLike[str], *, durable: bool = True, temp: str | None = None) -> Iterator[str]:
     """The name to write ``path``'s new content to (``PATH.partial``, or ``temp``); when the block
@@ -40,6 +60,7 @@ def replaced(path: str | os.PathLike[str], *, durable: bool = True, temp: str | 
     tmp = temp if temp is not None else partial_name(final)
     try:
         yield tmp
+        later_than_replaced(tmp, final)
         if durable:
             _fsync_file(tmp)
         os.replace(tmp, final)

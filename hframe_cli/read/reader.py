@@ -58,9 +58,9 @@ from ..format.layout import (
 )
 from ..locations import is_remote, shown_url
 from ..processes import usable_cpus
-from ..storage.access import LocalFile, Storage, looks_cold, unpinned_and_moved
+from ..storage.access import LocalFile, Storage, looks_cold
 from .cache import NodeCache, PackCache, PackIdentity, cache_settings, kept_copies
-from .snapshot import PackInfo, generation_checks, open_generation
+from .snapshot import PackInfo, generation_checks, open_generation, replaced_since
 
 __all__ = [
     "DEFAULT_COALESCE_GAP",
@@ -579,7 +579,7 @@ class PackReader:
         try:
             yield
         except (FormatError, IntegrityError) as e:
-            if unpinned_and_moved(self._storage):
+            if replaced_since(self._storage, self.info):
                 raise PackReplaced(
                     f"{self.shown}: the pack was replaced since this reader opened it ({e}); open it again"
                 ) from None
@@ -811,6 +811,14 @@ class PackReader:
             cache.put_many(keep, [self._offsets[i] for i in keep], [fetched[i] for i in keep])
         finally:
             cache.release(ids)  # (what was kept has its record: only claims left are cleared)
+        if len(keep) < len(ids) and not self.checks_md5:
+            # a pinned reader checks no md5 of its own, but these were checked: a frame known
+            # wrong is never returned (damage, or a version its ETag did not tell apart)
+            bad = min(set(ids).difference(keep))
+            with self._replaced_if_moved():
+                raise ChecksumMismatch(
+                    f"{self.shown}: frame {bad}: md5 mismatch (stored bytes are not the indexed ones)"
+                )
         return fetched
 
     def fill_cache(

@@ -32,6 +32,7 @@ __all__ = [
     "generation_checks",
     "open_generation",
     "open_hints",
+    "replaced_since",
     "pinned_index",
     "read_pack_info",
     "until_settled",
@@ -64,6 +65,22 @@ def read_pack_info(storage: Storage) -> PackInfo:
     tail = storage.read_at(size - TRAILER_SIZE, TRAILER_SIZE) if size >= TRAILER_SIZE else b""
     trailer = Trailer.decode(tail, size, header, where)
     return PackInfo(where, header, trailer, size)
+
+
+def replaced_since(storage: Storage, info: PackInfo) -> bool:
+    """Whether the object behind ``storage`` is no longer the pack ``info`` was read from:
+    one whose reads are not pinned and that changed since (``unpinned_and_moved``), or, where
+    its ETag could also name a later version (``tag_may_repeat``: nginx's, of a file written a
+    moment before the open), one whose header now names another pack (one request)."""
+    if unpinned_and_moved(storage):
+        return True
+    if not getattr(storage, "tag_may_repeat", False):
+        return False
+    remote: Any = storage  # (a RemoteFile: only its ETags may repeat)
+    try:
+        return Header.decode(remote.read_current(0, HEADER_SIZE), storage.location).uuid != info.header.uuid
+    except FormatError:  # (no pack header there now: another object)
+        return True
 
 
 #: What a remote open fetches with its first request (``RemoteFile``): a pack's trailer too

@@ -25,8 +25,10 @@ Imports inside functions: pyarrow, only for an object store's stream.
 from __future__ import annotations
 
 import base64
+import email.utils
 import os
 import random
+import re
 import threading
 import time
 import urllib.parse
@@ -163,7 +165,8 @@ class HttpBackend:
         resp, body = self._exchange(start, length, etag, deadline, unless)
         status = resp.status
         if status == 304 and unless is not None:
-            return Response(b"", -1, resp.getheader("ETag") or unless, unchanged=True)
+            tag = resp.getheader("ETag") or unless
+            return Response(b"", -1, tag, unchanged=True, tag_may_repeat=tag_may_repeat(tag, -1, resp))
         if status == 416 and (resp.getheader("Content-Range") or "").endswith("/0"):
             # an empty object: nothing to range over
             return Response(b"", 0, resp.getheader("ETag"), modified=resp.getheader("Last-Modified"))
@@ -248,7 +251,14 @@ class HttpBackend:
         if length is None or resp.status == 200:
             if size_said is not None and size_said != len(body):
                 raise Transient(f"body cut short: {len(body)} of {size_said} bytes")
-            return Response(body, len(body), tag, modified=resp.getheader("Last-Modified"))
+            size = len(body)
+            return Response(
+                body,
+                size,
+                tag,
+                modified=resp.getheader("Last-Modified"),
+                tag_may_repeat=tag_may_repeat(tag, size, resp),
+            )
         span = _content_range(resp.getheader("Content-Range"))
         if span is None:
             raise Permanent(
@@ -262,7 +272,9 @@ class HttpBackend:
             raise Transient(f"answered bytes {first}-{last} for {start}-{start + want - 1}")
         if len(body) != want:
             raise Transient(f"body cut short: {len(body)} of {want} bytes")
-        return Response(body, total, tag, modified=resp.getheader("Last-Modified"))
+        return Response(
+            body, total, tag, modified=resp.getheader("Last-Modified"), tag_may_repeat=tag_may_repeat(tag, total, resp)
+        )
 
     def _unauthorized(self) -> str:
         if self.authorization is not None:
@@ -285,6 +297,30 @@ class HttpBackend:
 
 
 #: statuses that no retry changes (a 401's words depend on whether the URL carries credentials)
+#: nginx's ETag: the file's mtime in whole seconds and its size, in hex
+_SECONDS_TAG = re.compile(r'"([0-9a-f]{1,15})-([0-9a-f]{1,15})"')
+#: seconds the server's clock must be past a seconds-ETag's mtime for it to be trusted
+TAG_SETTLED_S = 2
+
+
+def tag_may_repeat(tag: str | None, size: int, resp: Answer) -> bool:
+    """Whether ``tag`` could also name a version written after this answer: nginx's form
+    (``"MTIME-SIZE"``, ``size`` the object's size, or -1 when the answer does not say) names
+    the second of the file's last write, so another file of that size written in the same
+    second gets the same ETag, and ``If-Match`` lets its bytes through. Once the server's clock
+    (its Date) is ``TAG_SETTLED_S`` past that second, a file written from then on has a later
+    mtime (hframe's own publishes make sure of it: ``durable.later_than_replaced``); before, it
+    may repeat, and such a reader checks each frame's md5 (``RemoteFile.pinned``)."""
+    m = _SECONDS_TAG.fullmatch(tag or "")
+    if m is None or (size >= 0 and int(m.group(2), 16) != size):
+        return False
+    try:
+        now = email.utils.parsedate_to_datetime(resp.getheader("Date") or "").timestamp()
+    except (TypeError, ValueError):
+        return True  # (no clock to say the second is past)
+    return now - int(m.group(1), 16) < TAG_SETTLED_S
+
+
 _PERMANENT_STATUS = {
     404: ("missing", "HTTP 404"),
     412: ("replaced", "the object changed (HTTP 412: its ETag no longer matches)"),
@@ -389,6 +425,9 @@ class RemoteFile:
         # a weak ETag (W/"...") never passes If-Match (a strong comparison): such a server, or one
         # that sends none, is read unpinned (hframe.5, PUBLISHING AND READERS)
         self.etag = first.etag if first.etag and not first.etag.startswith("W/") else None
+        #: the ETag could repeat for a version written next (nginx's, of a file written a moment
+        #: ago): If-Match is still sent, and each frame read is checked against its md5 too
+        self.tag_may_repeat = first.tag_may_repeat
         self._size = first.size
         self._probe = first.body
 
@@ -434,7 +473,9 @@ class RemoteFile:
             self._copy = None
             raise Transient(f"the object has the kept ETag {copy.etag} but {resp.size} bytes, not {copy.size}")
         body = copy.tail if tail else copy.head
-        return Response(body, copy.size, copy.etag, requests=resp.requests, unchanged=True)
+        return Response(
+            body, copy.size, copy.etag, requests=resp.requests, unchanged=True, tag_may_repeat=resp.tag_may_repeat
+        )
 
     def keep(self) -> None:
         """Keep what this open fetched (its first bytes, and the tail asked for) under the
@@ -697,11 +738,22 @@ class RemoteFile:
             return False
         return self._version is not None and now == self._version
 
+    def read_current(self, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start`` of what the URL serves now, whatever version that is
+        (one request without ``If-Match``, none of it from what this handle holds): what tells
+        two versions with one ETag apart (``tag_may_repeat``)."""
+
+        def call(deadline: float) -> bytes:
+            return bytes(self.backend.get(start, length, None, deadline).body)
+
+        body: bytes = self._wait(self._executor().submit(self._retried, call))
+        return body
+
     @property
     def pinned(self) -> bool:
         """Whether every read is tied to the version first read (If-Match with a strong ETag, or
         a store that pins it itself); where not, readers check each frame's md5."""
-        return bool(getattr(self.backend, "pinned", True)) and self.etag is not None
+        return bool(getattr(self.backend, "pinned", True)) and self.etag is not None and not self.tag_may_repeat
 
     def close(self) -> None:
         self._closed = True  # a request under way on a worker stops at its next attempt

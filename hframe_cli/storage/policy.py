@@ -129,6 +129,9 @@ class Response:
     modified: str | None = None  # the Last-Modified header (HTTP), as sent
     #: the object is still the version ``get(unless=ETAG)`` named: no body came (HTTP 304)
     unchanged: bool = False
+    #: the ETag names the object's last write only to the second, and that second is not yet
+    #: past: a version written next could carry the same one (``http.tag_may_repeat``)
+    tag_may_repeat: bool = False
 
 
 def fetched(call: Callable[[float], _T], policy: RequestPolicy, budget: Budget, where: str) -> _T:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..durable import fsync_dir
+from ..durable import fsync_dir, later_than_replaced
 from ..errors import FormatError, InputError, StorageError
 from ..faults import enospc_limit, fault_point
 from ..format.index import (
@@ -940,14 +940,18 @@ def publish_partials(path: str | os.PathLike[str]) -> None:
     The pack goes first: a reader that opens the pair between the two renames finds the new pack
     beside the old index, and refuses it by UUID; the index never points at bytes that are not there.
     Either rename is skipped when its partial file is already gone (resuming a half-done publish).
+    Each new file's mtime is a later second than the one it replaces (``later_than_replaced``:
+    a web server's ETag must change with every publish).
     """
     pack = Path(path)
     index = get_index_path(pack)
     try:
         if os.path.exists(partial_name(pack)):
+            later_than_replaced(partial_name(pack), pack)
             os.replace(partial_name(pack), pack)
         fault_point("publish-between-renames")
         if os.path.exists(partial_name(index)):
+            later_than_replaced(partial_name(index), index)
             os.replace(partial_name(index), index)
         fsync_dir(pack.parent)
     except OSError as e:
@@ -986,6 +990,7 @@ def finish_publish(path: str | os.PathLike[str]) -> bool:
     if not half_done_publish(pack):
         return False
     try:
+        later_than_replaced(partial, index)
         os.replace(partial, index)
         fsync_dir(os.path.dirname(os.path.abspath(pack)))
     except OSError as e:
