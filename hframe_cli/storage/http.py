@@ -12,7 +12,9 @@ here, once, the same for every backend (``man/hframe.1``, REMOTE PACKS):
 * **timeouts**: connect, per socket operation, and a deadline for one read as a whole;
 * **pinning**: the object's ETag is taken on the first request and every later one carries
   ``If-Match``, so a pack replaced by a publish is ``PackReplaced``, never another version's
-  bytes; a body shorter than asked is an error, never data;
+  bytes; a body shorter than asked is an error, never data. An ETag that could repeat for the
+  next version (nginx's, of a file written a moment ago: ``tag_may_repeat``) leaves the reads
+  unpinned: the reader checks each frame's md5;
 * **concurrency**: requests run on this file's worker threads, at most ``in_flight`` at once;
   the calling thread waits in short slices, so Ctrl-C ends a remote command within a second;
   once the command has a SIGINT/SIGTERM (``signals.pending_signal``), no request is started and
