@@ -30,32 +30,36 @@ def _fsync_file(path: str) -> None:
         os.close(fd)
 
 
-def later_than_replaced(new: str | os.PathLike[str], old: str | os.PathLike[str]) -> None:
-    """Before ``new`` is renamed over ``old``: where both have the same size, give ``new`` an
-    mtime in a later whole second than ``old``'s (when it is not already).
+def later_than_replaced(new: str | os.PathLike[str], old: str | os.PathLike[str], *, durable: bool = False) -> None:
+    """Before ``new`` is renamed over ``old``: give ``new`` an mtime in a later whole second
+    than ``old``'s, when it is not already (and fsync it then, with ``durable``).
 
     A static web server names a file's version by its mtime in whole seconds and its size
     (nginx's ETag is ``"MTIME-SIZE"`` in hex; Last-Modified has seconds): two versions of one
     size written within a second would carry one ETag, and a reader pinned to the first by
     ``If-Match`` would be served the second's bytes at the first's offsets (``man/hframe.5``,
-    PUBLISHING AND READERS). Publishes of one path follow each other, under its lock, so each
-    one's mtime second is later than the one it replaces: mtimes run at most a second ahead of
-    the clock per same-size publish within that second."""
+    PUBLISHING AND READERS). So each version of a path gets a later second than the one before
+    (sizes aside: with S, S', S in one second the third would carry the first's ETag);
+    publishes of one path follow each other, under its lock, and mtimes run ahead of the clock
+    by at most a second per publish made within the same second."""
     try:
         was, now = os.stat(old), os.stat(new)
     except FileNotFoundError:
         return
     second = int(was.st_mtime)
-    if was.st_size == now.st_size and int(now.st_mtime) <= second:
+    if int(now.st_mtime) <= second:
         os.utime(new, ns=(now.st_atime_ns, (second + 1) * 1_000_000_000))
+        if durable:
+            _fsync_file(os.fspath(new))
 
 
 @contextmanager
 def replaced(path: str | os.PathLike[str], *, durable: bool = True, temp: str | None = None) -> Iterator[str]:
     """The name to write ``path``'s new content to (``PATH.partial``, or ``temp``); when the block
-    ends normally it is fsynced and renamed over ``path`` (then the folder fsynced), and when it
-    raises it is removed and ``path`` is left as it was. ``durable=False`` skips the fsyncs, for
-    files a crash may lose but must never tear (a report)."""
+    ends normally it is given a later mtime second than ``path`` (``later_than_replaced``),
+    fsynced and renamed over ``path`` (then the folder fsynced), and when it raises it is
+    removed and ``path`` is left as it was. ``durable=False`` skips the fsyncs, for files a
+    crash may lose but must never tear (a report)."""
     final = os.fspath(path)
     tmp = temp if temp is not None else partial_name(final)
     try:

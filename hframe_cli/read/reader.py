@@ -579,7 +579,7 @@ class PackReader:
         try:
             yield
         except (FormatError, IntegrityError) as e:
-            if replaced_since(self._storage, self.info):
+            if replaced_since(self._storage, self.info.uuid):
                 raise PackReplaced(
                     f"{self.shown}: the pack was replaced since this reader opened it ({e}); open it again"
                 ) from None
@@ -758,12 +758,15 @@ class PackReader:
         cache: PackCache,
         fetch: Callable[[list[int]], list[bytes]],
         checked: set[int] | None = None,
+        filling: bool = False,
     ) -> list[bytes]:
         """Frames as stored: those the cache holds (each checked against its hash), the rest
-        fetched with ``fetch`` and kept when their md5 is the index's (a frame that fails is
-        returned as it came: the reader's own checks say what it is). ``checked`` gets the ids
-        of the frames returned whose md5 is known to be the index's: held by the cache (kept
-        after that check, read back unchanged: their hash) or kept now."""
+        fetched with ``fetch`` and kept when their md5 is the index's. A frame that fails is
+        returned as it came to a reader that checks md5s (its own check says what it is), and to
+        none other (``_refuse_wrong``); ``filling`` (nothing is returned: ``fill_cache``) only
+        leaves it out of the cache. ``checked`` gets the ids of the frames returned whose md5
+        is known to be the index's: held by the cache (kept after that check, read back
+        unchanged: their hash) or kept now."""
         got = self._from_cache(ids, cache, checked)
         missing = [j for j, data in enumerate(got) if data is None]
         if not missing:
@@ -772,13 +775,17 @@ class PackReader:
         # what another process (the sampler's read-ahead, a worker) is fetching now is waited
         # for, not fetched again; the rest is claimed, fetched and kept
         mine, theirs = cache.claim(unique)
-        fetched = self._fetch_and_keep(mine, cache, fetch, checked)
+        fetched = self._fetch_and_keep(mine, cache, fetch, checked, refuse=not filling)
         if theirs:
             cache.wait_for(theirs)
             again = self._from_cache(theirs, cache, checked, again=True)
             fetched.update((i, data) for i, data in zip(theirs, again) if data is not None)
             gone = [i for i, data in zip(theirs, again) if data is None]  # (given up there: fetched here)
-            fetched.update(zip(gone, fetch(gone)) if gone else ())
+            if gone:
+                stored = fetch(gone)
+                if not filling and not self.checks_md5:
+                    self._refuse_wrong(gone, stored, self._md5s_match(gone, stored))
+                fetched.update(zip(gone, stored))
         for j in missing:
             got[j] = fetched[ids[j]]
         return got  # type: ignore[return-value]
@@ -798,9 +805,11 @@ class PackReader:
         cache: PackCache,
         fetch: Callable[[list[int]], list[bytes]],
         checked: set[int] | None = None,
+        refuse: bool = True,
     ) -> dict[int, bytes]:
         """Fetch frames this process claimed, keep those whose md5 is the index's (added to
-        ``checked``), and give the claims of the rest up (also when the fetch fails)."""
+        ``checked``), and give the claims of the rest up (also when the fetch fails); with
+        ``refuse``, fail on one that is wrong (``_refuse_wrong``)."""
         if not ids:
             return {}
         try:
@@ -811,15 +820,22 @@ class PackReader:
             cache.put_many(keep, [self._offsets[i] for i in keep], [fetched[i] for i in keep])
         finally:
             cache.release(ids)  # (what was kept has its record: only claims left are cleared)
-        if len(keep) < len(ids) and not self.checks_md5:
-            # a pinned reader checks no md5 of its own, but these were checked: a frame known
-            # wrong is never returned (damage, or a version its ETag did not tell apart)
-            bad = min(set(ids).difference(keep))
-            with self._replaced_if_moved():
-                raise ChecksumMismatch(
-                    f"{self.shown}: frame {bad}: md5 mismatch (stored bytes are not the indexed ones)"
-                )
+        if refuse:
+            self._refuse_wrong(ids, [fetched[i] for i in ids], keep)
         return fetched
+
+    def _refuse_wrong(self, ids: list[int], stored: list[bytes], right: Sequence[int]) -> None:
+        """Of frames fetched for the node cache and checked against the index's md5 (``right``
+        passed), none that failed is returned by a reader that checks no md5 of its own (a
+        pinned one): the read fails naming the first, with its decoding error or as an md5
+        mismatch, "replaced" where the pack was (a version its ETag did not tell apart)."""
+        if self.checks_md5 or len(right) == len(ids):  # (a reader that checks: its own check says)
+            return
+        good = set(right)
+        bad = min(i for i in ids if i not in good)
+        with self._replaced_if_moved():
+            self._decode(bad, stored[ids.index(bad)])
+            raise ChecksumMismatch(f"{self.shown}: frame {bad}: md5 mismatch (stored bytes are not the indexed ones)")
 
     def fill_cache(
         self,
@@ -850,7 +866,7 @@ class PackReader:
         with self._held():
             for group in groups:
                 if group:
-                    self._cached(group, cache, lambda miss: self._read_batch(miss, workers, None))
+                    self._cached(group, cache, lambda miss: self._read_batch(miss, workers, None), filling=True)
         return sum(map(len, groups))
 
     def _spread(self, ids: list[int], cache: PackCache, later: Sequence[int], run: int) -> list[list[int]]:

@@ -32,9 +32,9 @@ __all__ = [
     "generation_checks",
     "open_generation",
     "open_hints",
-    "replaced_since",
     "pinned_index",
     "read_pack_info",
+    "replaced_since",
     "until_settled",
 ]
 
@@ -67,18 +67,23 @@ def read_pack_info(storage: Storage) -> PackInfo:
     return PackInfo(where, header, trailer, size)
 
 
-def replaced_since(storage: Storage, info: PackInfo) -> bool:
-    """Whether the object behind ``storage`` is no longer the pack ``info`` was read from:
-    one whose reads are not pinned and that changed since (``unpinned_and_moved``), or, where
-    its ETag could also name a later version (``tag_may_repeat``: nginx's, of a file written a
-    moment before the open), one whose header now names another pack (one request)."""
+def replaced_since(storage: Storage, uuid: str) -> bool:
+    """Whether the object behind ``storage`` is no longer the pack ``uuid`` it was opened as:
+    one whose reads are not pinned and that changed since (``unpinned_and_moved``), or a remote
+    one whose header names another pack now (one request without ``If-Match``: an ETag may
+    name two versions, nginx's: ``http.tag_may_repeat``). Asked after a check failed, never
+    before. A store that cannot say raises ``StorageError``, as a read's failure would."""
     if unpinned_and_moved(storage):
         return True
-    if not getattr(storage, "tag_may_repeat", False):
+    read_current = getattr(storage, "read_current", None)
+    if read_current is None:  # (a local file: its reads are of the file opened)
         return False
-    remote: Any = storage  # (a RemoteFile: only its ETags may repeat)
     try:
-        return Header.decode(remote.read_current(0, HEADER_SIZE), storage.location).uuid != info.header.uuid
+        head = read_current(0, HEADER_SIZE)
+    except PackReplaced:  # (removed since, or already known gone)
+        return True
+    try:
+        return str(Header.decode(head, storage.location).uuid) != uuid
     except FormatError:  # (no pack header there now: another object)
         return True
 

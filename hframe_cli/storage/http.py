@@ -47,7 +47,7 @@ from .objectstore import ObjectBackend, join
 from .policy import Budget, Counters, Permanent, RequestPolicy, Response, Transient
 from .wire import Answer, Connection
 
-__all__ = ["Counters", "HttpBackend", "RemoteFile", "RequestPolicy", "remote_url"]
+__all__ = ["TAG_SETTLED_S", "Counters", "HttpBackend", "RemoteFile", "RequestPolicy", "remote_url", "tag_may_repeat"]
 
 #: the first request of a file reads this much from its start: the header (and, often, a
 #: dictionary record and the first frames) come with the size and ETag in one round trip
@@ -298,7 +298,6 @@ class HttpBackend:
         self._drop()
 
 
-#: statuses that no retry changes (a 401's words depend on whether the URL carries credentials)
 #: nginx's ETag: the file's mtime in whole seconds and its size, in hex
 _SECONDS_TAG = re.compile(r'"([0-9a-f]{1,15})-([0-9a-f]{1,15})"')
 #: seconds the server's clock must be past a seconds-ETag's mtime for it to be trusted
@@ -311,8 +310,10 @@ def tag_may_repeat(tag: str | None, size: int, resp: Answer) -> bool:
     the second of the file's last write, so another file of that size written in the same
     second gets the same ETag, and ``If-Match`` lets its bytes through. Once the server's clock
     (its Date) is ``TAG_SETTLED_S`` past that second, a file written from then on has a later
-    mtime (hframe's own publishes make sure of it: ``durable.later_than_replaced``); before, it
-    may repeat, and such a reader checks each frame's md5 (``RemoteFile.pinned``)."""
+    mtime; before, it may repeat, and such a reader checks each frame's md5
+    (``RemoteFile.pinned``). A file written earlier and moved in later with its mtime kept
+    (``mv``, ``rsync -t``) is not caught here: hframe's publishes give every version a later
+    second (``durable.later_than_replaced``); other tools must (``touch`` before the rename)."""
     m = _SECONDS_TAG.fullmatch(tag or "")
     if m is None or (size >= 0 and int(m.group(2), 16) != size):
         return False
@@ -323,6 +324,7 @@ def tag_may_repeat(tag: str | None, size: int, resp: Answer) -> bool:
     return now - int(m.group(1), 16) < TAG_SETTLED_S
 
 
+#: statuses that no retry changes (a 401's words depend on whether the URL carries credentials)
 _PERMANENT_STATUS = {
     404: ("missing", "HTTP 404"),
     412: ("replaced", "the object changed (HTTP 412: its ETag no longer matches)"),

@@ -53,7 +53,7 @@ from ..format.layout import (
 from ..locations import shown_url
 from ..processes import usable_cpus
 from ..read.reader import read_dictionary
-from ..read.snapshot import pinned_index, until_settled
+from ..read.snapshot import pinned_index, replaced_since, until_settled
 from ..storage.access import Storage, open_storage, unpinned_and_moved
 from . import parallel
 from .columns import IndexCols, wrong_frame_ids, wrong_source_sizes
@@ -173,14 +173,15 @@ def verify_pack(
 
 
 def _replaced_while_read(report: PackReport, storage: Storage) -> None:
-    """A remote pack whose reads are not pinned to a version (``RemoteFile.pinned``) and that
-    shows problems may have been replaced while it was read: then that is the finding (exit 3),
-    not damage. A store that cannot be asked (it died meanwhile) is no sign of that: the read's
-    own failure stands, and problems it cannot tell from a publish are not reported as damage."""
+    """A remote pack that shows problems may have been replaced while it was read (its reads
+    not pinned to a version, or pinned by an ETag that another version carries too: nginx's):
+    then that is the finding (exit 3), not damage. A store that cannot be asked (it died
+    meanwhile) is no sign of that: the read's own failure stands, and problems it cannot tell
+    from a publish are not reported as damage."""
     if not (report.problems or report.error):
         return
     try:
-        moved = unpinned_and_moved(storage)
+        moved = _replaced(storage)
     except StorageError as e:
         if report.problems:
             report.problems.clear()
@@ -191,6 +192,16 @@ def _replaced_while_read(report: PackReport, storage: Storage) -> None:
         report.problems.clear()
         report.error = f"{report.pack}: the pack was replaced while it was verified; verify it again"
         report.error_is_storage = True
+
+
+def _replaced(storage: Storage) -> bool:
+    """``replaced_since`` the pack opened (its header, which the open's first answer holds);
+    with no header to name it (damaged: reported already), ``unpinned_and_moved``."""
+    try:
+        opened = Header.decode(storage.read_at(0, HEADER_SIZE), storage.location)
+    except HframeError:
+        return unpinned_and_moved(storage)
+    return replaced_since(storage, str(opened.uuid))
 
 
 @dataclass

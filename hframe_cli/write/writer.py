@@ -947,11 +947,11 @@ def publish_partials(path: str | os.PathLike[str]) -> None:
     index = get_index_path(pack)
     try:
         if os.path.exists(partial_name(pack)):
-            later_than_replaced(partial_name(pack), pack)
+            later_than_replaced(partial_name(pack), pack, durable=True)
             os.replace(partial_name(pack), pack)
         fault_point("publish-between-renames")
         if os.path.exists(partial_name(index)):
-            later_than_replaced(partial_name(index), index)
+            later_than_replaced(partial_name(index), index, durable=True)
             os.replace(partial_name(index), index)
         fsync_dir(pack.parent)
     except OSError as e:
@@ -990,7 +990,7 @@ def finish_publish(path: str | os.PathLike[str]) -> bool:
     if not half_done_publish(pack):
         return False
     try:
-        later_than_replaced(partial, index)
+        later_than_replaced(partial, index, durable=True)
         os.replace(partial, index)
         fsync_dir(os.path.dirname(os.path.abspath(pack)))
     except OSError as e:
