@@ -80,7 +80,7 @@ def replaced_since(storage: Storage, uuid: str) -> bool:
         return False
     try:
         head = read_current(0, HEADER_SIZE)
-    except PackReplaced:  # (removed since, or already known gone)
+    except (PackReplaced, InputError):  # (removed since, or already known gone; no longer an object to read)
         return True
     try:
         return str(Header.decode(head, storage.location).uuid) != uuid
