@@ -25,6 +25,7 @@ __all__ = [
     "fork_helper",
     "fork_is_safe",
     "keep_freed_heap",
+    "may_keep_freed_heap",
     "pipe_with_room",
     "read_exactly",
     "reap",
@@ -189,9 +190,10 @@ def keep_freed_heap(limit: int = 256 << 20) -> bool:
     already. By default glibc trims the heap whenever a freed file leaves its top free, and the
     next file faults every page in again: loading 6,000 JPEGs of 34 KB as a worker does took
     39,000 minor faults and 0.18-0.22 s of system time, and 0 faults and 0.07-0.10 s with this.
-    Only for our own helpers and DataLoader workers reading a ``FrameDataset`` (processes made
-    to run our reads; a library must not set this in its caller's process). False where the C
-    library has no ``mallopt`` (not glibc)."""
+    Only for the ``hframe`` command's process, our own helpers and DataLoader workers reading a
+    ``FrameDataset`` (processes made to run our reads; a library must not set this in its
+    caller's process), where ``may_keep_freed_heap``. False where the C library has no
+    ``mallopt`` (not glibc)."""
     try:
         import ctypes
 
@@ -203,6 +205,15 @@ def keep_freed_heap(limit: int = 256 << 20) -> bool:
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+
+#: settings of glibc's malloc a user may give in the environment: then they are theirs to set
+_MALLOC_SETTINGS = ("MALLOC_TOP_PAD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
+
+
+def may_keep_freed_heap() -> bool:
+    """Whether ``keep_freed_heap`` may be asked for in a process of ours: not with
+    ``HFRAME_MALLOC=0``, nor where the environment sets malloc's thresholds itself."""
+    return os.environ.get("HFRAME_MALLOC") != "0" and not any(k in os.environ for k in _MALLOC_SETTINGS)
 
 
 def pipe_with_room(nbytes: int) -> tuple[int, int]:

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..format.index import select_rows
-from ..processes import keep_freed_heap
+from ..processes import keep_freed_heap, may_keep_freed_heap
 from ..read.dataset import open_pack
 
 if TYPE_CHECKING:
@@ -235,14 +235,10 @@ class FrameDataset(_Base):
         return f"FrameDataset({self.path!r}, {len(self)} frames, {len(self.classes)} classes)"
 
 
-#: settings of glibc's malloc a user may give in the environment: then it is theirs to set
-_MALLOC_SETTINGS = ("MALLOC_TOP_PAD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
-
-
 def _worker_keeps_heap() -> None:
     """In a DataLoader worker, keep freed heap (``keep_freed_heap``; see the module's notes),
     unless ``HFRAME_MALLOC=0`` or the environment sets malloc's thresholds itself."""
-    if os.environ.get("HFRAME_MALLOC") == "0" or any(k in os.environ for k in _MALLOC_SETTINGS):
+    if not may_keep_freed_heap():
         return
     try:
         from torch.utils.data import get_worker_info

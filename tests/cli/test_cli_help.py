@@ -290,3 +290,45 @@ def test_an_interrupted_reading_command_does_not_talk_about_publishing():
     assert _interrupted_message(["verify", "p.hframe"]) == "interrupted"
     assert _interrupted_message(["pack", "d", "-o", "p.hframe"]).startswith("interrupted; nothing was published")
     assert _interrupted_message(["index", "p.hframe", "--rebuild"]).startswith("interrupted; nothing was published")
+
+
+_HEAP_AFTER_COMMAND = """
+import ctypes
+import hframe_cli.cli.app as app
+from hframe_cli.cli import entry
+app.run = lambda: None  # the command's start, without a command (its end leaves by os._exit)
+entry.run()
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+blobs = [bytearray(1 << 20) for _ in range(40)]  # a remote read's answers, then let go
+del blobs
+mallinfo2 = ctypes.CDLL(None).mallinfo2
+mallinfo2.restype = MallInfo2
+print(mallinfo2().keepcost)
+"""
+
+
+def test_the_hframe_commands_process_keeps_its_freed_heap_unless_told_not_to():
+    """A remote read's answers are megabytes freed right after: the command's own process (it is
+    ours, unlike a library caller's) keeps freed heap, so the next answers land in pages faulted
+    in already; HFRAME_MALLOC=0 or a MALLOC_* threshold of the user's leaves glibc as it is."""
+    import ctypes
+
+    if not hasattr(ctypes.CDLL(None), "mallinfo2"):
+        pytest.skip("not glibc 2.33 or later")
+    env = {k: v for k, v in os.environ.items() if k != "HFRAME_MALLOC" and not k.startswith("MALLOC_")}
+
+    def kept(**extra: str) -> int:
+        r = subprocess.run(
+            [sys.executable, "-c", _HEAP_AFTER_COMMAND],
+            capture_output=True,
+            text=True,
+            env={**env, **extra},
+            check=True,
+        )
+        return int(r.stdout.split()[-1])
+
+    assert kept() >= 32 << 20
+    assert kept(HFRAME_MALLOC="0") < 8 << 20
+    assert kept(MALLOC_TOP_PAD_="0") < 8 << 20
