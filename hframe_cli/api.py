@@ -25,6 +25,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext, supp
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from .durable import special_file
 from .errors import InputError, Interrupted, NothingToResume, PackLocked
 from .locations import is_remote, shown_url
 from .names import checkpoint_name, partial_name, plan_list_name, previous_checkpoint_name, stdin_name
@@ -156,6 +157,8 @@ def pack(
         return _pack_remote([os.fspath(p) for p in paths], out, opts)
     if os.path.isdir(out):  # before the lock: OUT.lock, .partial and the rest would sit beside it
         raise InputError(f"{out}: is a folder; -o names the pack file to write (e.g. -o {out.rstrip('/')}/NAME.hframe)")
+    if special_file(out):  # (a pack is renamed into place: --force over /dev/null would replace it)
+        raise InputError(f"{out}: is not a regular file (a device or pipe); -o names the pack file to write")
     target = out
     if opts.shard_of is not None and (opts.update or opts.plan_only):
         raise InputError(

@@ -5,12 +5,13 @@ one, never a torn one (``man/hframe.5``, CRASH SAFETY)."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
 from .names import partial_name
 
-__all__ = ["fsync_dir", "later_than_replaced", "replaced", "write_atomically"]
+__all__ = ["fsync_dir", "later_than_replaced", "replaced", "special_file", "write_atomically"]
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -53,14 +54,29 @@ def later_than_replaced(new: str | os.PathLike[str], old: str | os.PathLike[str]
             _fsync_file(os.fspath(new))
 
 
+def special_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names a device, a pipe or a socket (through any link: ``/dev/stdout``,
+    ``/dev/null``, a named pipe): written into as it is, never replaced by a file (a rename
+    over ``/dev/null`` as root would leave a regular file there)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 @contextmanager
 def replaced(path: str | os.PathLike[str], *, durable: bool = True, temp: str | None = None) -> Iterator[str]:
     """The name to write ``path``'s new content to (``PATH.partial``, or ``temp``); when the block
     ends normally it is given a later mtime second than ``path`` (``later_than_replaced``),
     fsynced and renamed over ``path`` (then the folder fsynced), and when it raises it is
     removed and ``path`` is left as it was. ``durable=False`` skips the fsyncs, for files a
-    crash may lose but must never tear (a report)."""
+    crash may lose but must never tear (a report). A device or pipe (``special_file``:
+    ``-o /dev/stdout``) is written into as it is."""
     final = os.fspath(path)
+    if special_file(final):
+        yield final
+        return
     tmp = temp if temp is not None else partial_name(final)
     try:
         yield tmp

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..durable import special_file
 from ..errors import InputError, NotFound
 from ..format.index import describe_filters, select_rows
 from ..names import partial_name
@@ -178,6 +179,13 @@ def _write_tar(
         out, tmp = os.fspath(output), partial_name(output)
         if no_clobber and os.path.lexists(out):
             raise InputError(f"{out}: already exists (--no-clobber)")
+        if special_file(out):  # (-o /dev/null, a named pipe: written into, never replaced)
+            try:
+                with open(out, "wb") as f:
+                    _tar_into(f, reader, ids, rels, stored)
+            except OSError as e:
+                raise InputError(f"{out}: cannot write: {e.strerror}") from None
+            return len(ids)
         try:
             with open(tmp, "wb") as f:
                 _tar_into(f, reader, ids, rels, stored)
@@ -216,7 +224,8 @@ def _tar_into(sink: BinaryIO, reader: Any, ids: list[int], rels: list[str], stor
 
 def write_frame(path: str | os.PathLike[str], data: bytes, *, no_clobber: bool = False) -> None:
     """Write one frame's bytes to ``path`` atomically (``PATH.partial``, then a rename; with
-    ``no_clobber`` a link, which fails if ``path`` appeared meanwhile).
+    ``no_clobber`` a link, which fails if ``path`` appeared meanwhile); into a device or pipe
+    (``-o /dev/null``) as it is.
 
     Raises:
         InputError: the folder does not exist, the file cannot be written, or it exists and
@@ -224,6 +233,13 @@ def write_frame(path: str | os.PathLike[str], data: bytes, *, no_clobber: bool =
     """
     out = os.fspath(path)
     tmp = partial_name(out)
+    if special_file(out) and not no_clobber:  # (-o /dev/null, a named pipe: written into, never replaced)
+        try:
+            with open(out, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            raise InputError(f"{out}: cannot write: {e.strerror}") from None
+        return
     try:
         with open(tmp, "wb") as f:
             f.write(data)

@@ -409,3 +409,40 @@ def test_the_glob_filter_is_spelled_match_in_every_command(cli, packed, tmp_path
     first = index.stdout.splitlines()[0]
     r = cli(["dump-header", str(packed), "--frame", first, "--by-name", "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["name"] == first
+
+
+def test_outputs_that_are_devices_or_pipes_are_written_into_never_replaced(packed, tmp_path):
+    """``-o /dev/null`` (or a named pipe, or ``/dev/stdout``) gets the bytes; it is never swapped
+    for a regular file by the atomic rename every other output gets (as root, a rename over
+    ``/dev/null`` would leave a file there), and a pack is never written over one."""
+    import stat
+    import threading
+
+    with h.open_pack(packed) as p:
+        frame = p[1]
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    drain = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    drain.start()
+    r = run_bin(["get", str(packed), "1", "-o", str(fifo)])
+    drain.join(30)
+    assert r.returncode == 0, r.stderr
+    assert got == [frame] and stat.S_ISFIFO(fifo.stat().st_mode)
+    nodes = [fifo]
+    if os.geteuid() == 0:  # a null device of our own (mknod): what /dev/null is
+        null = tmp_path / "null"
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        nodes.append(null)
+        for args in (
+            ["get", str(packed), "1", "-o", str(null)],
+            ["get", str(packed), "--match", "*", "--format", "tar", "-o", str(null)],
+            ["verify", str(packed), "--junit", str(null), "-q"],
+        ):
+            r = run_bin(args)
+            assert r.returncode == 0, (args, r.stderr)
+            assert stat.S_ISCHR(null.stat().st_mode), args
+    for node in nodes:
+        r = run_bin(["pack", str(packed.parent), "-o", str(node), "--force", "-q"])
+        assert r.returncode == 2 and b"is not a regular file" in r.stderr, r.stderr
+        assert not stat.S_ISREG(node.stat().st_mode) and not Path(f"{node}.index.parquet").exists()
