@@ -27,8 +27,8 @@ would give back to the kernel each time, and the next answer would fault every p
 ``hframe prefetch`` of a whole 687 MB pack from nginx on loopback: 2.0-2.1 s (1.33 s of it in
 the kernel) without, 1.1-1.4 s (0.5 s) with.
 
-Imports inside functions: the app, once the early signal handlers are in place (a signal during
-its imports then ends the process as described above).
+Imports inside functions: the app, and what keeps the heap, once the early signal handlers are
+in place (a signal during their imports then ends the process as described above).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from __future__ import annotations
 import os
 import sys
 
-from ..processes import keep_freed_heap, may_keep_freed_heap
 from ..signals import install_early, pending_signal
 
 __all__ = ["run"]
@@ -81,9 +80,11 @@ def run() -> None:
     if "pyarrow" not in sys.modules:  # pyarrow without numpy: see above
         sys.meta_path.insert(0, _NoNumpyForArrow())
     install_early()
-    if may_keep_freed_heap():  # see above
-        keep_freed_heap()
     try:
+        from ..processes import keep_freed_heap, may_keep_freed_heap
+
+        if may_keep_freed_heap():  # see above
+            keep_freed_heap()
         from .app import run as cli_run
 
         if pending_signal() is not None:  # its exception was lost where it was raised
