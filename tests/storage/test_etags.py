@@ -70,6 +70,22 @@ def place(pack: Path, site: Path, mtime: float) -> Path:
     return out
 
 
+def place_damaged(pack: Path, site: Path, frame: int) -> Path:
+    """``place`` of ``pack`` with one byte of ``frame`` flipped in place, modified long ago (its
+    ETag settled: a reader of it is pinned)."""
+    with h.open_pack(pack) as p:
+        at = p._offsets[frame] + 10
+    published = place(pack, site, time.time())
+    with open(published, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    settled = time.time() - 100
+    os.utime(published, (settled, settled))
+    return published
+
+
 def test_a_same_size_pack_published_within_the_same_second_gets_another_etag(pair, tmp_path):
     """``hframe pack --force`` over a pack of the same size whose mtime is this second (here: a
     minute ahead, as a clock step would leave it) publishes with a later second: nginx's ETag
@@ -143,16 +159,7 @@ def test_a_pinned_reader_never_returns_a_frame_the_node_cache_found_wrong(pair, 
     site = tmp_path / "site"
     site.mkdir()
     want = frames(pack_a)
-    with h.open_pack(pack_a) as p:
-        at7 = p._offsets[7]
-    published = place(pack_a, site, time.time())
-    with open(published, "r+b") as f:  # one byte of frame 7, in place
-        f.seek(at7 + 50)
-        byte = f.read(1)
-        f.seek(at7 + 50)
-        f.write(bytes([byte[0] ^ 0xFF]))
-    settled = time.time() - 100
-    os.utime(published, (settled, settled))
+    place_damaged(pack_a, site, frame=7)
     with nginx_serving(site, tmp_path / "nginx") as base:
         with h.open_pack(f"{base}/p.hframe", cache_dir=tmp_path / "cache") as p:
             assert p._storage.pinned and not p.checks_md5
@@ -199,16 +206,7 @@ def test_a_frame_another_process_gave_up_is_checked_before_a_pinned_reader_retur
     _, pack_a, _, _ = pair
     site = tmp_path / "site"
     site.mkdir()
-    with h.open_pack(pack_a) as p:
-        at7 = p._offsets[7]
-    published = place(pack_a, site, time.time())
-    with open(published, "r+b") as f:
-        f.seek(at7 + 10)
-        byte = f.read(1)
-        f.seek(at7 + 10)
-        f.write(bytes([byte[0] ^ 0x01]))
-    settled = time.time() - 100
-    os.utime(published, (settled, settled))
+    place_damaged(pack_a, site, frame=7)
     cache = tmp_path / "cache"
     code = (
         "import sys, hframe_cli as h\n"
