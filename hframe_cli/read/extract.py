@@ -9,11 +9,11 @@ import contextlib
 import io
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..durable import special_file
+from ..durable import replaced
 from ..errors import InputError, NotFound
 from ..format.index import describe_filters, select_rows
 from ..names import partial_name
@@ -176,30 +176,7 @@ def _write_tar(
             _tar_into(stdout, reader, ids, rels, stored)
             stdout.flush()
             return len(ids)
-        out, tmp = os.fspath(output), partial_name(output)
-        if no_clobber and os.path.lexists(out):
-            raise InputError(f"{out}: already exists (--no-clobber)")
-        if special_file(out):  # (-o /dev/null, a named pipe: written into, never replaced)
-            try:
-                with open(out, "wb") as f:
-                    _tar_into(f, reader, ids, rels, stored)
-            except OSError as e:
-                raise InputError(f"{out}: cannot write: {e.strerror}") from None
-            return len(ids)
-        try:
-            with open(tmp, "wb") as f:
-                _tar_into(f, reader, ids, rels, stored)
-            if no_clobber:
-                os.link(tmp, out)  # fails if it appeared meanwhile
-            else:
-                os.replace(tmp, out)
-        except FileExistsError:
-            raise InputError(f"{out}: already exists (--no-clobber)") from None
-        except OSError as e:
-            raise InputError(f"{out}: cannot write: {e.strerror}") from None
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        _write_whole(os.fspath(output), lambda f: _tar_into(f, reader, ids, rels, stored), no_clobber)
     return len(ids)
 
 
@@ -223,39 +200,42 @@ def _tar_into(sink: BinaryIO, reader: Any, ids: list[int], rels: list[str], stor
 
 
 def write_frame(path: str | os.PathLike[str], data: bytes, *, no_clobber: bool = False) -> None:
-    """Write one frame's bytes to ``path`` atomically (``PATH.partial``, then a rename; with
-    ``no_clobber`` a link, which fails if ``path`` appeared meanwhile); into a device or pipe
-    (``-o /dev/null``) as it is.
+    """Write one frame's bytes to ``path``, whole or not at all (``_write_whole``).
 
     Raises:
         InputError: the folder does not exist, the file cannot be written, or it exists and
             ``no_clobber`` (one line, the path).
     """
-    out = os.fspath(path)
-    tmp = partial_name(out)
-    if special_file(out) and not no_clobber:  # (-o /dev/null, a named pipe: written into, never replaced)
-        try:
-            with open(out, "wb") as f:
-                f.write(data)
-        except OSError as e:
-            raise InputError(f"{out}: cannot write: {e.strerror}") from None
-        return
+    _write_whole(os.fspath(path), lambda f: f.write(data), no_clobber)
+
+
+def _write_whole(out: str, write: Callable[[BinaryIO], object], no_clobber: bool) -> None:
+    """``out`` as ``write`` writes it, whole or not at all: through ``durable.replaced``
+    (``OUT.partial``, then a rename; a device or pipe such as ``/dev/null`` is written into,
+    never replaced), or with ``no_clobber`` through a link of ``OUT.partial``, which fails if
+    ``out`` appeared meanwhile.
+
+    Raises:
+        InputError: ``out`` exists and ``no_clobber``, or it cannot be written (one line).
+    """
+    if no_clobber and os.path.lexists(out):
+        raise InputError(f"{out}: already exists (--no-clobber)")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        if no_clobber:
-            try:
-                os.link(tmp, out)
-            except FileExistsError:
-                raise InputError(f"{out}: already exists (--no-clobber)") from None
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-        else:
-            os.replace(tmp, out)
+        if not no_clobber:
+            with replaced(out, durable=False) as tmp, open(tmp, "wb") as f:
+                write(f)
+            return
+        tmp = partial_name(out)
+        try:
+            with open(tmp, "wb") as f:
+                write(f)
+            os.link(tmp, out)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    except FileExistsError:
+        raise InputError(f"{out}: already exists (--no-clobber)") from None
     except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         raise InputError(f"{out}: cannot write: {e.strerror}") from None
 
 
