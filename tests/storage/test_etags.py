@@ -247,6 +247,69 @@ def test_a_frame_another_process_gave_up_is_checked_before_a_pinned_reader_retur
             assert "frame 7" in str(outcome[0])
 
 
+def test_verify_calls_problems_found_after_a_same_etag_swap_a_publish_not_damage(pair, tmp_path):
+    """verify's frames that fail from a pack whose header names another pack now (an ETag both
+    versions carry) are "replaced while it was verified" (exit 3), not damage; with the pack
+    still the one opened, the problems stand."""
+    from hframe_cli.storage.access import open_storage
+    from hframe_cli.verify.check import _replaced_while_read
+    from hframe_cli.verify.report import PackReport, Problem
+
+    _, pack_a, _, pack_b = pair
+    site = tmp_path / "site"
+    site.mkdir()
+    long_ago = time.time() - 3600
+    published = place(pack_a, site, long_ago)
+    staged = tmp_path / "staged.hframe"
+    shutil.copyfile(pack_b, staged)
+    os.utime(staged, (long_ago, long_ago))
+
+    def report() -> PackReport:
+        r = PackReport(str(published), None, "index", "full")
+        r.problems.append(Problem("md5", "frame 30: md5 mismatch", frame_id=30))
+        return r
+
+    with nginx_serving(site, tmp_path / "nginx") as base, open_storage(f"{base}/p.hframe") as storage:
+        assert storage.pinned
+        same = report()
+        _replaced_while_read(same, storage)
+        assert same.problems and same.error is None  # (the pack opened: damage stands)
+        os.replace(staged, published)
+        swapped = report()
+        _replaced_while_read(swapped, storage)
+        assert not swapped.problems and swapped.error_is_storage
+        assert "replaced while it was verified" in (swapped.error or "")
+
+
+def test_a_compressed_frame_that_does_not_decode_says_so_through_a_pinned_readers_cache(tmp_path):
+    """A frame that fails on arrival for the node cache is reported with what is wrong with it:
+    zstd data that does not decompress says that, not "md5 mismatch"."""
+    from hframe_cli.errors import FormatError
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for k in range(8):
+        (src / f"{k}.txt").write_bytes(f"line {k} of a frame that compresses well\n".encode() * 2000)
+    site = tmp_path / "site"
+    site.mkdir()
+    pack = site / "p.hframe"
+    assert run_bin(["pack", str(src), "-o", str(pack), "--compress", "zstd", "-q"]).returncode == 0
+    with h.open_pack(pack) as p:
+        assert p.compressed
+        at = p._offsets[3]
+    with open(pack, "r+b") as f:  # frame 3's zstd magic number
+        f.seek(at)
+        f.write(b"\x00" * 4)
+    settled = time.time() - 100
+    os.utime(pack, (settled, settled))
+    with nginx_serving(site, tmp_path / "nginx") as base:
+        with h.open_pack(f"{base}/p.hframe", cache_dir=tmp_path / "cache") as p:
+            assert p._storage.pinned and not p.checks_md5
+            with pytest.raises(FormatError, match="frame 3") as raised:
+                p.read_many([2, 3, 4])
+            assert "md5" not in str(raised.value)
+
+
 def answer(headers: dict[str, str]) -> Answer:
     return Answer(200, "OK", {k.lower(): v for k, v in headers.items()}, True)
 
