@@ -21,13 +21,13 @@ here, once, the same for every backend (``man/hframe.1``, REMOTE PACKS):
   no thread waits for one (a reader's threads would keep a batch's queued reads going);
 * **counters**: requests, bytes, retries, throttles (``bench``, ``verify --json``).
 
-Imports inside functions: pyarrow, only for an object store's stream.
+Imports inside functions: pyarrow, only for an object store's stream; email.utils, only to read
+the Date of a server whose ETags name a second (``tag_may_repeat``).
 """
 
 from __future__ import annotations
 
 import base64
-import email.utils
 import os
 import random
 import re
@@ -317,6 +317,8 @@ def tag_may_repeat(tag: str | None, size: int, resp: Answer) -> bool:
     m = _SECONDS_TAG.fullmatch(tag or "")
     if m is None or (size >= 0 and int(m.group(2), 16) != size):
         return False
+    import email.utils  # (5 ms: only for a server with such ETags)
+
     try:
         now = email.utils.parsedate_to_datetime(resp.getheader("Date") or "").timestamp()
     except (TypeError, ValueError):
